@@ -1,0 +1,396 @@
+//! The `mprov-control` command line: `serve`, `migrate`, `superuser`, `apikey`.
+//!
+//! Every subcommand reads the same settings (flags or the original mProv's
+//! environment variables, see `--help`), so `mprov-control apikey list` talks to
+//! the database `serve` uses without further flags.
+
+use std::io::BufRead;
+use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, Settings};
+use crate::db::crud::{self, ListQuery, Mode};
+use crate::db::{Db, Val, kinds};
+use crate::first_start;
+use crate::http;
+use crate::secrets::{self, SecretBox};
+
+/// The mProv control service: inventory, REST API and boot configuration of an
+/// HPC cluster.
+///
+/// With no configuration it keeps an SQLite database in /var/lib/mprov and its
+/// secrets in /etc/mprov. Set DB_ENGINE=mysql or postgres (with DB_HOST, DB_PORT,
+/// DB_NAME, DB_USER, DB_PASS) for a real site.
+#[derive(Debug, Parser)]
+#[command(name = "mprov-control", version, propagate_version = true)]
+pub struct Cli {
+    /// Log filter, e.g. info, debug, or mprov_control=debug,sqlx=warn.
+    #[arg(
+        long,
+        env = "MPROV_LOG",
+        default_value = "info,sqlx=warn",
+        global = true
+    )]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the control service (migrates the database and does the first-start
+    /// set-up first).
+    Serve {
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Bring the database schema up to date, then exit.
+    Migrate {
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Create an admin user or set a user's password.
+    Superuser {
+        #[command(subcommand)]
+        action: SuperuserAction,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Create, list or revoke API keys.
+    Apikey {
+        #[command(subcommand)]
+        action: ApikeyAction,
+        #[command(flatten)]
+        settings: Settings,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SuperuserAction {
+    /// Create an admin user. Without --password-stdin a random password is
+    /// made and printed once.
+    Create {
+        /// The user name.
+        username: String,
+        /// Read the password from the first line of standard input.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Set a user's password. Without --password-stdin a random password is
+    /// made and printed once.
+    SetPassword {
+        /// The user name.
+        username: String,
+        /// Read the password from the first line of standard input.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ApikeyAction {
+    /// Create an API key and print it (only its hash is kept: it cannot be
+    /// shown again).
+    Create {
+        /// What the key is for.
+        name: String,
+        /// Days until it expires (default: never).
+        #[arg(long)]
+        expires_in_days: Option<u32>,
+    },
+    /// List the API keys (never the keys themselves).
+    List,
+    /// Revoke an API key by id or prefix.
+    Revoke {
+        /// The key's id, or its prefix (the part before the dot).
+        key: String,
+    },
+}
+
+/// The log timestamps' time zone, set once the configuration is read.
+static LOG_TZ: OnceLock<jiff::tz::TimeZone> = OnceLock::new();
+
+struct LogTimer;
+
+impl tracing_subscriber::fmt::time::FormatTime for LogTimer {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        let tz = LOG_TZ.get().cloned().unwrap_or(jiff::tz::TimeZone::UTC);
+        let now = jiff::Timestamp::now().to_zoned_datetime(tz);
+        write!(w, "{}", now.strftime("%Y-%m-%dT%H:%M:%S%.3f%:z"))
+    }
+}
+
+/// Runs the command line; the process's exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_timer(LogTimer)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What every subcommand starts with: the configuration, the folders, the
+/// secret key and the migrated database.
+async fn open(settings: Settings) -> Result<(Config, Db, SecretBox)> {
+    let config = Config::from_settings(settings)?;
+    let _ = LOG_TZ.set(config.time_zone.1.clone());
+    first_start::make_dirs(&config)?;
+    let key = first_start::secret_key(&config)?;
+    let db = Db::open(&config.database_url).await?;
+    Ok((config, db, SecretBox::new(&key)))
+}
+
+async fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Serve { settings } => serve(settings).await,
+        Command::Migrate { settings } => {
+            let (config, db, _) = open(settings).await?;
+            println!(
+                "database {} is up to date",
+                crate::db::redact_url(&config.database_url)
+            );
+            drop(db);
+            Ok(())
+        }
+        Command::Superuser { action, settings } => {
+            let (_, db, sb) = open(settings).await?;
+            superuser(&db, &sb, action).await
+        }
+        Command::Apikey { action, settings } => {
+            let (_, db, sb) = open(settings).await?;
+            apikey(&db, &sb, action).await
+        }
+    }
+}
+
+async fn serve(settings: Settings) -> Result<()> {
+    let (config, db, sb) = open(settings).await?;
+    tracing::info!(
+        "database: {} ({}); time zone {}",
+        crate::db::redact_url(&config.database_url),
+        db.engine(),
+        config.time_zone.0
+    );
+    if config.skip_version_check {
+        tracing::warn!(
+            "MPROV_SKIP_VERSION_CHECK=1: the API version check is off; never do this in production"
+        );
+    }
+    let report = first_start::run(&config, &db, &sb).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(
+        "mprov-control {} listening on http://{addr}/api/v1/",
+        env!("CARGO_PKG_VERSION")
+    );
+    if let Some(p) = report.password_file {
+        tracing::info!("the admin password is in {}", p.display());
+    }
+    let state = Arc::new(http::Inner {
+        db,
+        config: Arc::new(config),
+        secrets: sb,
+        passwords: http::auth::PasswordCache::default(),
+    });
+    let shutdown = CancellationToken::new();
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        signal.cancel();
+    });
+    http::serve(listener, state, shutdown)
+        .await
+        .context("HTTP server failed")
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}
+
+fn read_password(from_stdin: bool) -> Result<(String, bool)> {
+    if !from_stdin {
+        return Ok((secrets::random_token(18), true));
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .context("reading the password from standard input")?;
+    let pw = line.trim_end_matches(['\n', '\r']).to_owned();
+    if pw.is_empty() {
+        bail!("standard input held no password");
+    }
+    Ok((pw, false))
+}
+
+fn kind(name: &str) -> Result<&'static kinds::Kind> {
+    kinds::kind(name).with_context(|| format!("no kind {name}"))
+}
+
+fn validated(
+    k: &'static kinds::Kind,
+    body: &Value,
+    mode: Mode,
+    sb: &SecretBox,
+) -> Result<crud::Prepared> {
+    let obj = body.as_object().context("expected an object")?;
+    crud::validate(k, obj, mode, sb, "").map_err(|errors| {
+        let msgs: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{}: {}", e.path, e.message))
+            .collect();
+        anyhow::anyhow!("{}", msgs.join("; "))
+    })
+}
+
+async fn superuser(db: &Db, sb: &SecretBox, action: SuperuserAction) -> Result<()> {
+    let users = kind("users")?;
+    match action {
+        SuperuserAction::Create {
+            username,
+            password_stdin,
+        } => {
+            let (password, random) = read_password(password_stdin)?;
+            let body = json!({"username": username, "password": password, "is_admin": true});
+            db.create(
+                users,
+                validated(users, &body, Mode::Create, sb)?,
+                Vec::new(),
+            )
+            .await?;
+            println!("created admin user {username}");
+            if random {
+                println!("password: {password}");
+            }
+        }
+        SuperuserAction::SetPassword {
+            username,
+            password_stdin,
+        } => {
+            let (password, random) = read_password(password_stdin)?;
+            let body = json!({"password": password});
+            db.update(users, &username, validated(users, &body, Mode::Update, sb)?)
+                .await?;
+            println!("set the password of {username}");
+            if random {
+                println!("password: {password}");
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn apikey(db: &Db, sb: &SecretBox, action: ApikeyAction) -> Result<()> {
+    let keys = kind("apikeys")?;
+    match action {
+        ApikeyAction::Create {
+            name,
+            expires_in_days,
+        } => {
+            let mut body = json!({"name": name});
+            if let Some(days) = expires_in_days {
+                let at = jiff::Timestamp::now()
+                    .checked_add(jiff::SignedDuration::from_hours(i64::from(days) * 24))
+                    .context("expiry out of range")?;
+                body["expires_at"] = json!(crud::format_ts(at));
+            }
+            let key = secrets::new_api_key();
+            let extra = vec![
+                ("prefix", Val::Text(Some(key.prefix.clone()))),
+                ("hash", Val::Text(Some(key.hash.clone()))),
+            ];
+            let row = db
+                .create(keys, validated(keys, &body, Mode::Create, sb)?, extra)
+                .await?;
+            println!(
+                "created API key {} (id {}); it is shown only now:",
+                name, row["id"]
+            );
+            println!("{}", key.key);
+        }
+        ApikeyAction::List => {
+            let mut q = ListQuery {
+                limit: Some(crud::MAX_LIMIT),
+                ..Default::default()
+            };
+            println!(
+                "{:>6}  {:<10}  {:<8}  {:<21}  NAME",
+                "ID", "PREFIX", "REVOKED", "EXPIRES"
+            );
+            loop {
+                let page = db.list(keys, &q).await?;
+                for k in &page.items {
+                    println!(
+                        "{:>6}  {:<10}  {:<8}  {:<21}  {}",
+                        k["id"],
+                        k["prefix"].as_str().unwrap_or_default(),
+                        k["revoked"],
+                        k["expires_at"].as_str().unwrap_or("never"),
+                        k["name"].as_str().unwrap_or_default()
+                    );
+                }
+                match page.next {
+                    Some(next) => q.cursor = Some(next),
+                    None => break,
+                }
+            }
+        }
+        ApikeyAction::Revoke { key } => {
+            let id = if key.chars().all(|c| c.is_ascii_digit()) {
+                key.clone()
+            } else {
+                let q = ListQuery {
+                    filters: vec![("prefix".into(), key.clone())],
+                    ..Default::default()
+                };
+                let page = db.list(keys, &q).await?;
+                match page.items.first() {
+                    Some(row) => row["id"].to_string(),
+                    None => bail!("no API key has id or prefix {key:?}"),
+                }
+            };
+            let body = json!({"revoked": true});
+            db.update(keys, &id, validated(keys, &body, Mode::Update, sb)?)
+                .await?;
+            println!("revoked API key {id}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,461 @@
+//! The control service's configuration: the process knobs (environment variables
+//! with the original mProv's names, or command-line flags) parsed once into a
+//! typed [`Config`] that is passed around in an `Arc`. No global state.
+//!
+//! Everything has an embedded default, so `mprov-control serve` runs with no
+//! configuration at all: SQLite in the state folder, a generated secret key in
+//! the config folder.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use ipnet::IpNet;
+
+/// The default config folder: secret key, admin password, job server key.
+pub const DEFAULT_CONFIG_DIR: &str = "/etc/mprov";
+/// The default state folder: SQLite database, TLS material, backups.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/mprov";
+/// The default listen address of the API.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+/// Path prefixes exempt from the version check by default: clients that cannot
+/// send headers (iPXE) or that fetch what a client needs before it can check
+/// versions (the CA certificate, the API description).
+pub const DEFAULT_VERSION_EXEMPT: &[&str] =
+    &["/ipxe/", "/ca.crt", "/static/", "/api/v1/openapi.json"];
+
+/// The process knobs, as the command line and environment give them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Settings {
+    /// Address and port of the HTTP API.
+    #[arg(long, env = "MPROV_LISTEN", default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Config folder (secret key, admin password, job server API key).
+    #[arg(long, env = "MPROV_CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
+    pub config_dir: PathBuf,
+    /// State folder (SQLite database, TLS material, backups).
+    #[arg(long, env = "MPROV_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+    /// A full database URL (sqlite:, mysql:, postgres:); overrides the DB_* variables.
+    #[arg(long, env = "MPROV_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Database engine: sqlite (default), mysql/mariadb, postgres, or the
+    /// original's django.db.backends.* names.
+    #[arg(long, env = "DB_ENGINE")]
+    pub db_engine: Option<String>,
+    /// Database host.
+    #[arg(long, env = "DB_HOST", default_value = "localhost")]
+    pub db_host: String,
+    /// Database port (default: the engine's).
+    #[arg(long, env = "DB_PORT")]
+    pub db_port: Option<u16>,
+    /// Database name.
+    #[arg(long, env = "DB_NAME", default_value = "mprov")]
+    pub db_name: String,
+    /// Database user.
+    #[arg(long, env = "DB_USER", default_value = "mprov")]
+    pub db_user: String,
+    /// Database password.
+    #[arg(long, env = "DB_PASS", hide_env_values = true, default_value = "")]
+    pub db_pass: String,
+    /// The control host's name (default: this machine's host name).
+    #[arg(long, env = "MPROV_MPCC_HOSTNAME")]
+    pub hostname: Option<String>,
+    /// Comma-separated IPs the control host is reached by.
+    #[arg(long, env = "MPROV_MPCC_IPs", default_value = "")]
+    pub ips: String,
+    /// The cluster's DNS domain.
+    #[arg(long, env = "MPROV_DOMAINNAME", default_value = "")]
+    pub domain: String,
+    /// Further comma-separated host names or IPs the API is reached by
+    /// (`*` allows any). localhost and 127.0.0.1 are always allowed.
+    #[arg(long, env = "ALLOWED_HOSTS", default_value = "")]
+    pub allowed_hosts: String,
+    /// Time zone name, e.g. America/New_York (default: TZ, else UTC).
+    #[arg(long, env = "TIME_ZONE")]
+    pub time_zone: Option<String>,
+    /// Comma-separated addresses or CIDR ranges of reverse proxies whose
+    /// X-Forwarded-For header is trusted.
+    #[arg(long, env = "TRUSTED_PROXIES", default_value = "")]
+    pub trusted_proxies: String,
+    /// `1` turns the API version check off (development and CI only).
+    #[arg(long, env = "MPROV_SKIP_VERSION_CHECK")]
+    pub skip_version_check: Option<String>,
+    /// Comma-separated path prefixes exempt from the version check
+    /// (default: /ipxe/, /ca.crt, /static/, /api/v1/openapi.json).
+    #[arg(long, env = "MPROV_VERSION_EXEMPT")]
+    pub version_exempt: Option<String>,
+    /// The admin password to set on first start instead of a random one.
+    #[arg(long, env = "MPROV_SUPERUSER_PASSWORD", hide_env_values = true)]
+    pub superuser_password: Option<String>,
+    /// The install's secret key; generated and kept in the config folder if unset.
+    #[arg(long, env = "SECRET_KEY", hide_env_values = true)]
+    pub secret_key: Option<String>,
+}
+
+/// A knob has a value we cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Unknown database engine.
+    #[error("DB_ENGINE={0:?} is not sqlite, mysql (mariadb) or postgres")]
+    Engine(String),
+    /// An address that does not parse.
+    #[error("{var}: {value:?} is not an IP address")]
+    Ip {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// A proxy entry that does not parse.
+    #[error("TRUSTED_PROXIES: {0:?} is not an IP address or CIDR range")]
+    Proxy(String),
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the API listens.
+    pub listen: SocketAddr,
+    /// The config folder.
+    pub config_dir: PathBuf,
+    /// The state folder.
+    pub state_dir: PathBuf,
+    /// The database URL.
+    pub database_url: String,
+    /// The control host's name.
+    pub hostname: String,
+    /// Its IPs.
+    pub ips: Vec<IpAddr>,
+    /// The cluster domain.
+    pub domain: String,
+    /// Host header values accepted; `None` accepts any.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// The time zone, and its name.
+    pub time_zone: (String, jiff::tz::TimeZone),
+    /// Proxies whose X-Forwarded-For is trusted.
+    pub trusted_proxies: Vec<IpNet>,
+    /// The version check is off.
+    pub skip_version_check: bool,
+    /// Path prefixes exempt from the version check.
+    pub version_exempt: Vec<String>,
+    /// The first-start admin password, if given.
+    pub superuser_password: Option<String>,
+    /// The secret key, if given in the environment.
+    pub secret_key: Option<String>,
+}
+
+fn list(s: &str) -> impl Iterator<Item = &str> {
+    s.split([',', ' ']).map(str::trim).filter(|x| !x.is_empty())
+}
+
+/// This machine's host name, short.
+pub fn machine_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().split('.').next().unwrap_or_default().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "mprov-control".to_owned())
+}
+
+/// Picks the time zone: TIME_ZONE, else TZ, else UTC. A value that names no
+/// zone is logged and UTC used, as the original did.
+pub fn pick_time_zone(time_zone: Option<&str>, tz: Option<&str>) -> (String, jiff::tz::TimeZone) {
+    let (var, wanted) = match (time_zone, tz) {
+        (Some(v), _) if !v.is_empty() => ("TIME_ZONE", v),
+        (_, Some(v)) if !v.is_empty() => ("TZ", v.trim_start_matches(':')),
+        _ => return ("UTC".into(), jiff::tz::TimeZone::UTC),
+    };
+    match jiff::tz::TimeZone::get(wanted) {
+        Ok(zone) => (wanted.to_owned(), zone),
+        Err(err) => {
+            tracing::warn!("{var}={wanted:?} is not a time zone name ({err}); using UTC");
+            ("UTC".into(), jiff::tz::TimeZone::UTC)
+        }
+    }
+}
+
+impl Config {
+    /// Validates the knobs.
+    pub fn from_settings(s: Settings) -> Result<Config, ConfigError> {
+        let database_url = match &s.database_url {
+            Some(url) => url.clone(),
+            None => database_url(&s)?,
+        };
+        let hostname = s
+            .hostname
+            .clone()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(machine_hostname);
+        let ips = list(&s.ips)
+            .map(|v| {
+                v.parse().map_err(|_| ConfigError::Ip {
+                    var: "MPROV_MPCC_IPs",
+                    value: v.into(),
+                })
+            })
+            .collect::<Result<Vec<IpAddr>, _>>()?;
+        let trusted_proxies = list(&s.trusted_proxies)
+            .map(|v| {
+                v.parse::<IpNet>()
+                    .or_else(|_| v.parse::<IpAddr>().map(IpNet::from))
+                    .map_err(|_| ConfigError::Proxy(v.into()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let extra: Vec<String> = list(&s.allowed_hosts)
+            .map(str::to_ascii_lowercase)
+            .collect();
+        let allowed_hosts = if extra.iter().any(|h| h == "*") {
+            None
+        } else {
+            let mut hosts = vec![
+                "localhost".to_owned(),
+                "127.0.0.1".to_owned(),
+                "::1".to_owned(),
+            ];
+            hosts.push(hostname.to_ascii_lowercase());
+            if !s.domain.is_empty() {
+                hosts.push(format!("{}.{}", hostname, s.domain).to_ascii_lowercase());
+            }
+            hosts.extend(ips.iter().map(IpAddr::to_string));
+            hosts.extend(extra);
+            Some(hosts)
+        };
+        let tz_env = std::env::var("TZ").ok();
+        let version_exempt = match &s.version_exempt {
+            Some(v) => list(v).map(str::to_owned).collect(),
+            None => DEFAULT_VERSION_EXEMPT
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
+        };
+        Ok(Config {
+            listen: s.listen,
+            config_dir: s.config_dir,
+            state_dir: s.state_dir,
+            database_url,
+            hostname,
+            ips,
+            domain: s.domain,
+            allowed_hosts,
+            time_zone: pick_time_zone(s.time_zone.as_deref(), tz_env.as_deref()),
+            trusted_proxies,
+            skip_version_check: mprov_api::skip_version_check(s.skip_version_check.as_deref()),
+            version_exempt,
+            superuser_password: s.superuser_password.filter(|p| !p.is_empty()),
+            secret_key: s.secret_key.filter(|k| !k.is_empty()),
+        })
+    }
+
+    /// Whether a `Host` header value is one we answer to.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        let Some(allowed) = &self.allowed_hosts else {
+            return true;
+        };
+        let name = strip_port(host).to_ascii_lowercase();
+        allowed.iter().any(|a| *a == name)
+    }
+
+    /// The client's address: the peer, or when the peer is a trusted proxy, the
+    /// nearest address in X-Forwarded-For that is not a trusted proxy.
+    pub fn client_ip(&self, peer: IpAddr, forwarded_for: Option<&str>) -> IpAddr {
+        let trusted = |ip: &IpAddr| self.trusted_proxies.iter().any(|n| n.contains(ip));
+        if !trusted(&peer) {
+            return peer;
+        }
+        let Some(xff) = forwarded_for else {
+            return peer;
+        };
+        let mut client = peer;
+        for hop in xff.rsplit(',').map(str::trim) {
+            match hop.parse::<IpAddr>() {
+                Ok(ip) => {
+                    client = ip;
+                    if !trusted(&ip) {
+                        break;
+                    }
+                }
+                // A malformed entry ends what we can trust.
+                Err(_) => break,
+            }
+        }
+        client
+    }
+}
+
+fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if !name.contains(':') && port.chars().all(|c| c.is_ascii_digit()) => {
+            name
+        }
+        _ => host,
+    }
+}
+
+fn enc(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+fn database_url(s: &Settings) -> Result<String, ConfigError> {
+    let engine = s.db_engine.as_deref().unwrap_or("sqlite");
+    let engine: crate::db::Engine = engine
+        .parse()
+        .map_err(|()| ConfigError::Engine(engine.to_owned()))?;
+    let auth = if s.db_pass.is_empty() {
+        enc(&s.db_user)
+    } else {
+        format!("{}:{}", enc(&s.db_user), enc(&s.db_pass))
+    };
+    Ok(match engine {
+        crate::db::Engine::Sqlite => {
+            format!(
+                "sqlite://{}?mode=rwc",
+                s.state_dir.join("mprov.sqlite3").display()
+            )
+        }
+        crate::db::Engine::Mysql => {
+            format!(
+                "mysql://{auth}@{}:{}/{}",
+                s.db_host,
+                s.db_port.unwrap_or(3306),
+                enc(&s.db_name)
+            )
+        }
+        crate::db::Engine::Postgres => format!(
+            "postgres://{auth}@{}:{}/{}",
+            s.db_host,
+            s.db_port.unwrap_or(5432),
+            enc(&s.db_name)
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        s: Settings,
+    }
+
+    fn config(args: &[&str]) -> Config {
+        let mut argv = vec!["x"];
+        argv.extend_from_slice(args);
+        Config::from_settings(Cli::try_parse_from(argv).unwrap().s).unwrap()
+    }
+
+    #[test]
+    fn database_urls_from_db_variables() {
+        let c = config(&["--state-dir", "/s"]);
+        assert_eq!(c.database_url, "sqlite:///s/mprov.sqlite3?mode=rwc");
+        let c = config(&[
+            "--db-engine",
+            "django.db.backends.mysql",
+            "--db-host",
+            "db",
+            "--db-pass",
+            "p@ss word",
+        ]);
+        assert_eq!(c.database_url, "mysql://mprov:p%40ss%20word@db:3306/mprov");
+        let c = config(&[
+            "--db-engine",
+            "postgresql",
+            "--db-port",
+            "6432",
+            "--db-user",
+            "u",
+        ]);
+        assert_eq!(c.database_url, "postgres://u@localhost:6432/mprov");
+        let mut argv = vec!["x", "--db-engine", "oracle"];
+        argv.truncate(3);
+        let s = Cli::try_parse_from(argv).unwrap().s;
+        assert!(matches!(
+            Config::from_settings(s),
+            Err(ConfigError::Engine(_))
+        ));
+    }
+
+    #[test]
+    fn allowed_hosts() {
+        let c = config(&[
+            "--hostname",
+            "mpcc",
+            "--domain",
+            "cluster",
+            "--ips",
+            "10.0.0.1",
+            "--allowed-hosts",
+            "admin.example",
+        ]);
+        for ok in [
+            "localhost",
+            "127.0.0.1:8080",
+            "[::1]:80",
+            "MPCC",
+            "mpcc.cluster",
+            "10.0.0.1",
+            "admin.example",
+        ] {
+            assert!(c.host_allowed(ok), "{ok}");
+        }
+        for bad in ["evil.example", "10.0.0.2", "mpcc.other"] {
+            assert!(!c.host_allowed(bad), "{bad}");
+        }
+        assert!(config(&["--allowed-hosts", "*"]).host_allowed("anything"));
+    }
+
+    #[test]
+    fn forwarded_for_only_from_trusted_proxies() {
+        let c = config(&["--trusted-proxies", "10.0.0.0/24,192.0.2.7"]);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // An untrusted peer's header is ignored.
+        assert_eq!(
+            c.client_ip(ip("198.51.100.1"), Some("1.2.3.4")),
+            ip("198.51.100.1")
+        );
+        // A trusted proxy: the nearest untrusted hop.
+        assert_eq!(
+            c.client_ip(ip("10.0.0.5"), Some("1.2.3.4, 192.0.2.7")),
+            ip("1.2.3.4")
+        );
+        assert_eq!(
+            c.client_ip(ip("10.0.0.5"), Some("5.5.5.5, 1.2.3.4")),
+            ip("1.2.3.4")
+        );
+        assert_eq!(c.client_ip(ip("10.0.0.5"), None), ip("10.0.0.5"));
+        assert_eq!(c.client_ip(ip("10.0.0.5"), Some("junk")), ip("10.0.0.5"));
+    }
+
+    #[test]
+    fn time_zones() {
+        assert_eq!(pick_time_zone(Some("Europe/Paris"), None).0, "Europe/Paris");
+        assert_eq!(
+            pick_time_zone(None, Some("America/New_York")).0,
+            "America/New_York"
+        );
+        assert_eq!(
+            pick_time_zone(Some("EST5EDT,M3.2.0,M11.1.0"), Some("Asia/Tokyo")).0,
+            "UTC"
+        );
+        assert_eq!(pick_time_zone(None, None).0, "UTC");
+    }
+
+    #[test]
+    fn version_knobs() {
+        assert!(config(&["--skip-version-check", "1"]).skip_version_check);
+        assert!(!config(&["--skip-version-check", "true"]).skip_version_check);
+        assert!(!config(&[]).skip_version_check);
+        assert_eq!(
+            config(&["--version-exempt", "/a/, /b/"]).version_exempt,
+            ["/a/", "/b/"]
+        );
+    }
+}

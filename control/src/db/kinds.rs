@@ -1,0 +1,863 @@
+//! The inventory's kinds, described once as data.
+//!
+//! Every REST resource, its table, validation, filters, sorting and its part of
+//! the OpenAPI document come from these descriptors, so the API cannot drift from
+//! the schema kind by kind. A field's JSON name is its `name`; its column is the
+//! same, except references, stored as `<name>_id`. The migrations in
+//! `migrations/<engine>/` create the matching tables.
+
+/// What a field holds, and so how it is validated, stored and described.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Ty {
+    /// A boolean (JSON `true`/`false`).
+    Bool,
+    /// A closed set of strings.
+    Enum(&'static [&'static str]),
+    /// A floating-point number.
+    Float,
+    /// A host name: letters, digits, `-` and `.`, at most 253 characters.
+    Hostname,
+    /// An integer within the bounds.
+    Int { min: i64, max: i64 },
+    /// An IPv4 address.
+    Ipv4,
+    /// An IPv6 address.
+    Ipv6,
+    /// Any JSON value, stored as text.
+    Json,
+    /// An Ethernet MAC address, stored as lowercase `aa:bb:cc:dd:ee:ff`.
+    Mac,
+    /// A password: write-only, stored as an argon2 hash.
+    Password,
+    /// A reference to a row of another kind, by id (or slug on write).
+    Ref(&'static str),
+    /// A secret: write-only, encrypted at rest with the install's secret key;
+    /// reads show only `<name>_set`.
+    Secret,
+    /// A URL-safe unique name: lowercase letters, digits, `-` and `_`.
+    Slug,
+    /// A list of strings, stored as JSON text.
+    StrList,
+    /// Free text up to `max` characters.
+    Text { max: usize },
+    /// A UTC timestamp in RFC 3339, set by the server.
+    Timestamp,
+    /// YAML text that must parse to a mapping (or be empty).
+    Yaml,
+}
+
+/// Who may write a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Clients read it; only the server writes it.
+    ReadOnly,
+    /// Clients read and write it.
+    ReadWrite,
+    /// Clients write it and never read it back (secrets and passwords).
+    WriteOnly,
+}
+
+/// A field's value when a create leaves it out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Default {
+    /// No default: the field is required (unless nullable).
+    None,
+    /// `null`.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A string.
+    Str(&'static str),
+    /// An empty JSON list.
+    EmptyList,
+}
+
+/// One field of a kind.
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    /// The JSON name.
+    pub name: &'static str,
+    /// What it holds.
+    pub ty: Ty,
+    /// Who may write it.
+    pub access: Access,
+    /// Its value when a create leaves it out.
+    pub default: Default,
+    /// Whether `null` is a valid value.
+    pub nullable: bool,
+    /// Whether the value is unique across the kind (enforced by the schema too).
+    pub unique: bool,
+    /// A sentence for the OpenAPI document.
+    pub doc: &'static str,
+}
+
+impl Field {
+    /// The column that stores this field.
+    pub fn column(&self) -> String {
+        match self.ty {
+            Ty::Ref(_) => format!("{}_id", self.name),
+            _ => self.name.to_owned(),
+        }
+    }
+
+    /// Whether a create must carry this field.
+    pub fn required(&self) -> bool {
+        self.access != Access::ReadOnly && self.default == Default::None && !self.nullable
+    }
+}
+
+/// A many-to-many relation, shown as a list of ids on both sides.
+#[derive(Debug, Clone, Copy)]
+pub struct ManyToMany {
+    /// The JSON name (a list of ids).
+    pub name: &'static str,
+    /// The join table.
+    pub table: &'static str,
+    /// The join column that holds this kind's id.
+    pub this: &'static str,
+    /// The join column that holds the other kind's id.
+    pub other: &'static str,
+    /// The other kind's name.
+    pub kind: &'static str,
+    /// A sentence for the OpenAPI document.
+    pub doc: &'static str,
+}
+
+/// Rows of another kind that belong to this one, embedded on read and accepted
+/// nested on create (a system's NICs).
+#[derive(Debug, Clone, Copy)]
+pub struct Children {
+    /// The JSON name (a list of objects).
+    pub name: &'static str,
+    /// The child kind's name.
+    pub kind: &'static str,
+    /// The child's reference field that points back here.
+    pub parent_field: &'static str,
+}
+
+/// One kind of inventory row: a table and a REST resource.
+#[derive(Debug)]
+pub struct Kind {
+    /// The resource name in `/api/v1/<name>/`.
+    pub name: &'static str,
+    /// The schema name in the OpenAPI document.
+    pub schema: &'static str,
+    /// The table.
+    pub table: &'static str,
+    /// The field that names a row in URLs besides its id, if any.
+    pub slug: Option<&'static str>,
+    /// The fields, besides `id`.
+    pub fields: &'static [Field],
+    /// Its many-to-many relations.
+    pub m2m: &'static [ManyToMany],
+    /// Child rows embedded in it.
+    pub children: &'static [Children],
+    /// Whether rows carry `created_at`/`updated_at`, set by the server.
+    pub timestamps: bool,
+    /// A sentence for the OpenAPI document.
+    pub doc: &'static str,
+}
+
+impl Kind {
+    /// The field called `name`, if any.
+    pub fn field(&self, name: &str) -> Option<&'static Field> {
+        self.fields.iter().find(|f| f.name == name)
+    }
+
+    /// The many-to-many relation called `name`, if any.
+    pub fn relation(&self, name: &str) -> Option<&'static ManyToMany> {
+        self.m2m.iter().find(|m| m.name == name)
+    }
+}
+
+/// The kind called `name`.
+pub fn kind(name: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+const fn f(name: &'static str, ty: Ty, doc: &'static str) -> Field {
+    Field {
+        name,
+        ty,
+        access: Access::ReadWrite,
+        default: Default::None,
+        nullable: false,
+        unique: false,
+        doc,
+    }
+}
+
+impl Field {
+    const fn def(mut self, d: Default) -> Self {
+        self.default = d;
+        self
+    }
+    const fn null(mut self) -> Self {
+        self.nullable = true;
+        self.default = Default::Null;
+        self
+    }
+    const fn unique(mut self) -> Self {
+        self.unique = true;
+        self
+    }
+    const fn ro(mut self) -> Self {
+        self.access = Access::ReadOnly;
+        self
+    }
+    const fn wo(mut self) -> Self {
+        self.access = Access::WriteOnly;
+        self
+    }
+}
+
+const TEXT: Ty = Ty::Text { max: 255 };
+const LONG_TEXT: Ty = Ty::Text { max: 4096 };
+const CONTENT: Ty = Ty::Text { max: 1 << 20 };
+const SIZE_GIB: Ty = Ty::Int {
+    min: 0,
+    max: 1 << 20,
+};
+const PRIORITY: Ty = Ty::Int {
+    min: -1_000_000,
+    max: 1_000_000,
+};
+
+/// Network kinds the original knew.
+pub const NET_TYPES: &[&str] = &["ethernet", "fiber-channel", "infiniband"];
+/// CPU architectures of distros.
+pub const ARCHES: &[&str] = &["aarch64", "ppc64le", "s390x", "x86_64"];
+/// What a script is for.
+pub const SCRIPT_TYPES: &[&str] = &["image-gen", "post-boot"];
+/// A job's state.
+pub const JOB_STATUSES: &[&str] = &["failed", "pending", "running", "success"];
+
+/// The fields every layer of the effective config has (distro, group, image,
+/// system).
+macro_rules! layer_fields {
+    () => {
+        [
+            f("install_kernel_cmdline", LONG_TEXT, "Kernel command line to append (or replace, when it starts with `=`).").def(Default::Str("")),
+            f("initial_mods", TEXT, "Comma-separated modules to load in the initramfs; appends, or replaces when it starts with `=`.").def(Default::Str("")),
+            f("tmpfs_root_size", SIZE_GIB, "Size of the node's root tmpfs in GiB; 0 inherits.").def(Default::Int(0)),
+            f("prov_interface", TEXT, "The provisioning interface; empty inherits.").def(Default::Str("")),
+            f("config_params", Ty::Yaml, "YAML mapping merged deeply into the effective config (`disable_scripts` lists combine).").def(Default::Str("")),
+        ]
+    };
+}
+
+const fn cat<const A: usize, const B: usize, const N: usize>(
+    a: [Field; A],
+    b: [Field; B],
+) -> [Field; N] {
+    let mut out = [f("", Ty::Bool, ""); N];
+    let mut i = 0;
+    while i < A {
+        out[i] = a[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < B {
+        out[A + j] = b[j];
+        j += 1;
+    }
+    out
+}
+
+const SYSTEM_FIELDS: [Field; 7] = cat::<2, 5, 7>(
+    [
+        f(
+            "hostname",
+            Ty::Hostname,
+            "The system's short host name, unique in the install.",
+        )
+        .unique(),
+        f("image", Ty::Ref("images"), "The system image it boots.").null(),
+    ],
+    layer_fields!(),
+);
+const SYSTEM_EXTRA: [Field; 2] = [
+    f(
+        "stateful",
+        Ty::Bool,
+        "Install the image to disk instead of running from memory.",
+    )
+    .def(Default::Bool(false)),
+    f(
+        "netboot",
+        Ty::Bool,
+        "Boot from the network; false sends the local-boot script.",
+    )
+    .def(Default::Bool(true)),
+];
+const SYSTEMS: [Field; 9] = cat::<7, 2, 9>(SYSTEM_FIELDS, SYSTEM_EXTRA);
+
+const GROUPS: [Field; 8] = cat::<3, 5, 8>(
+    [
+        f("slug", Ty::Slug, "The group's unique name in URLs.").unique(),
+        f("name", TEXT, "A display name.").def(Default::Str("")),
+        f(
+            "priority",
+            PRIORITY,
+            "Layering order: groups apply in ascending priority, then name.",
+        )
+        .def(Default::Int(0)),
+    ],
+    layer_fields!(),
+);
+
+const DISTROS: [Field; 10] = cat::<5, 5, 10>(
+    [
+        f("slug", Ty::Slug, "The distro's unique name in URLs.").unique(),
+        f("name", TEXT, "A display name.").def(Default::Str("")),
+        f("vendor", TEXT, "The vendor, e.g. Debian or Rocky.").def(Default::Str("")),
+        f("version", TEXT, "The release, e.g. 12 or 9.4.").def(Default::Str("")),
+        f("arch", Ty::Enum(ARCHES), "CPU architecture.").def(Default::Str("x86_64")),
+    ],
+    layer_fields!(),
+);
+
+const IMAGES: [Field; 9] = cat::<4, 5, 9>(
+    [
+        f("slug", Ty::Slug, "The image's unique name in URLs and on job servers.").unique(),
+        f("distro", Ty::Ref("distros"), "The OS distro it is built from.").null(),
+        f("version", Ty::Int { min: 1, max: i64::MAX }, "Bumped by every rebuild request.").def(Default::Int(1)).ro(),
+        f("needs_rebuild", Ty::Bool, "Set true to request a rebuild: bumps the version, clears the hosting job servers and queues an image-update job.").def(Default::Bool(false)),
+    ],
+    layer_fields!(),
+);
+
+/// Every kind, in the order the API index lists them.
+pub static KINDS: &[Kind] = &[
+    Kind {
+        name: "systems",
+        schema: "System",
+        table: "systems",
+        slug: Some("hostname"),
+        fields: &SYSTEMS,
+        m2m: &[
+            ManyToMany {
+                name: "groups",
+                table: "group_members",
+                this: "system_id",
+                other: "group_id",
+                kind: "groups",
+                doc: "The groups it belongs to.",
+            },
+            ManyToMany {
+                name: "scripts",
+                table: "system_scripts",
+                this: "system_id",
+                other: "script_id",
+                kind: "scripts",
+                doc: "Scripts of this system's own layer.",
+            },
+        ],
+        children: &[Children {
+            name: "nics",
+            kind: "nics",
+            parent_field: "system",
+        }],
+        timestamps: true,
+        doc: "A machine of the cluster.",
+    },
+    Kind {
+        name: "groups",
+        schema: "Group",
+        table: "system_groups",
+        slug: Some("slug"),
+        fields: &GROUPS,
+        m2m: &[
+            ManyToMany {
+                name: "systems",
+                table: "group_members",
+                this: "group_id",
+                other: "system_id",
+                kind: "systems",
+                doc: "The member systems; no size limit.",
+            },
+            ManyToMany {
+                name: "scripts",
+                table: "group_scripts",
+                this: "group_id",
+                other: "script_id",
+                kind: "scripts",
+                doc: "Scripts of this group's layer.",
+            },
+        ],
+        children: &[],
+        timestamps: true,
+        doc: "A group of systems sharing config layers.",
+    },
+    Kind {
+        name: "nics",
+        schema: "Nic",
+        table: "network_interfaces",
+        slug: None,
+        fields: &[
+            f("system", Ty::Ref("systems"), "The system it belongs to."),
+            f("name", Ty::Text { max: 64 }, "Interface name, e.g. eno1.").def(Default::Str("")),
+            f("mac", Ty::Mac, "Hardware address; unique when set.")
+                .null()
+                .unique(),
+            f("ipv4", Ty::Ipv4, "IPv4 address.").null(),
+            f("ipv6", Ty::Ipv6, "IPv6 address.").null(),
+            f(
+                "hostname",
+                Ty::Hostname,
+                "DNS name of this interface; null uses the system's.",
+            )
+            .null(),
+            f("aliases", Ty::StrList, "Further DNS names.").def(Default::EmptyList),
+            f(
+                "mtu",
+                Ty::Int {
+                    min: 68,
+                    max: 65535,
+                },
+                "MTU.",
+            )
+            .def(Default::Int(1500)),
+            f("bootable", Ty::Bool, "The interface the node boots from.").def(Default::Bool(false)),
+            f(
+                "is_gateway",
+                Ty::Bool,
+                "Whether the network's gateway is this interface's default route.",
+            )
+            .def(Default::Bool(true)),
+            f("network", Ty::Ref("networks"), "The network it is on.").null(),
+            f(
+                "switch_port",
+                Ty::Ref("switchports"),
+                "The switch port it is cabled to; unique when set.",
+            )
+            .null()
+            .unique(),
+        ],
+        m2m: &[],
+        children: &[],
+        timestamps: false,
+        doc: "A network interface of a system.",
+    },
+    Kind {
+        name: "networks",
+        schema: "Network",
+        table: "networks",
+        slug: Some("slug"),
+        fields: &[
+            f("slug", Ty::Slug, "The network's unique name in URLs.").unique(),
+            f("name", TEXT, "A display name.").def(Default::Str("")),
+            f("net_type", Ty::Enum(NET_TYPES), "Link type.").def(Default::Str("ethernet")),
+            f(
+                "vlan",
+                Ty::Int { min: 0, max: 4094 },
+                "VLAN id; 0 is untagged.",
+            )
+            .def(Default::Int(0)),
+            f("subnet", Ty::Ipv4, "Network address."),
+            f("netmask", Ty::Int { min: 1, max: 32 }, "Prefix length."),
+            f("gateway", Ty::Ipv4, "Default gateway.").null(),
+            f("nameserver", Ty::Ipv4, "DNS server handed out by DHCP.").null(),
+            f("domain", TEXT, "DNS domain of hosts on this network.").def(Default::Str("")),
+            f("dhcp_start", Ty::Ipv4, "First address of the dynamic pool.").null(),
+            f("dhcp_end", Ty::Ipv4, "Last address of the dynamic pool.").null(),
+            f("isdhcp", Ty::Bool, "Serve DHCP on this network.").def(Default::Bool(false)),
+            f("managedns", Ty::Bool, "Serve DNS for this network's hosts.")
+                .def(Default::Bool(false)),
+            f(
+                "isbootable",
+                Ty::Bool,
+                "Allow network boot on this network.",
+            )
+            .def(Default::Bool(true)),
+        ],
+        m2m: &[],
+        children: &[],
+        timestamps: false,
+        doc: "An IPv4 network of the cluster.",
+    },
+    Kind {
+        name: "switches",
+        schema: "Switch",
+        table: "switches",
+        slug: Some("hostname"),
+        fields: &[
+            f(
+                "hostname",
+                Ty::Hostname,
+                "Must equal the switch's LLDP system name.",
+            )
+            .unique(),
+            f("network", Ty::Ref("networks"), "Management network.").null(),
+            f("mgmt_ip", Ty::Ipv4, "Management address.").null(),
+            f("mgmt_mac", Ty::Mac, "Management MAC.").null(),
+        ],
+        m2m: &[],
+        children: &[],
+        timestamps: true,
+        doc: "A network switch.",
+    },
+    Kind {
+        name: "switchports",
+        schema: "SwitchPort",
+        table: "switch_ports",
+        slug: None,
+        fields: &[
+            f("switch", Ty::Ref("switches"), "The switch."),
+            f(
+                "name",
+                Ty::Text { max: 100 },
+                "Port id after the last `/`, as LLDP reports it.",
+            ),
+            f(
+                "network",
+                Ty::Ref("networks"),
+                "Network of the port; takes precedence over the NIC's.",
+            )
+            .null(),
+        ],
+        m2m: &[],
+        children: &[],
+        timestamps: false,
+        doc: "A port of a switch.",
+    },
+    Kind {
+        name: "bmcs",
+        schema: "Bmc",
+        table: "bmcs",
+        slug: None,
+        fields: &[
+            f("system", Ty::Ref("systems"), "The system it manages."),
+            f("ipv4", Ty::Ipv4, "BMC address.").null(),
+            f("mac", Ty::Mac, "BMC MAC.").null(),
+            f(
+                "username",
+                Ty::Secret,
+                "Login name, encrypted at rest, never returned.",
+            )
+            .null()
+            .wo(),
+            f(
+                "password",
+                Ty::Secret,
+                "Password, encrypted at rest, never returned.",
+            )
+            .null()
+            .wo(),
+            f("network", Ty::Ref("networks"), "Network of the BMC.").null(),
+            f(
+                "switch_port",
+                Ty::Ref("switchports"),
+                "Switch port of a dedicated BMC link.",
+            )
+            .null(),
+            f(
+                "vlan",
+                Ty::Int { min: 0, max: 4094 },
+                "VLAN id; 0 is untagged.",
+            )
+            .def(Default::Int(0)),
+        ],
+        m2m: &[],
+        children: &[],
+        timestamps: false,
+        doc: "A baseboard management controller.",
+    },
+    Kind {
+        name: "distros",
+        schema: "Distro",
+        table: "distros",
+        slug: Some("slug"),
+        fields: &DISTROS,
+        m2m: &[
+            ManyToMany {
+                name: "scripts",
+                table: "distro_scripts",
+                this: "distro_id",
+                other: "script_id",
+                kind: "scripts",
+                doc: "Scripts of this distro's layer.",
+            },
+            ManyToMany {
+                name: "repos",
+                table: "distro_repos",
+                this: "distro_id",
+                other: "repo_id",
+                kind: "repos",
+                doc: "Package repositories.",
+            },
+        ],
+        children: &[],
+        timestamps: true,
+        doc: "An operating system distribution.",
+    },
+    Kind {
+        name: "images",
+        schema: "Image",
+        table: "system_images",
+        slug: Some("slug"),
+        fields: &IMAGES,
+        m2m: &[
+            ManyToMany {
+                name: "scripts",
+                table: "image_scripts",
+                this: "image_id",
+                other: "script_id",
+                kind: "scripts",
+                doc: "Scripts of this image's layer.",
+            },
+            ManyToMany {
+                name: "jobservers",
+                table: "image_hosts",
+                this: "image_id",
+                other: "jobserver_id",
+                kind: "jobservers",
+                doc: "Job servers that host the current version.",
+            },
+        ],
+        children: &[],
+        timestamps: true,
+        doc: "A node image.",
+    },
+    Kind {
+        name: "repos",
+        schema: "Repo",
+        table: "repos",
+        slug: Some("slug"),
+        fields: &[
+            f("slug", Ty::Slug, "The repo's unique name in URLs.").unique(),
+            f("name", TEXT, "A display name.").def(Default::Str("")),
+            f("url", LONG_TEXT, "Base URL of the repository."),
+            f("managed", Ty::Bool, "mProv mirrors it on the job servers.")
+                .def(Default::Bool(false)),
+            f(
+                "version",
+                Ty::Int {
+                    min: 1,
+                    max: i64::MAX,
+                },
+                "Bumped when the mirror is refreshed.",
+            )
+            .def(Default::Int(1))
+            .ro(),
+        ],
+        m2m: &[],
+        children: &[],
+        timestamps: true,
+        doc: "A package repository.",
+    },
+    Kind {
+        name: "scripts",
+        schema: "Script",
+        table: "scripts",
+        slug: Some("slug"),
+        fields: &[
+            f("slug", Ty::Slug, "The script's unique name.").unique(),
+            f("name", TEXT, "A display name.").def(Default::Str("")),
+            f(
+                "script_type",
+                Ty::Enum(SCRIPT_TYPES),
+                "When it runs: while building an image, or after boot.",
+            ),
+            f(
+                "version",
+                Ty::Int {
+                    min: 1,
+                    max: i64::MAX,
+                },
+                "Bumped when the content changes.",
+            )
+            .def(Default::Int(1))
+            .ro(),
+            f("content", CONTENT, "The script itself.").def(Default::Str("")),
+        ],
+        m2m: &[ManyToMany {
+            name: "depends_on",
+            table: "script_deps",
+            this: "script_id",
+            other: "dep_id",
+            kind: "scripts",
+            doc: "Scripts that must run before this one.",
+        }],
+        children: &[],
+        timestamps: true,
+        doc: "An image-gen or post-boot script.",
+    },
+    Kind {
+        name: "jobservers",
+        schema: "JobServer",
+        table: "jobservers",
+        slug: Some("name"),
+        fields: &[
+            f("name", Ty::Hostname, "Short host name, unique.").unique(),
+            f("addresses", Ty::StrList, "Addresses nodes reach it by.").def(Default::EmptyList),
+            f(
+                "port",
+                Ty::Int { min: 1, max: 65535 },
+                "HTTP port of its image server.",
+            )
+            .def(Default::Int(8080)),
+            f("modules", Ty::StrList, "Job modules it runs.").def(Default::EmptyList),
+            f(
+                "network",
+                Ty::Ref("networks"),
+                "The provisioning network it serves.",
+            )
+            .null(),
+            f("heartbeat_at", Ty::Timestamp, "Its last heartbeat.")
+                .null()
+                .ro(),
+            f(
+                "load_avg",
+                Ty::Float,
+                "Its load average at the last heartbeat.",
+            )
+            .def(Default::Int(0))
+            .ro(),
+        ],
+        m2m: &[],
+        children: &[],
+        timestamps: true,
+        doc: "A job server.",
+    },
+    Kind {
+        name: "jobs",
+        schema: "Job",
+        table: "jobs",
+        slug: None,
+        fields: &[
+            f(
+                "module",
+                Ty::Text { max: 64 },
+                "The job module that runs it.",
+            ),
+            f("params", Ty::Json, "Module parameters.")
+                .def(Default::Null)
+                .null(),
+            f("status", Ty::Enum(JOB_STATUSES), "Its state.").def(Default::Str("pending")),
+            f(
+                "jobserver",
+                Ty::Ref("jobservers"),
+                "The job server that claimed it.",
+            )
+            .null(),
+            f("started_at", Ty::Timestamp, "When it started.")
+                .null()
+                .ro(),
+            f("ended_at", Ty::Timestamp, "When it ended.").null().ro(),
+            f(
+                "return_code",
+                Ty::Int {
+                    min: i64::MIN,
+                    max: i64::MAX,
+                },
+                "Exit status.",
+            )
+            .null(),
+            f("output", CONTENT, "What it printed.").def(Default::Str("")),
+        ],
+        m2m: &[],
+        children: &[],
+        timestamps: true,
+        doc: "A unit of work for a job server.",
+    },
+    Kind {
+        name: "apikeys",
+        schema: "ApiKey",
+        table: "api_keys",
+        slug: None,
+        fields: &[
+            f("name", TEXT, "What it is for."),
+            f(
+                "prefix",
+                Ty::Text { max: 16 },
+                "The key's public prefix, to tell keys apart.",
+            )
+            .def(Default::Str(""))
+            .ro(),
+            f(
+                "expires_at",
+                Ty::Timestamp,
+                "When it stops working; null never.",
+            )
+            .null(),
+            f("revoked", Ty::Bool, "Set true to revoke it.").def(Default::Bool(false)),
+        ],
+        m2m: &[],
+        children: &[],
+        timestamps: true,
+        doc: "An API key. Creating one returns the key once; only its hash is kept.",
+    },
+    Kind {
+        name: "users",
+        schema: "User",
+        table: "users",
+        slug: Some("username"),
+        fields: &[
+            f("username", Ty::Hostname, "Login name.").unique(),
+            f(
+                "password",
+                Ty::Password,
+                "Password, stored as an argon2 hash, never returned.",
+            )
+            .wo(),
+            f(
+                "is_admin",
+                Ty::Bool,
+                "Whether the user is an administrator.",
+            )
+            .def(Default::Bool(true)),
+        ],
+        m2m: &[],
+        children: &[],
+        timestamps: true,
+        doc: "An administrator account.",
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_and_relations_name_real_kinds() {
+        for k in KINDS {
+            for fld in k.fields {
+                assert!(!fld.name.is_empty(), "{}: empty field", k.name);
+                if let Ty::Ref(target) = fld.ty {
+                    assert!(
+                        kind(target).is_some(),
+                        "{}.{} -> {target}",
+                        k.name,
+                        fld.name
+                    );
+                }
+            }
+            for m in k.m2m {
+                assert!(
+                    kind(m.kind).is_some(),
+                    "{}.{} -> {}",
+                    k.name,
+                    m.name,
+                    m.kind
+                );
+            }
+            for c in k.children {
+                let child = kind(c.kind).expect("child kind");
+                assert_eq!(
+                    child.field(c.parent_field).map(|f| f.ty),
+                    Some(Ty::Ref(k.name))
+                );
+            }
+            if let Some(slug) = k.slug {
+                assert!(
+                    k.field(slug).is_some_and(|f| f.unique),
+                    "{}: slug {slug}",
+                    k.name
+                );
+            }
+        }
+    }
+}

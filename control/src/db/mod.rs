@@ -1,0 +1,382 @@
+//! The inventory database: one schema on SQLite, MariaDB or PostgreSQL.
+//!
+//! We use sqlx's `Any` driver so one binary serves all three engines chosen at
+//! run time. The statements are generated from the static descriptors in
+//! [`kinds`], so the only dialect differences we meet are the placeholder syntax
+//! (`?` or `$n`) and how an insert returns its id; [`Sql`] handles both, which is
+//! less machinery than a query-builder crate for the handful of statement shapes
+//! we generate. Identifiers come only from the descriptors, never from requests;
+//! every value is bound.
+//!
+//! Migrations live in `migrations/<engine>/` and run at every start.
+
+pub mod crud;
+pub mod kinds;
+
+use std::fmt;
+use std::str::FromStr;
+
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
+
+/// How many values one statement binds at most. SQLite builds may cap a statement
+/// at 999 variables, PostgreSQL and MariaDB at 65,535; we stay under the
+/// smallest, so a group of any size is written in chunks.
+pub const MAX_BINDS: usize = 900;
+
+/// The database engine behind the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// MariaDB or MySQL.
+    Mysql,
+    /// PostgreSQL.
+    Postgres,
+    /// SQLite, the embedded default.
+    Sqlite,
+}
+
+impl Engine {
+    /// The engine a database URL names.
+    pub fn from_url(url: &str) -> Option<Engine> {
+        let scheme = url.split(':').next()?;
+        match scheme {
+            "sqlite" => Some(Engine::Sqlite),
+            "mysql" | "mariadb" => Some(Engine::Mysql),
+            "postgres" | "postgresql" => Some(Engine::Postgres),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Engine::Mysql => "mysql",
+            Engine::Postgres => "postgres",
+            Engine::Sqlite => "sqlite",
+        })
+    }
+}
+
+/// A bound value, typed so a `NULL` reaches PostgreSQL with its column's type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Val {
+    /// A boolean or NULL.
+    Bool(Option<bool>),
+    /// A double or NULL.
+    Float(Option<f64>),
+    /// An integer or NULL.
+    Int(Option<i64>),
+    /// Text or NULL.
+    Text(Option<String>),
+}
+
+/// A statement being built: text with engine-correct placeholders, and its values.
+#[derive(Debug)]
+pub struct Sql {
+    engine: Engine,
+    text: String,
+    args: Vec<Val>,
+}
+
+impl Sql {
+    /// An empty statement for `engine`.
+    pub fn new(engine: Engine) -> Sql {
+        Sql {
+            engine,
+            text: String::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Appends SQL text. Only trusted text (from descriptors) goes here.
+    pub fn push(&mut self, text: &str) -> &mut Self {
+        self.text.push_str(text);
+        self
+    }
+
+    /// Appends a placeholder bound to `val`.
+    pub fn bind(&mut self, val: Val) -> &mut Self {
+        self.args.push(val);
+        match self.engine {
+            Engine::Postgres => {
+                self.text.push('$');
+                self.text.push_str(&self.args.len().to_string());
+            }
+            Engine::Mysql | Engine::Sqlite => self.text.push('?'),
+        }
+        self
+    }
+
+    /// Appends `(?, ?, ...)` bound to `vals`.
+    pub fn bind_list(&mut self, vals: impl IntoIterator<Item = Val>) -> &mut Self {
+        self.push("(");
+        for (i, v) in vals.into_iter().enumerate() {
+            if i > 0 {
+                self.push(", ");
+            }
+            self.bind(v);
+        }
+        self.push(")")
+    }
+
+    /// The statement's text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The sqlx query, with every value bound.
+    pub fn query(&self) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(self.text.clone()));
+        for a in &self.args {
+            q = match a {
+                Val::Bool(v) => q.bind(*v),
+                Val::Float(v) => q.bind(*v),
+                Val::Int(v) => q.bind(*v),
+                Val::Text(v) => q.bind(v.clone()),
+            };
+        }
+        q
+    }
+}
+
+/// Failure to open or migrate the database.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The URL's scheme is none of sqlite, mysql, postgres.
+    #[error("unsupported database URL scheme in {url:?}: use sqlite:, mysql: or postgres:")]
+    Scheme {
+        /// The URL, with any password removed.
+        url: String,
+    },
+    /// The server could not be reached or refused us.
+    #[error("cannot connect to the {engine} database at {url}")]
+    Connect {
+        /// The engine.
+        engine: Engine,
+        /// The URL, with any password removed.
+        url: String,
+        /// What went wrong.
+        #[source]
+        err: sqlx::Error,
+    },
+    /// A migration failed.
+    #[error("database migration failed on {engine}")]
+    Migrate {
+        /// The engine.
+        engine: Engine,
+        /// What went wrong.
+        #[source]
+        err: sqlx::migrate::MigrateError,
+    },
+}
+
+/// The database: a pool and the engine behind it.
+#[derive(Debug, Clone)]
+pub struct Db {
+    pool: AnyPool,
+    engine: Engine,
+}
+
+/// A URL with its password replaced, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            // set_password only fails on URLs that cannot have one.
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl Db {
+    /// Connects to `url` (no migrations).
+    pub async fn connect(url: &str) -> Result<Db, OpenError> {
+        sqlx::any::install_default_drivers();
+        let engine = Engine::from_url(url).ok_or_else(|| OpenError::Scheme {
+            url: redact_url(url),
+        })?;
+        let mut opts = AnyPoolOptions::new().max_connections(match engine {
+            // SQLite has one writer; a few readers are plenty.
+            Engine::Sqlite => 4,
+            Engine::Mysql | Engine::Postgres => 16,
+        });
+        if engine == Engine::Sqlite {
+            opts = opts.after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    // WAL lets readers run beside the writer; NORMAL syncing is
+                    // durable across process crashes, which is what WAL promises.
+                    sqlx::query("PRAGMA journal_mode = WAL")
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query("PRAGMA synchronous = NORMAL")
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query("PRAGMA foreign_keys = ON")
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query("PRAGMA busy_timeout = 10000")
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = opts.connect(url).await.map_err(|err| OpenError::Connect {
+            engine,
+            url: redact_url(url),
+            err,
+        })?;
+        Ok(Db { pool, engine })
+    }
+
+    /// Connects to `url` and runs every pending migration.
+    pub async fn open(url: &str) -> Result<Db, OpenError> {
+        let db = Db::connect(url).await?;
+        db.migrate().await?;
+        Ok(db)
+    }
+
+    /// Runs every pending migration for this engine.
+    pub async fn migrate(&self) -> Result<(), OpenError> {
+        let migrator = match self.engine {
+            Engine::Mysql => sqlx::migrate!("migrations/mysql"),
+            Engine::Postgres => sqlx::migrate!("migrations/postgres"),
+            Engine::Sqlite => sqlx::migrate!("migrations/sqlite"),
+        };
+        migrator
+            .run(&self.pool)
+            .await
+            .map_err(|err| OpenError::Migrate {
+                engine: self.engine,
+                err,
+            })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// A new statement for this engine.
+    pub fn sql(&self) -> Sql {
+        Sql::new(self.engine)
+    }
+
+    /// The current inventory revision.
+    pub async fn revision(&self) -> Result<i64, sqlx::Error> {
+        let row = sqlx::query("SELECT revision FROM inventory_revision WHERE id = 1")
+            .fetch_one(&self.pool)
+            .await?;
+        int(&row, "revision")
+    }
+
+    /// A setting's value.
+    pub async fn setting(&self, name: &str) -> Result<Option<String>, sqlx::Error> {
+        let mut sql = self.sql();
+        sql.push("SELECT value FROM settings WHERE name = ")
+            .bind(Val::Text(Some(name.into())));
+        let row = sql.query().fetch_optional(&self.pool).await?;
+        row.map(|r| r.try_get::<String, _>("value")).transpose()
+    }
+
+    /// Sets a setting.
+    pub async fn set_setting(&self, name: &str, value: &str) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let mut del = self.sql();
+        del.push("DELETE FROM settings WHERE name = ")
+            .bind(Val::Text(Some(name.into())));
+        del.query().execute(&mut *tx).await?;
+        let mut ins = self.sql();
+        ins.push("INSERT INTO settings (name, value) VALUES ")
+            .bind_list([Val::Text(Some(name.into())), Val::Text(Some(value.into()))]);
+        ins.query().execute(&mut *tx).await?;
+        tx.commit().await
+    }
+}
+
+/// Reads an integer column whatever width the engine gave it.
+pub fn int(row: &AnyRow, col: &str) -> Result<i64, sqlx::Error> {
+    opt_int(row, col)?.ok_or_else(|| sqlx::Error::ColumnDecode {
+        index: col.to_owned(),
+        source: "unexpected NULL".into(),
+    })
+}
+
+/// Reads a nullable integer column whatever width the engine gave it.
+pub fn opt_int(row: &AnyRow, col: &str) -> Result<Option<i64>, sqlx::Error> {
+    match row.try_get::<Option<i64>, _>(col) {
+        Ok(v) => Ok(v),
+        Err(_) => row.try_get::<Option<i32>, _>(col).map(|v| v.map(i64::from)),
+    }
+}
+
+/// Reads a nullable boolean column, which MariaDB hands over as a small integer.
+pub fn opt_bool(row: &AnyRow, col: &str) -> Result<Option<bool>, sqlx::Error> {
+    match row.try_get::<Option<bool>, _>(col) {
+        Ok(v) => Ok(v),
+        Err(_) => opt_int(row, col).map(|v| v.map(|i| i != 0)),
+    }
+}
+
+impl FromStr for Engine {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "sqlite" | "sqlite3" | "django.db.backends.sqlite3" => Ok(Engine::Sqlite),
+            "mysql" | "mariadb" | "django.db.backends.mysql" => Ok(Engine::Mysql),
+            "postgres" | "postgresql" | "django.db.backends.postgresql" => Ok(Engine::Postgres),
+            _ => Err(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_follow_the_engine() {
+        for (engine, want) in [
+            (Engine::Sqlite, "a = ? AND b IN (?, ?)"),
+            (Engine::Mysql, "a = ? AND b IN (?, ?)"),
+            (Engine::Postgres, "a = $1 AND b IN ($2, $3)"),
+        ] {
+            let mut s = Sql::new(engine);
+            s.push("a = ").bind(Val::Int(Some(1))).push(" AND b IN ");
+            s.bind_list([Val::Int(Some(2)), Val::Int(None)]);
+            assert_eq!(s.text(), want);
+        }
+    }
+
+    #[test]
+    fn engine_names() {
+        assert_eq!("django.db.backends.mysql".parse(), Ok(Engine::Mysql));
+        assert_eq!("postgresql".parse(), Ok(Engine::Postgres));
+        assert_eq!("".parse::<Engine>(), Err(()));
+        assert_eq!(
+            Engine::from_url("postgres://u@h/db"),
+            Some(Engine::Postgres)
+        );
+        assert_eq!(Engine::from_url("sqlite:///x.db"), Some(Engine::Sqlite));
+        assert_eq!(Engine::from_url("oracle://x"), None);
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("mysql://u:secret@h:3306/db"),
+            "mysql://u:***@h:3306/db"
+        );
+        assert_eq!(
+            redact_url("sqlite:///var/lib/x.db"),
+            "sqlite:///var/lib/x.db"
+        );
+    }
+}

@@ -1,0 +1,321 @@
+//! The REST handlers: generic ones for every kind, and the few endpoints that
+//! are not a kind (index, revision, effective config, OpenAPI).
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Path, RawQuery, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use sqlx::Row;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::db::crud::{self, Extra, ListQuery, Mode, Obj};
+use crate::db::kinds::{self, KINDS, Kind};
+use crate::db::{Val, int};
+use crate::effective::{self, Layers};
+
+/// The most rows one bulk create takes.
+pub const MAX_BULK_ROWS: usize = 20_000;
+
+/// A JSON request body, with our error format for every way it can be wrong.
+#[derive(Debug)]
+pub struct JsonBody(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+            let ct = ct.to_str().unwrap_or_default().to_ascii_lowercase();
+            if !ct.starts_with("application/json") {
+                return Err(ApiError::UnsupportedMediaType);
+            }
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge(super::BODY_LIMIT)
+            } else {
+                ApiError::bad_request(
+                    "bad_body",
+                    format!("could not read the body: {}", e.body_text()),
+                )
+            }
+        })?;
+        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
+            ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
+        })
+    }
+}
+
+impl JsonBody {
+    fn object(self) -> Result<Obj, ApiError> {
+        match self.0 {
+            Value::Object(o) => Ok(o),
+            other => Err(ApiError::bad_request(
+                "malformed_json",
+                format!("expected a JSON object, got {}", type_name(&other)),
+            )),
+        }
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Adds the routes of one kind.
+pub fn kind_routes(router: Router<AppState>, kind: &'static Kind) -> Router<AppState> {
+    let base = format!("/api/v1/{}", kind.name);
+    let collection =
+        get(
+            move |State(st): State<AppState>, RawQuery(q): RawQuery| async move {
+                list(&st, kind, q).await
+            },
+        )
+        .post(
+            move |State(st): State<AppState>, body: JsonBody| async move {
+                create(&st, kind, body).await
+            },
+        );
+    let item = get(
+        move |State(st): State<AppState>, Path(key): Path<String>| async move {
+            st.db
+                .get(kind, &key)
+                .await
+                .map(Json)
+                .map_err(ApiError::from)
+        },
+    )
+    .patch(
+        move |State(st): State<AppState>, Path(key): Path<String>, body: JsonBody| async move {
+            update(&st, kind, &key, body).await
+        },
+    )
+    .delete(
+        move |State(st): State<AppState>, Path(key): Path<String>| async move {
+            st.db
+                .delete(kind, &key)
+                .await
+                .map(|()| StatusCode::NO_CONTENT)
+                .map_err(ApiError::from)
+        },
+    );
+    let bulk_route = post(
+        move |State(st): State<AppState>, body: JsonBody| async move { bulk(&st, kind, body).await },
+    );
+    router
+        .route(&base, collection.clone())
+        .route(&format!("{base}/"), collection)
+        .route(&format!("{base}/bulk"), bulk_route)
+        .route(&format!("{base}/{{key}}"), item.clone())
+        .route(&format!("{base}/{{key}}/"), item)
+}
+
+fn query_pairs(q: Option<String>) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(q.unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect()
+}
+
+async fn list(
+    st: &AppState,
+    kind: &'static Kind,
+    q: Option<String>,
+) -> Result<Json<Value>, ApiError> {
+    let page = st
+        .db
+        .list(kind, &ListQuery::from_pairs(query_pairs(q)))
+        .await?;
+    Ok(Json(
+        json!({"items": page.items, "total": page.total, "next": page.next}),
+    ))
+}
+
+fn invalid_rows(errors: Vec<crud::FieldError>) -> ApiError {
+    crud::field_errors(errors).into()
+}
+
+async fn create(st: &AppState, kind: &'static Kind, body: JsonBody) -> Result<Response, ApiError> {
+    let body = body.object()?;
+    let prepared =
+        crud::validate(kind, &body, Mode::Create, &st.secrets, "").map_err(invalid_rows)?;
+    let mut extra: Vec<Extra> = Vec::new();
+    let mut shown_key = None;
+    if kind.name == "apikeys" {
+        let key = crate::secrets::new_api_key();
+        extra.push(("prefix", Val::Text(Some(key.prefix.clone()))));
+        extra.push(("hash", Val::Text(Some(key.hash.clone()))));
+        shown_key = Some(key.key);
+    }
+    let mut obj = st.db.create(kind, prepared, extra).await?;
+    if let Some(key) = shown_key {
+        // Shown this once; only its hash is kept.
+        obj.insert("key".into(), Value::String(key));
+    }
+    Ok((StatusCode::CREATED, Json(obj)).into_response())
+}
+
+async fn bulk(st: &AppState, kind: &'static Kind, body: JsonBody) -> Result<Response, ApiError> {
+    if kind.name == "apikeys" {
+        return Err(ApiError::bad_request(
+            "not_supported",
+            "API keys are created one at a time, so each key can be shown once",
+        ));
+    }
+    let Value::Array(rows) = body.0 else {
+        return Err(ApiError::bad_request(
+            "malformed_json",
+            "a bulk create takes a JSON list of objects",
+        ));
+    };
+    if rows.is_empty() || rows.len() > MAX_BULK_ROWS {
+        return Err(ApiError::bad_request(
+            "bad_size",
+            format!(
+                "a bulk create takes 1 to {MAX_BULK_ROWS} rows; got {}",
+                rows.len()
+            ),
+        ));
+    }
+    let mut prepared = Vec::with_capacity(rows.len());
+    let mut errors = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let path = format!("rows[{i}]");
+        match row.as_object() {
+            Some(obj) => match crud::validate(kind, obj, Mode::Create, &st.secrets, &path) {
+                Ok(p) => prepared.push(p),
+                Err(mut e) => errors.append(&mut e),
+            },
+            None => errors.push(crud::FieldError {
+                path,
+                message: "expected an object".into(),
+            }),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(invalid_rows(errors));
+    }
+    let ids = st.db.create_many(kind, prepared, Vec::new()).await?;
+    Ok((StatusCode::CREATED, Json(mprov_api::BulkCreated { ids })).into_response())
+}
+
+async fn update(
+    st: &AppState,
+    kind: &'static Kind,
+    key: &str,
+    body: JsonBody,
+) -> Result<Json<Obj>, ApiError> {
+    let body = body.object()?;
+    let prepared =
+        crud::validate(kind, &body, Mode::Update, &st.secrets, "").map_err(invalid_rows)?;
+    Ok(Json(st.db.update(kind, key, prepared).await?))
+}
+
+/// `GET /api/v1/`: what the API has.
+pub async fn index() -> Json<Value> {
+    let kinds: Vec<Value> = KINDS
+        .iter()
+        .map(|k| json!({"kind": k.name, "path": format!("/api/v1/{}/", k.name), "doc": k.doc}))
+        .collect();
+    Json(json!({
+        "version": mprov_api::api_version(),
+        "kinds": kinds,
+        "openapi": "/api/v1/openapi.json",
+    }))
+}
+
+/// `GET /api/v1/openapi.json`.
+pub async fn openapi() -> Json<&'static Value> {
+    Json(super::openapi::document())
+}
+
+/// `GET /api/v1/revision`: the inventory revision.
+pub async fn revision(State(st): State<AppState>) -> Result<Json<mprov_api::Revision>, ApiError> {
+    let revision = st
+        .db
+        .revision()
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(Json(mprov_api::Revision { revision }))
+}
+
+/// `GET /api/v1/systems/{key}/config`: the merged distro → groups → image →
+/// system configuration.
+pub async fn effective_config(
+    State(st): State<AppState>,
+    Path(key): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::Internal(format!("no kind {n}")));
+    let system = st.db.get(kind("systems")?, &key).await?;
+    let image = match system.get("image").and_then(Value::as_i64) {
+        Some(id) => Some(st.db.get(kind("images")?, &id.to_string()).await?),
+        None => None,
+    };
+    let distro = match image
+        .as_ref()
+        .and_then(|i| i.get("distro"))
+        .and_then(Value::as_i64)
+    {
+        Some(id) => Some(st.db.get(kind("distros")?, &id.to_string()).await?),
+        None => None,
+    };
+    let mut groups = Vec::new();
+    for id in system
+        .get("groups")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(id) = id.as_i64() {
+            groups.push(st.db.get(kind("groups")?, &id.to_string()).await?);
+        }
+    }
+    let rows = sqlx::query("SELECT id, slug FROM scripts")
+        .fetch_all(st.db.pool())
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let mut scripts = HashMap::new();
+    for r in rows {
+        let id = int(&r, "id").map_err(|e| ApiError::Internal(e.to_string()))?;
+        let slug: String = r
+            .try_get("slug")
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        scripts.insert(id, slug);
+    }
+    let layers = Layers {
+        distro: distro.as_ref(),
+        groups: groups.iter().collect(),
+        image: image.as_ref(),
+        system: &system,
+    };
+    let cfg = effective::effective(&layers, &scripts).map_err(|e| ApiError::Conflict {
+        message: e.to_string(),
+        field: None,
+    })?;
+    serde_json::to_value(cfg)
+        .map(Json)
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// Any path the API does not have.
+pub async fn not_found() -> ApiError {
+    ApiError::NotFound("no such endpoint; the API index is at /api/v1/".into())
+}
+
+/// A path that exists, with a method it does not take.
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}

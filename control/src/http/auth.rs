@@ -1,0 +1,294 @@
+//! Who is asking: authentication, the version lock, and the edge checks every
+//! request passes (allowed Host, the version header on every response).
+//!
+//! Order matters and is part of the API contract: the Host check, then
+//! authentication (401), then the version (426), then the handler. Handlers
+//! only ever see a [`Principal`], never the transport.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use sha2::{Digest, Sha256};
+use sqlx::Row;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::db::{Val, opt_bool};
+use crate::secrets;
+
+/// Who made a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// No credentials.
+    Anonymous,
+    /// An API key (admin rights for now; narrower scopes come with certificates).
+    ApiKey {
+        /// The key's row id.
+        id: i64,
+        /// Its name.
+        name: String,
+    },
+    /// A user who sent a password (HTTP Basic).
+    User {
+        /// The user's name.
+        username: String,
+        /// Whether the user may change things.
+        is_admin: bool,
+    },
+}
+
+impl Principal {
+    /// Whether this principal may write to the inventory.
+    pub fn is_admin(&self) -> bool {
+        match self {
+            Principal::Anonymous => false,
+            Principal::ApiKey { .. } => true,
+            Principal::User { is_admin, .. } => *is_admin,
+        }
+    }
+}
+
+/// How long a checked password is remembered, so a client making many requests
+/// with Basic auth pays for argon2 once, not on every request.
+const PASSWORD_CACHE_TTL: Duration = Duration::from_secs(300);
+/// At most this many remembered passwords; the cache is cleared when full.
+const PASSWORD_CACHE_MAX: usize = 1024;
+
+/// Remembers recently verified (user, password, stored hash) triples.
+#[derive(Debug, Default)]
+pub struct PasswordCache {
+    entries: Mutex<HashMap<[u8; 32], Instant>>,
+}
+
+impl PasswordCache {
+    fn key(username: &str, password: &str, stored: &str) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for part in [username, password, stored] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        h.finalize().into()
+    }
+
+    fn hit(&self, key: &[u8; 32]) -> bool {
+        let Ok(map) = self.entries.lock() else {
+            return false;
+        };
+        map.get(key)
+            .is_some_and(|t| t.elapsed() < PASSWORD_CACHE_TTL)
+    }
+
+    fn remember(&self, key: [u8; 32]) {
+        if let Ok(mut map) = self.entries.lock() {
+            if map.len() >= PASSWORD_CACHE_MAX {
+                map.clear();
+            }
+            map.insert(key, Instant::now());
+        }
+    }
+}
+
+/// Reads the credentials of a request, if any, and checks them.
+pub async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Ok(Principal::Anonymous);
+    };
+    let value = value
+        .to_str()
+        .map_err(|_| ApiError::Unauthorized("the Authorization header is not text".into()))?;
+    let (scheme, cred) = value.split_once(' ').unwrap_or((value, ""));
+    let cred = cred.trim();
+    if scheme.eq_ignore_ascii_case("api-key") {
+        api_key(state, cred).await
+    } else if scheme.eq_ignore_ascii_case("basic") {
+        basic(state, cred).await
+    } else {
+        Err(ApiError::Unauthorized(format!(
+            "unsupported Authorization scheme {scheme:?}; use 'Api-Key <key>' or HTTP Basic"
+        )))
+    }
+}
+
+async fn api_key(state: &AppState, key: &str) -> Result<Principal, ApiError> {
+    let bad = || ApiError::Unauthorized("the API key is not valid".into());
+    let (prefix, secret) = secrets::split_api_key(key).ok_or_else(bad)?;
+    let db = &state.db;
+    let mut sql = db.sql();
+    sql.push("SELECT id, name, hash, expires_at, revoked FROM api_keys WHERE prefix = ");
+    sql.bind(Val::Text(Some(prefix.to_owned())));
+    let row = sql
+        .query()
+        .fetch_optional(db.pool())
+        .await
+        .map_err(|e| ApiError::Internal(format!("api key lookup: {e}")))?
+        .ok_or_else(bad)?;
+    let hash: String = row
+        .try_get("hash")
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    if !secrets::hashes_equal(&secrets::hash_api_secret(secret), &hash) {
+        return Err(bad());
+    }
+    if opt_bool(&row, "revoked").ok().flatten().unwrap_or(true) {
+        return Err(ApiError::Unauthorized(
+            "this API key was revoked; make a new one".into(),
+        ));
+    }
+    let expires: Option<String> = row.try_get("expires_at").unwrap_or(None);
+    if let Some(exp) = expires {
+        if exp <= crate::db::crud::now() {
+            return Err(ApiError::Unauthorized(format!(
+                "this API key expired at {exp}; make a new one"
+            )));
+        }
+    }
+    let id = crate::db::int(&row, "id").map_err(|e| ApiError::Internal(e.to_string()))?;
+    let name: String = row.try_get("name").unwrap_or_default();
+    Ok(Principal::ApiKey { id, name })
+}
+
+async fn basic(state: &AppState, cred: &str) -> Result<Principal, ApiError> {
+    let bad = || ApiError::Unauthorized("wrong user name or password".into());
+    let decoded = STANDARD.decode(cred).map_err(|_| bad())?;
+    let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
+    let (username, password) = decoded.split_once(':').ok_or_else(bad)?;
+    let db = &state.db;
+    let mut sql = db.sql();
+    sql.push("SELECT password, is_admin FROM users WHERE username = ");
+    sql.bind(Val::Text(Some(username.to_ascii_lowercase())));
+    let row = sql
+        .query()
+        .fetch_optional(db.pool())
+        .await
+        .map_err(|e| ApiError::Internal(format!("user lookup: {e}")))?;
+    let Some(row) = row else {
+        // Spend the same time as a real check, so timing does not tell which
+        // user names exist.
+        let password = password.to_owned();
+        let _ =
+            tokio::task::spawn_blocking(move || secrets::verify_password(&password, DUMMY_HASH))
+                .await;
+        return Err(bad());
+    };
+    let stored: String = row
+        .try_get("password")
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let is_admin = opt_bool(&row, "is_admin").ok().flatten().unwrap_or(false);
+    let key = PasswordCache::key(username, password, &stored);
+    if !state.passwords.hit(&key) {
+        let (p, s) = (password.to_owned(), stored.clone());
+        let ok = tokio::task::spawn_blocking(move || secrets::verify_password(&p, &s))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if !ok {
+            return Err(bad());
+        }
+        state.passwords.remember(key);
+    }
+    Ok(Principal::User {
+        username: username.to_ascii_lowercase(),
+        is_admin,
+    })
+}
+
+/// An argon2 hash of a random string, verified against when a user does not
+/// exist.
+const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$W2M7YV0R6Rk3dn1rRRwT0ZbXJc8nKOWkqf5NjVj2b3s";
+
+/// Whether a path is served to anyone.
+fn is_public(path: &str) -> bool {
+    path == "/api/v1/openapi.json"
+}
+
+/// Authentication, authorisation and the version lock.
+pub async fn auth_layer(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let principal = match authenticate(&state, req.headers()).await {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let path = req.uri().path().to_owned();
+    if principal == Principal::Anonymous {
+        if !is_public(&path) {
+            return ApiError::Unauthorized(
+                "authenticate with 'Authorization: Api-Key <key>' or HTTP Basic".into(),
+            )
+            .into_response();
+        }
+    } else {
+        let exempt = state.config.skip_version_check
+            || state
+                .config
+                .version_exempt
+                .iter()
+                .any(|p| path.starts_with(p.as_str()));
+        if !exempt {
+            let sent = req
+                .headers()
+                .get(mprov_api::VERSION_HEADER)
+                .map(|v| v.to_str().unwrap_or("?").to_owned());
+            if sent.as_deref() != Some(mprov_api::api_version()) {
+                return ApiError::UpgradeRequired { client: sent }.into_response();
+            }
+        }
+        let read = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+        if !read && !principal.is_admin() {
+            return ApiError::Forbidden(
+                "this account may read the inventory but not change it".into(),
+            )
+            .into_response();
+        }
+    }
+    req.extensions_mut().insert(principal);
+    next.run(req).await
+}
+
+/// The edge: the Host check, the version header on every response, one log line
+/// per request with the client's address.
+pub async fn edge_layer(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let client = peer.map(|p| {
+        let xff = req
+            .headers()
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok());
+        state.config.client_ip(p, xff)
+    });
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let mut resp = match host {
+        Some(h) if !state.config.host_allowed(&h) => {
+            tracing::warn!(host = %h, "refused a request for a host name not in ALLOWED_HOSTS");
+            ApiError::bad_request(
+                "host_not_allowed",
+                format!("Host {h:?} is not allowed; add it to ALLOWED_HOSTS"),
+            )
+            .into_response()
+        }
+        _ => next.run(req).await,
+    };
+    resp.headers_mut().insert(
+        mprov_api::VERSION_HEADER,
+        HeaderValue::from_static(mprov_api::api_version()),
+    );
+    let client = client
+        .map(|c: IpAddr| c.to_string())
+        .unwrap_or_else(|| "-".into());
+    tracing::debug!(%client, %method, %path, status = resp.status().as_u16(), "request");
+    resp
+}

@@ -1,0 +1,177 @@
+//! The one error type of the HTTP layer.
+//!
+//! Every failure a handler or middleware can have becomes an [`ApiError`], which
+//! picks the status code and the JSON body (`{"error", "message", "field"}`)
+//! the API conventions promise. Internal failures are logged with their cause
+//! and answered with a message that points at the log, never with the cause.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::db::crud::StoreError;
+
+/// What went wrong with a request.
+#[derive(Debug)]
+pub enum ApiError {
+    /// 400: the request is malformed or invalid.
+    BadRequest {
+        /// Stable code.
+        code: &'static str,
+        /// What to do.
+        message: String,
+        /// The field at fault.
+        field: Option<String>,
+    },
+    /// 409: the request clashes with existing data.
+    Conflict {
+        /// What clashes.
+        message: String,
+        /// The field at fault.
+        field: Option<String>,
+    },
+    /// 403: authenticated, but not allowed.
+    Forbidden(String),
+    /// 500: our fault; the cause goes to the log only.
+    Internal(String),
+    /// 405.
+    MethodNotAllowed,
+    /// 404.
+    NotFound(String),
+    /// 413.
+    PayloadTooLarge(usize),
+    /// 401, with a `WWW-Authenticate` challenge.
+    Unauthorized(String),
+    /// 415.
+    UnsupportedMediaType,
+    /// 426: the client runs another version.
+    UpgradeRequired {
+        /// What the client sent, if anything.
+        client: Option<String>,
+    },
+}
+
+impl ApiError {
+    /// A 400 naming the field at fault.
+    pub fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest {
+            code: "invalid_field",
+            message: message.into(),
+            field: Some(field.to_owned()),
+        }
+    }
+
+    /// A 400 about the request as a whole.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest {
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, String, Option<String>) {
+        match self {
+            ApiError::BadRequest {
+                code,
+                message,
+                field,
+            } => (
+                StatusCode::BAD_REQUEST,
+                code,
+                message.clone(),
+                field.clone(),
+            ),
+            ApiError::Conflict { message, field } => (
+                StatusCode::CONFLICT,
+                "conflict",
+                message.clone(),
+                field.clone(),
+            ),
+            ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, "forbidden", m.clone(), None),
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error; the control service's log has the cause".into(),
+                None,
+            ),
+            ApiError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this path does not take that method; see /api/v1/openapi.json".into(),
+                None,
+            ),
+            ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m.clone(), None),
+            ApiError::PayloadTooLarge(limit) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!(
+                    "the request body is over the {limit}-byte limit; send fewer rows per request"
+                ),
+                None,
+            ),
+            ApiError::Unauthorized(m) => {
+                (StatusCode::UNAUTHORIZED, "unauthorized", m.clone(), None)
+            }
+            ApiError::UnsupportedMediaType => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send the body as JSON with Content-Type: application/json".into(),
+                None,
+            ),
+            ApiError::UpgradeRequired { client } => (
+                StatusCode::UPGRADE_REQUIRED,
+                "version_mismatch",
+                format!(
+                    "this control service is version {server}; the client sent {sent}. Run the same major.minor version of the control service, job servers, agents and mash (send header {h}: {server})",
+                    server = mprov_api::api_version(),
+                    sent = match client {
+                        Some(v) => format!("version {v:?}"),
+                        None => format!("no {} header", mprov_api::VERSION_HEADER),
+                    },
+                    h = mprov_api::VERSION_HEADER,
+                ),
+                None,
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(cause) = &self {
+            tracing::error!(%cause, "request failed");
+        }
+        let (status, error, message, field) = self.parts();
+        let body = mprov_api::ApiError {
+            error: error.to_owned(),
+            message,
+            field,
+        };
+        let mut resp = (status, axum::Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"mProv\", Api-Key"),
+            );
+        }
+        resp
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::NotFound { kind, key } => {
+                ApiError::NotFound(format!("no {kind} has id or name {key:?}"))
+            }
+            StoreError::Invalid { field, message } => ApiError::BadRequest {
+                code: "invalid_field",
+                message,
+                field,
+            },
+            StoreError::Conflict { field, message } => ApiError::Conflict { message, field },
+            StoreError::Db(e) => ApiError::Internal(format!("database: {e}")),
+            StoreError::Hash(e) => ApiError::Internal(e),
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The HTTP side of the control service: one [`router`] that reads like the API
+//! index, built from the kind descriptors so every kind gets the same list, get,
+//! create, bulk create, update and delete.
+//!
+//! Servers take a bound listener and a shutdown token ([`serve`]), so tests run
+//! them on port 0; [`app`] gives the bare router for in-process tests.
+
+pub mod api;
+pub mod auth;
+pub mod error;
+pub mod openapi;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::db::Db;
+use crate::db::kinds::KINDS;
+use crate::secrets::SecretBox;
+
+/// The largest request body accepted: room for a bulk create of thousands of
+/// systems with NICs, or a group of 100,000 members.
+pub const BODY_LIMIT: usize = 16 << 20;
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct Inner {
+    /// The database.
+    pub db: Db,
+    /// The configuration.
+    pub config: Arc<Config>,
+    /// Opens and seals stored secrets.
+    pub secrets: SecretBox,
+    /// Recently verified passwords.
+    pub passwords: auth::PasswordCache,
+}
+
+/// The shared state, cheap to clone.
+pub type AppState = Arc<Inner>;
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    let mut api = Router::new()
+        .route("/api/v1/", get(api::index))
+        .route("/api/v1/openapi.json", get(api::openapi))
+        .route("/api/v1/revision", get(api::revision))
+        .route("/api/v1/systems/{key}/config", get(api::effective_config));
+    for kind in KINDS {
+        api = api::kind_routes(api, kind);
+    }
+    api.fallback(api::not_found)
+        .method_not_allowed_fallback(api::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::auth_layer,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::edge_layer,
+        ))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+/// The router for in-process tests (`tower::ServiceExt::oneshot`).
+pub fn app(state: AppState) -> Router {
+    router(state)
+}
+
+/// Serves the API on `listener` until `shutdown` is cancelled, then lets
+/// in-flight requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+}

@@ -1,0 +1,367 @@
+//! The OpenAPI 3.1 document of the REST API, generated from the same kind
+//! descriptors the handlers use, so it cannot describe an API we do not serve.
+//! A snapshot lives in the tests, and the tests check live responses against it.
+
+use std::sync::OnceLock;
+
+use serde_json::{Map, Value, json};
+
+use crate::db::kinds::{self, Access, KINDS, Kind, Ty};
+
+/// The document, built once.
+pub fn document() -> &'static Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(build)
+}
+
+fn nullable(schema: Value, null: bool) -> Value {
+    if !null {
+        return schema;
+    }
+    match schema {
+        Value::Object(mut o) => match o.get("type").cloned() {
+            Some(Value::String(t)) => {
+                o.insert("type".into(), json!([t, "null"]));
+                if let Some(Value::Array(e)) = o.get_mut("enum") {
+                    e.push(Value::Null);
+                }
+                Value::Object(o)
+            }
+            _ => json!({"oneOf": [Value::Object(o), {"type": "null"}]}),
+        },
+        other => other,
+    }
+}
+
+/// The schema of a field's value; `write` for request bodies.
+fn ty_schema(ty: Ty, write: bool) -> Value {
+    match ty {
+        Ty::Bool => json!({"type": "boolean"}),
+        Ty::Enum(values) => json!({"type": "string", "enum": values}),
+        Ty::Float => json!({"type": "number"}),
+        Ty::Hostname => json!({"type": "string", "maxLength": 253}),
+        Ty::Int { min, max } => {
+            let mut o = Map::new();
+            o.insert("type".into(), json!("integer"));
+            if min != i64::MIN {
+                o.insert("minimum".into(), json!(min));
+            }
+            if max != i64::MAX {
+                o.insert("maximum".into(), json!(max));
+            }
+            Value::Object(o)
+        }
+        Ty::Ipv4 => json!({"type": "string", "format": "ipv4"}),
+        Ty::Ipv6 => json!({"type": "string", "format": "ipv6"}),
+        Ty::Json => json!({}),
+        Ty::Mac => {
+            if write {
+                json!({"type": "string"})
+            } else {
+                json!({"type": "string", "pattern": "^[0-9a-f]{2}(:[0-9a-f]{2}){5}$"})
+            }
+        }
+        Ty::Password | Ty::Secret => json!({"type": "string"}),
+        Ty::Ref(_) => {
+            if write {
+                json!({"oneOf": [{"type": "integer"}, {"type": "string"}]})
+            } else {
+                json!({"type": "integer"})
+            }
+        }
+        Ty::Slug => json!({"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$", "maxLength": 255}),
+        Ty::StrList => json!({"type": "array", "items": {"type": "string"}}),
+        Ty::Text { max } => json!({"type": "string", "maxLength": max}),
+        Ty::Timestamp => json!({"type": "string", "format": "date-time"}),
+        Ty::Yaml => json!({"type": "string", "description": "YAML mapping"}),
+    }
+}
+
+fn described(mut schema: Value, doc: &str) -> Value {
+    if let Value::Object(o) = &mut schema {
+        if !doc.is_empty() {
+            o.insert("description".into(), json!(doc));
+        }
+    }
+    schema
+}
+
+fn read_schema(kind: &Kind) -> Value {
+    let mut props = Map::new();
+    props.insert("id".into(), json!({"type": "integer"}));
+    for f in kind.fields {
+        match f.ty {
+            Ty::Password => {}
+            Ty::Secret => {
+                props.insert(
+                    format!("{}_set", f.name),
+                    json!({"type": "boolean", "description": format!("Whether {} is set (the value is never returned).", f.name)}),
+                );
+            }
+            ty => {
+                props.insert(
+                    f.name.into(),
+                    described(nullable(ty_schema(ty, false), f.nullable), f.doc),
+                );
+            }
+        }
+    }
+    for m in kind.m2m {
+        props.insert(
+            m.name.into(),
+            json!({"type": "array", "items": {"type": "integer"}, "description": m.doc}),
+        );
+    }
+    for c in kind.children {
+        let schema = kinds::kind(c.kind).map(|k| k.schema).unwrap_or_default();
+        props.insert(
+            c.name.into(),
+            json!({"type": "array", "items": {"$ref": format!("#/components/schemas/{schema}")}}),
+        );
+    }
+    if kind.timestamps {
+        for t in ["created_at", "updated_at"] {
+            props.insert(t.into(), json!({"type": "string", "format": "date-time"}));
+        }
+    }
+    let required: Vec<String> = props.keys().cloned().collect();
+    if kind.name == "apikeys" {
+        props.insert(
+            "key".into(),
+            json!({"type": "string", "description": "The key itself: only in the answer to its creation."}),
+        );
+    }
+    json!({"type": "object", "description": kind.doc, "properties": props, "required": required, "additionalProperties": false})
+}
+
+/// The body schema of a create (`required` true), an update, or a nested child
+/// (`skip` names the implied parent field).
+fn write_schema(kind: &Kind, required: bool, skip: Option<&str>) -> Value {
+    let mut props = Map::new();
+    let mut req = Vec::new();
+    for f in kind.fields {
+        if f.access == Access::ReadOnly || Some(f.name) == skip {
+            continue;
+        }
+        props.insert(
+            f.name.into(),
+            described(nullable(ty_schema(f.ty, true), f.nullable), f.doc),
+        );
+        if required && f.required() {
+            req.push(f.name);
+        }
+    }
+    for m in kind.m2m {
+        props.insert(
+            m.name.into(),
+            json!({"type": "array", "items": {"oneOf": [{"type": "integer"}, {"type": "string"}]}, "description": m.doc}),
+        );
+    }
+    if required && skip.is_none() {
+        for c in kind.children {
+            let schema = kinds::kind(c.kind).map(|k| k.schema).unwrap_or_default();
+            props.insert(c.name.into(), json!({"type": "array", "items": {"$ref": format!("#/components/schemas/{schema}Nested")}}));
+        }
+    }
+    let mut o = json!({"type": "object", "properties": props, "additionalProperties": false});
+    if !req.is_empty() {
+        o["required"] = json!(req);
+    }
+    o
+}
+
+fn error_responses(codes: &[&str]) -> Map<String, Value> {
+    let mut m = Map::new();
+    for c in codes {
+        m.insert(
+            (*c).into(),
+            json!({"description": match *c {
+                "400" => "Invalid request: the message names the field.",
+                "401" => "Missing or wrong credentials.",
+                "403" => "Not allowed for this account.",
+                "404" => "No such row.",
+                "409" => "Conflicts with existing rows.",
+                "413" => "Body too large.",
+                "426" => "The client sent another mProv-Version (or none).",
+                _ => "Error.",
+            }, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
+        );
+    }
+    m
+}
+
+fn ok(status: &str, description: &str, schema: Value) -> Map<String, Value> {
+    let mut m = error_responses(&["400", "401", "426"]);
+    m.insert(
+        status.into(),
+        json!({"description": description, "content": {"application/json": {"schema": schema}}}),
+    );
+    m
+}
+
+fn schema_ref(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn body(name: &str) -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": schema_ref(name)}}})
+}
+
+fn key_param(kind: &Kind) -> Value {
+    let how = match kind.slug {
+        Some(s) => format!("The row's id, or its {s}."),
+        None => "The row's id.".into(),
+    };
+    json!({"name": "key", "in": "path", "required": true, "schema": {"type": "string"}, "description": how})
+}
+
+fn list_params(kind: &Kind) -> Vec<Value> {
+    let mut p = vec![
+        json!({"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": crate::db::crud::MAX_LIMIT}, "description": "Page size (default 100)."}),
+        json!({"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "The `next` of the previous page."}),
+        json!({"name": "sort", "in": "query", "schema": {"type": "string"}, "description": "A field to sort by; prefix `-` for descending."}),
+    ];
+    for f in kind.fields {
+        if matches!(
+            f.ty,
+            Ty::Password | Ty::Secret | Ty::Json | Ty::StrList | Ty::Yaml
+        ) {
+            continue;
+        }
+        p.push(json!({"name": f.name, "in": "query", "schema": {"type": "string"}, "description": format!("Only rows whose {} equals this.", f.name)}));
+    }
+    for m in kind.m2m {
+        p.push(json!({"name": m.name, "in": "query", "schema": {"type": "string"}, "description": format!("Only rows linked to this {} (id or slug).", m.kind)}));
+    }
+    p
+}
+
+fn build() -> Value {
+    let mut schemas = Map::new();
+    let mut paths = Map::new();
+    schemas.insert(
+        "Error".into(),
+        json!({"type": "object", "properties": {
+            "error": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}
+        }, "required": ["error", "message"], "additionalProperties": false}),
+    );
+    schemas.insert(
+        "BulkCreated".into(),
+        json!({"type": "object", "properties": {"ids": {"type": "array", "items": {"type": "integer"}}}, "required": ["ids"], "additionalProperties": false}),
+    );
+    for kind in KINDS {
+        let s = kind.schema;
+        schemas.insert(s.into(), read_schema(kind));
+        schemas.insert(format!("{s}Create"), write_schema(kind, true, None));
+        schemas.insert(format!("{s}Update"), write_schema(kind, false, None));
+        schemas.insert(
+            format!("{s}List"),
+            json!({"type": "object", "properties": {
+                "items": {"type": "array", "items": schema_ref(s)},
+                "total": {"type": "integer", "minimum": 0},
+                "next": {"type": ["string", "null"]}
+            }, "required": ["items", "total", "next"], "additionalProperties": false}),
+        );
+        for parent in KINDS {
+            for c in parent.children.iter().filter(|c| c.kind == kind.name) {
+                schemas.insert(
+                    format!("{s}Nested"),
+                    write_schema(kind, true, Some(c.parent_field)),
+                );
+            }
+        }
+        let tag = kind.name;
+        let mut create = ok("201", "Created.", schema_ref(s));
+        create.extend(error_responses(&["403", "409", "413"]));
+        paths.insert(
+            format!("/api/v1/{}/", kind.name),
+            json!({
+                "get": {"tags": [tag], "summary": format!("List {}", kind.name), "parameters": list_params(kind), "responses": ok("200", "One page.", schema_ref(&format!("{s}List")))},
+                "post": {"tags": [tag], "summary": format!("Create one of {}", kind.name), "requestBody": body(&format!("{s}Create")), "responses": create},
+            }),
+        );
+        let mut bulk = ok(
+            "201",
+            "All created, in one transaction.",
+            schema_ref("BulkCreated"),
+        );
+        bulk.extend(error_responses(&["403", "409", "413"]));
+        paths.insert(
+            format!("/api/v1/{}/bulk", kind.name),
+            json!({"post": {"tags": [tag], "summary": format!("Create many {} in one transaction: all or none", kind.name),
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "array", "items": schema_ref(&format!("{s}Create"))}}}},
+                "responses": bulk}}),
+        );
+        let mut one = ok("200", "The row.", schema_ref(s));
+        one.extend(error_responses(&["404"]));
+        let mut upd = one.clone();
+        upd.extend(error_responses(&["403", "409"]));
+        let mut del = error_responses(&["401", "403", "404", "426"]);
+        del.insert("204".into(), json!({"description": "Deleted."}));
+        paths.insert(
+            format!("/api/v1/{}/{{key}}", kind.name),
+            json!({
+                "parameters": [key_param(kind)],
+                "get": {"tags": [tag], "summary": "Get one", "responses": one},
+                "patch": {"tags": [tag], "summary": "Change the fields given", "requestBody": body(&format!("{s}Update")), "responses": upd},
+                "delete": {"tags": [tag], "summary": "Delete", "responses": del},
+            }),
+        );
+    }
+    schemas.insert(
+        "Revision".into(),
+        json!({"type": "object", "properties": {"revision": {"type": "integer"}}, "required": ["revision"], "additionalProperties": false}),
+    );
+    schemas.insert(
+        "EffectiveConfig".into(),
+        json!({"type": "object", "properties": {
+            "kernel_cmdline": {"type": "string"},
+            "initial_mods": {"type": "array", "items": {"type": "string"}},
+            "tmpfs_root_size": {"type": "integer"},
+            "prov_interface": {"type": "string"},
+            "config_params": {"type": "object"},
+            "disable_scripts": {"type": "array", "items": {"type": "string"}},
+            "scripts": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer"}, "slug": {"type": "string"}}, "required": ["id", "slug"], "additionalProperties": false}},
+            "layers": {"type": "array", "items": {"type": "string"}}
+        }, "required": ["kernel_cmdline", "initial_mods", "tmpfs_root_size", "prov_interface", "config_params", "disable_scripts", "scripts", "layers"], "additionalProperties": false}),
+    );
+    paths.insert(
+        "/api/v1/revision".into(),
+        json!({"get": {"summary": "The inventory revision, bumped by every write", "responses": ok("200", "The revision.", schema_ref("Revision"))}}),
+    );
+    let mut cfg = ok(
+        "200",
+        "The merged configuration.",
+        schema_ref("EffectiveConfig"),
+    );
+    cfg.extend(error_responses(&["404", "409"]));
+    paths.insert(
+        "/api/v1/systems/{key}/config".into(),
+        json!({"parameters": [key_param(&KINDS[0])], "get": {"tags": ["systems"], "summary": "The effective config: distro → groups → image → system", "responses": cfg}}),
+    );
+    paths.insert(
+        "/api/v1/".into(),
+        json!({"get": {"summary": "The API index", "responses": ok("200", "Kinds and paths.", json!({"type": "object"}))}}),
+    );
+    paths.insert(
+        "/api/v1/openapi.json".into(),
+        json!({"get": {"summary": "This document (no authentication)", "security": [], "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}}}}),
+    );
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "mProv control service",
+            "version": mprov_api::api_version(),
+            "description": "The inventory and boot API of mProv. Every authenticated request sends `mProv-Version: <major.minor>`; another version, or none, gets 426."
+        },
+        "security": [{"apiKey": []}, {"basic": []}],
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "apiKey": {"type": "apiKey", "in": "header", "name": "Authorization", "description": "`Api-Key <key>`"},
+                "basic": {"type": "http", "scheme": "basic"}
+            }
+        }
+    })
+}

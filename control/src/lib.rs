@@ -1,0 +1,17 @@
+//! The mProv control service: the inventory database, the REST API under
+//! `/api/v1/`, first start, and the version lock. Later: the admin pages,
+//! `/ipxe/`, the certificate authority, enrollment, jobs and backups.
+//!
+//! Layers, outside in: [`cli`] (subcommands) → [`http`] (router, auth, errors,
+//! OpenAPI) → [`db`] (kind descriptors, generic CRUD, migrations). [`effective`]
+//! is the pure config-layering logic; [`secrets`] the key material;
+//! [`first_start`] what a new install makes once. Only this crate touches the
+//! database: every other component goes through the API (`mprov-api`).
+
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod effective;
+pub mod first_start;
+pub mod http;
+pub mod secrets;
