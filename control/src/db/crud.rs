@@ -686,6 +686,7 @@ impl Db {
                     Ty::Password | Ty::Secret | Ty::Json | Ty::StrList | Ty::Yaml => {
                         return Err(invalid(name.as_str(), "cannot be filtered on"));
                     }
+                    Ty::Ref(_) if raw == "null" => Val::Int(None),
                     Ty::Ref(target) => {
                         let target = kinds::kind(target)
                             .ok_or_else(|| invalid(name.as_str(), "unknown kind"))?;
@@ -1070,8 +1071,11 @@ impl Db {
         extra: &[Extra],
         now: &str,
     ) -> Result<i64, StoreError> {
-        let mut cols: Vec<String> = row.cols.iter().map(|(f, _)| f.column()).collect();
-        let mut vals: Vec<Val> = row.cols.iter().map(|(_, v)| pending_val(v)).collect();
+        // Server-set values win over defaults of the same column.
+        let given = |col: &str| extra.iter().any(|(c, _)| *c == col);
+        let own = row.cols.iter().filter(|(f, _)| !given(&f.column()));
+        let mut cols: Vec<String> = own.clone().map(|(f, _)| f.column()).collect();
+        let mut vals: Vec<Val> = own.map(|(_, v)| pending_val(v)).collect();
         for (c, v) in extra {
             cols.push((*c).to_owned());
             vals.push(v.clone());

@@ -1,0 +1,958 @@
+//! A typed async client for the control service's REST API.
+//!
+//! The client is deliberately generic over kinds: resources travel as
+//! [`serde_json::Value`], so a field added to the server's kind descriptors
+//! needs no release of this crate, and `mash` can show whatever the server
+//! returns. What the client does type is the protocol around the bodies: the
+//! URL layout (`/api/v1/<kind>/<id or slug>`), the [`List`] envelope and its
+//! cursors, the [`ApiError`] body, authentication and the version lock.
+//!
+//! The version lock: every request carries [`VERSION_HEADER`] with
+//! [`api_version`], and every reply must carry the same value. A reply from
+//! another version, or one without the header, is refused with
+//! [`ClientError::VersionMismatch`] before its body is looked at, because a
+//! body from another version may mean something else (DESIGN.md, "Trust
+//! model"). The server answers a request from another version with 426 Upgrade
+//! Required, which becomes the same error. Only
+//! [`SKIP_VERSION_CHECK_ENV`]`=1` turns the check off, for development.
+//!
+//! TLS: the workspace uses one rustls crypto provider, ring. reqwest is built
+//! without a provider, so [`ClientBuilder::build`] installs ring as the
+//! process-wide default when nothing else has installed one yet; a process
+//! that installed its own provider first keeps it. Plain `http://` needs none
+//! of this and works as well.
+
+use std::fmt;
+use std::time::Duration;
+
+use reqwest::header::{AUTHORIZATION, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use url::Url;
+
+use crate::{
+    API_PREFIX, ApiError, BulkCreated, List, SKIP_VERSION_CHECK_ENV, VERSION_HEADER, api_version,
+};
+
+/// The page size [`Client::list_all`] asks for.
+pub const LIST_ALL_PAGE: u32 = 1000;
+
+/// How long a whole request may take by default. Bulk creates of many
+/// thousands of rows are the slowest calls; they finish well inside this.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long connecting may take by default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a client proves who it is.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// `Authorization: Api-Key <key>`.
+    ApiKey(String),
+    /// HTTP Basic with a user name and password.
+    Basic {
+        /// The user name.
+        user: String,
+        /// The password.
+        password: String,
+    },
+    /// No credentials: only anonymous endpoints will answer.
+    None,
+}
+
+// Hand-written so that secrets never reach a log line (STYLE.md point 11).
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Auth::ApiKey(_) => f.write_str("ApiKey(<redacted>)"),
+            Auth::Basic { user, .. } => f
+                .debug_struct("Basic")
+                .field("user", user)
+                .field("password", &"<redacted>")
+                .finish(),
+            Auth::None => f.write_str("None"),
+        }
+    }
+}
+
+/// Everything that can go wrong talking to the control service.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server answered with an error status and an [`ApiError`] body.
+    #[error("{}", api_message(*status, body))]
+    Api {
+        /// The HTTP status.
+        status: StatusCode,
+        /// The error body (synthesised when the server sent none).
+        body: ApiError,
+    },
+    /// The base URL is unusable.
+    #[error("invalid server URL {url:?}: {reason}")]
+    BadBaseUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The credentials cannot be put in a header.
+    #[error("the API key contains characters that cannot go in an HTTP header")]
+    BadCredentials,
+    /// A path given to [`Client::get_path`] does not stay on the server.
+    #[error("{path:?} is not an absolute path on the server")]
+    BadPath {
+        /// The path as given.
+        path: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("could not build the HTTP client")]
+    Build {
+        /// What reqwest reported.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A CA certificate given to [`ClientBuilder::ca_certificates_pem`] is invalid.
+    #[error("invalid CA certificate")]
+    Certificate {
+        /// What reqwest reported.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A successful reply's body is not what the API promises.
+    #[error("could not decode the reply to {method} {url}")]
+    Decode {
+        /// The request method.
+        method: Method,
+        /// The request URL.
+        url: Url,
+        /// What serde reported.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The request did not complete: connection, TLS, timeout or body errors.
+    #[error("{method} {url} failed")]
+    Http {
+        /// The request method.
+        method: Method,
+        /// The request URL.
+        url: Url,
+        /// What reqwest reported.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The server runs another API version than this client, or sent none.
+    #[error("{}", version_message(server.as_deref(), ours))]
+    VersionMismatch {
+        /// The version the server sent, if any.
+        server: Option<String>,
+        /// The version this client speaks.
+        ours: &'static str,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status of an [`ClientError::Api`] error.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+fn api_message(status: StatusCode, body: &ApiError) -> String {
+    let mut out = format!("the server answered {status}: {}", body.message);
+    if body.message.is_empty() {
+        out.push_str(&body.error);
+    }
+    if let Some(field) = &body.field {
+        out.push_str(&format!(" (field {field})"));
+    }
+    out
+}
+
+fn version_message(server: Option<&str>, ours: &str) -> String {
+    match server {
+        Some(server) if server == ours => format!(
+            "the server refused this client's version ({ours}) although it speaks the same \
+             (426 Upgrade Required); a proxy between them may be dropping the {VERSION_HEADER} header"
+        ),
+        Some(server) => format!(
+            "the server speaks mProv API version {server} but this client speaks {ours}; \
+             upgrade mash and the server together so they run the same major.minor version"
+        ),
+        None => format!(
+            "the server sent no {VERSION_HEADER} header (is the URL an mProv control service?); \
+             this client speaks mProv API version {ours}; \
+             upgrade mash and the server together so they run the same major.minor version"
+        ),
+    }
+}
+
+/// Checks a reply's status and version header against `ours`: 426 Upgrade
+/// Required, a missing header and another version are all refused.
+fn check_version(
+    status: StatusCode,
+    header: Option<&HeaderValue>,
+    ours: &'static str,
+) -> Result<(), ClientError> {
+    let server = header.map(|h| String::from_utf8_lossy(h.as_bytes()).trim().to_owned());
+    if status == StatusCode::UPGRADE_REQUIRED || server.as_deref() != Some(ours) {
+        return Err(ClientError::VersionMismatch { server, ours });
+    }
+    Ok(())
+}
+
+/// Turns an error reply's body into an [`ApiError`], making one up from the
+/// status and text when the body is not one (a proxy's HTML page, say).
+fn api_error(status: StatusCode, body: &[u8]) -> ClientError {
+    let body = serde_json::from_slice::<ApiError>(body).unwrap_or_else(|_| {
+        let text = String::from_utf8_lossy(body);
+        let text = text.trim();
+        let mut message: String = text.chars().take(500).collect();
+        if message.is_empty() {
+            message = status.canonical_reason().unwrap_or("no message").to_owned();
+        }
+        ApiError {
+            error: format!("http_{}", status.as_u16()),
+            message,
+            field: None,
+        }
+    });
+    ClientError::Api { status, body }
+}
+
+/// Configures a [`Client`]; made by [`Client::builder`].
+#[derive(Debug)]
+pub struct ClientBuilder {
+    base_url: String,
+    auth: Auth,
+    ca_pem: Option<Vec<u8>>,
+    timeout: Duration,
+    skip_version_check: bool,
+}
+
+impl ClientBuilder {
+    /// Trust only the CA certificates in this PEM bundle (the install's own CA,
+    /// `ca.crt`), instead of the system's roots.
+    pub fn ca_certificates_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// How long a whole request may take; [`DEFAULT_TIMEOUT`] otherwise.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Turn the version check off (on by default, unless
+    /// [`SKIP_VERSION_CHECK_ENV`] is exactly `1`). For development only.
+    pub fn danger_skip_version_check(mut self, skip: bool) -> Self {
+        self.skip_version_check = skip;
+        self
+    }
+
+    /// Builds the client.
+    pub fn build(self) -> Result<Client, ClientError> {
+        let base = parse_base_url(&self.base_url)?;
+        let api_key = match &self.auth {
+            Auth::ApiKey(key) => {
+                let mut value = HeaderValue::from_str(&format!("Api-Key {key}"))
+                    .map_err(|_| ClientError::BadCredentials)?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+            Auth::Basic { .. } | Auth::None => None,
+        };
+        ensure_crypto_provider();
+        let mut http = reqwest::Client::builder()
+            .user_agent(concat!("mprov-api/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(DEFAULT_CONNECT_TIMEOUT)
+            .timeout(self.timeout);
+        if let Some(pem) = &self.ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|source| ClientError::Certificate { source })?;
+            http = http.tls_certs_only(certs);
+        }
+        let http = http
+            .build()
+            .map_err(|source| ClientError::Build { source })?;
+        Ok(Client {
+            http,
+            base,
+            auth: self.auth,
+            api_key,
+            check_version: !self.skip_version_check,
+        })
+    }
+}
+
+/// Installs ring as the process's rustls crypto provider unless one is
+/// installed already. Losing a race to another installer is fine: either way
+/// a provider is in place.
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+fn parse_base_url(raw: &str) -> Result<Url, ClientError> {
+    let bad = |reason: String| ClientError::BadBaseUrl {
+        url: raw.to_owned(),
+        reason,
+    };
+    let url = Url::parse(raw.trim()).map_err(|e| bad(e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https".to_owned()));
+    }
+    if url.cannot_be_a_base() || url.host().is_none() {
+        return Err(bad("it has no host".to_owned()));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(bad("it must not have a query or fragment".to_owned()));
+    }
+    Ok(url)
+}
+
+/// A client of one control service, cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    auth: Auth,
+    api_key: Option<HeaderValue>,
+    check_version: bool,
+}
+
+impl Client {
+    /// A client of the control service at `base_url` (`https://mpcc:8443`, or
+    /// with a path prefix, `https://host/mprov/`), with default settings.
+    pub fn new(base_url: &str, auth: Auth) -> Result<Client, ClientError> {
+        Client::builder(base_url, auth).build()
+    }
+
+    /// A builder for a client with non-default settings.
+    pub fn builder(base_url: &str, auth: Auth) -> ClientBuilder {
+        ClientBuilder {
+            base_url: base_url.to_owned(),
+            auth,
+            ca_pem: None,
+            timeout: DEFAULT_TIMEOUT,
+            skip_version_check: crate::skip_version_check(
+                std::env::var(SKIP_VERSION_CHECK_ENV).ok().as_deref(),
+            ),
+        }
+    }
+
+    /// The base URL.
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// One page of `kind`, filtered by `query`: fields, `limit`, `cursor` and
+    /// `sort` (`field` or `-field`) as query parameters.
+    pub async fn list<K, V>(&self, kind: &str, query: &[(K, V)]) -> Result<List<Value>, ClientError>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let url = self.kind_url(kind, None, query);
+        self.call(Method::GET, url, None::<&()>).await
+    }
+
+    /// Every row of `kind` matching `filters`, following the `next` cursors
+    /// with pages of [`LIST_ALL_PAGE`]. A `limit` or `cursor` in `filters` is
+    /// ignored.
+    pub async fn list_all<K, V>(
+        &self,
+        kind: &str,
+        filters: &[(K, V)],
+    ) -> Result<Vec<Value>, ClientError>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let limit = LIST_ALL_PAGE.to_string();
+        let mut query: Vec<(&str, &str)> = filters
+            .iter()
+            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .filter(|(k, _)| *k != "limit" && *k != "cursor")
+            .collect();
+        query.push(("limit", &limit));
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut page_query = query.clone();
+            if let Some(cursor) = &cursor {
+                page_query.push(("cursor", cursor));
+            }
+            let page = self.list(kind, &page_query).await?;
+            let empty = page.items.is_empty();
+            items.extend(page.items);
+            // An empty page that still points further would loop forever; a
+            // correct server never sends one, so stop rather than spin.
+            match page.next {
+                Some(next) if !empty && cursor.as_deref() != Some(next.as_str()) => {
+                    cursor = Some(next)
+                }
+                _ => break,
+            }
+        }
+        Ok(items)
+    }
+
+    /// The row of `kind` with this id or slug.
+    pub async fn get(&self, kind: &str, key: &str) -> Result<Value, ClientError> {
+        let url = self.kind_url(kind, Some(key), &[] as &[(&str, &str)]);
+        self.call(Method::GET, url, None::<&()>).await
+    }
+
+    /// Creates a row of `kind`; returns it as stored.
+    pub async fn create(&self, kind: &str, body: &Value) -> Result<Value, ClientError> {
+        let url = self.kind_url(kind, Some(""), &[] as &[(&str, &str)]);
+        self.call(Method::POST, url, Some(body)).await
+    }
+
+    /// Creates all `rows` of `kind` in one transaction: all or none.
+    pub async fn bulk_create(
+        &self,
+        kind: &str,
+        rows: &[Value],
+    ) -> Result<BulkCreated, ClientError> {
+        let url = self.kind_url(kind, Some("bulk"), &[] as &[(&str, &str)]);
+        self.call(Method::POST, url, Some(rows)).await
+    }
+
+    /// Changes the fields in `patch` of the row with this id or slug; returns
+    /// the row as stored.
+    pub async fn update(&self, kind: &str, key: &str, patch: &Value) -> Result<Value, ClientError> {
+        let url = self.kind_url(kind, Some(key), &[] as &[(&str, &str)]);
+        self.call(Method::PATCH, url, Some(patch)).await
+    }
+
+    /// Deletes the row with this id or slug.
+    pub async fn delete(&self, kind: &str, key: &str) -> Result<(), ClientError> {
+        let url = self.kind_url(kind, Some(key), &[] as &[(&str, &str)]);
+        self.send(Method::DELETE, url, None::<&()>).await?;
+        Ok(())
+    }
+
+    /// `GET` any other endpoint, by its absolute path on the server with an
+    /// optional query, such as `/api/v1/systems/n001/config`.
+    pub async fn get_path(&self, path: &str) -> Result<Value, ClientError> {
+        let url = self.path_url(path)?;
+        self.call(Method::GET, url, None::<&()>).await
+    }
+
+    /// `<base>/api/v1/<kind>/` and, with a key, `<base>/api/v1/<kind>/<key>`;
+    /// the key is percent-encoded as one path segment.
+    fn kind_url<K, V>(&self, kind: &str, key: Option<&str>, query: &[(K, V)]) -> Url
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut url = self.base.clone();
+        {
+            // `parse_base_url` refused URLs that cannot be a base, so this
+            // cannot fail; keep the base unchanged if it somehow does.
+            if let Ok(mut segments) = url.path_segments_mut() {
+                segments.pop_if_empty();
+                segments.extend(API_PREFIX.split('/').filter(|s| !s.is_empty()));
+                segments.push(kind);
+                segments.push(key.unwrap_or(""));
+            }
+        }
+        if !query.is_empty() {
+            let mut pairs = url.query_pairs_mut();
+            for (k, v) in query {
+                pairs.append_pair(k.as_ref(), v.as_ref());
+            }
+        }
+        url
+    }
+
+    /// `<base><path>` for an absolute `path`, refusing anything that would
+    /// leave the server (and so send our credentials elsewhere).
+    fn path_url(&self, path: &str) -> Result<Url, ClientError> {
+        let bad = || ClientError::BadPath {
+            path: path.to_owned(),
+        };
+        let relative = path.strip_prefix('/').ok_or_else(bad)?;
+        if relative.starts_with('/') {
+            return Err(bad());
+        }
+        let mut base = self.base.clone();
+        if !base.path().ends_with('/') {
+            let with_slash = format!("{}/", base.path());
+            base.set_path(&with_slash);
+        }
+        let url = base.join(relative).map_err(|_| bad())?;
+        if url.origin() != self.base.origin() || !url.path().starts_with(base.path()) {
+            return Err(bad());
+        }
+        Ok(url)
+    }
+
+    /// Sends a request and decodes a successful reply's JSON body.
+    async fn call<B, T>(&self, method: Method, url: Url, body: Option<&B>) -> Result<T, ClientError>
+    where
+        B: Serialize + ?Sized,
+        T: DeserializeOwned,
+    {
+        let bytes = self.send(method.clone(), url.clone(), body).await?;
+        serde_json::from_slice(&bytes).map_err(|source| ClientError::Decode {
+            method,
+            url,
+            source,
+        })
+    }
+
+    /// Sends a request; checks the version, then the status. Returns the body
+    /// of a successful reply.
+    async fn send<B>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+    ) -> Result<Vec<u8>, ClientError>
+    where
+        B: Serialize + ?Sized,
+    {
+        let http_error = |source: reqwest::Error| ClientError::Http {
+            method: method.clone(),
+            url: url.clone(),
+            source: source.without_url(),
+        };
+        let mut request = self
+            .http
+            .request(method.clone(), url.clone())
+            .header(VERSION_HEADER, api_version());
+        request = match &self.auth {
+            Auth::ApiKey(_) => match &self.api_key {
+                Some(value) => request.header(AUTHORIZATION, value.clone()),
+                None => request,
+            },
+            Auth::Basic { user, password } => request.basic_auth(user, Some(password)),
+            Auth::None => request,
+        };
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(http_error)?;
+        let status = response.status();
+        if self.check_version {
+            check_version(
+                status,
+                response.headers().get(VERSION_HEADER),
+                api_version(),
+            )?;
+        }
+        let bytes = response.bytes().await.map_err(http_error)?;
+        if !status.is_success() {
+            return Err(api_error(status, &bytes));
+        }
+        Ok(bytes.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::thread;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn client(base: &str) -> Client {
+        Client::builder(base, Auth::None)
+            .danger_skip_version_check(false)
+            .build()
+            .expect("client")
+    }
+
+    #[test]
+    fn version_check() {
+        let ours = api_version();
+        let other = "0.0";
+        let ok = HeaderValue::from_static(ours);
+        let wrong = HeaderValue::from_static(other);
+        let check = |status: StatusCode,
+                     header: Option<&HeaderValue>,
+                     expected: Result<(), Option<&str>>| {
+            let got = check_version(status, header, ours).map_err(|e| match e {
+                ClientError::VersionMismatch { server, ours: o } => {
+                    assert_eq!(o, ours);
+                    server
+                }
+                other => panic!("unexpected {other:?}"),
+            });
+            assert_eq!(
+                got,
+                expected.map_err(|s| s.map(str::to_owned)),
+                "{status} {header:?}"
+            );
+        };
+        check(StatusCode::OK, Some(&ok), Ok(()));
+        check(StatusCode::NOT_FOUND, Some(&ok), Ok(()));
+        check(StatusCode::UNAUTHORIZED, Some(&ok), Ok(()));
+        check(StatusCode::OK, Some(&wrong), Err(Some(other)));
+        check(StatusCode::BAD_REQUEST, Some(&wrong), Err(Some(other)));
+        check(StatusCode::OK, None, Err(None));
+        check(StatusCode::UPGRADE_REQUIRED, Some(&wrong), Err(Some(other)));
+        check(StatusCode::UPGRADE_REQUIRED, None, Err(None));
+        // A 426 is a refusal even if the header happens to match.
+        check(StatusCode::UPGRADE_REQUIRED, Some(&ok), Err(Some(ours)));
+    }
+
+    #[test]
+    fn version_messages_name_both_versions_and_the_fix() {
+        let e = ClientError::VersionMismatch {
+            server: Some("9.9".to_owned()),
+            ours: "0.1",
+        };
+        let msg = e.to_string();
+        assert!(msg.contains("9.9") && msg.contains("0.1"), "{msg}");
+        assert!(
+            msg.contains("upgrade mash and the server together"),
+            "{msg}"
+        );
+        let e = ClientError::VersionMismatch {
+            server: None,
+            ours: "0.1",
+        };
+        let msg = e.to_string();
+        assert!(msg.contains(VERSION_HEADER) && msg.contains("0.1"), "{msg}");
+        assert!(
+            msg.contains("upgrade mash and the server together"),
+            "{msg}"
+        );
+        let e = ClientError::VersionMismatch {
+            server: Some("0.1".to_owned()),
+            ours: "0.1",
+        };
+        assert!(e.to_string().contains("proxy"), "{e}");
+    }
+
+    #[test]
+    fn kind_urls() {
+        let check =
+            |base: &str, kind: &str, key: Option<&str>, query: &[(&str, &str)], expected: &str| {
+                let url = client(base).kind_url(kind, key, query);
+                assert_eq!(url.as_str(), expected, "{base} {kind} {key:?} {query:?}");
+            };
+        check(
+            "http://mpcc:8080",
+            "systems",
+            None,
+            &[],
+            "http://mpcc:8080/api/v1/systems/",
+        );
+        check(
+            "http://mpcc:8080/",
+            "systems",
+            None,
+            &[],
+            "http://mpcc:8080/api/v1/systems/",
+        );
+        check(
+            "https://h/mprov",
+            "groups",
+            Some("gpu"),
+            &[],
+            "https://h/mprov/api/v1/groups/gpu",
+        );
+        check(
+            "https://h/mprov/",
+            "groups",
+            Some("12"),
+            &[],
+            "https://h/mprov/api/v1/groups/12",
+        );
+        check(
+            "http://h",
+            "systems",
+            Some("bulk"),
+            &[],
+            "http://h/api/v1/systems/bulk",
+        );
+        check(
+            "http://h",
+            "systems",
+            Some(""),
+            &[],
+            "http://h/api/v1/systems/",
+        );
+        // A key is one path segment, whatever it contains.
+        check(
+            "http://h",
+            "systems",
+            Some("a b/../c?d#e"),
+            &[],
+            "http://h/api/v1/systems/a%20b%2F..%2Fc%3Fd%23e",
+        );
+        check(
+            "http://h",
+            "systems",
+            None,
+            &[("hostname", "n 1&x=y"), ("sort", "-id"), ("limit", "5")],
+            "http://h/api/v1/systems/?hostname=n+1%26x%3Dy&sort=-id&limit=5",
+        );
+    }
+
+    #[test]
+    fn path_urls() {
+        let c = client("https://h:8443/mprov");
+        let ok = |path: &str, expected: &str| {
+            assert_eq!(c.path_url(path).expect(path).as_str(), expected);
+        };
+        ok(
+            "/api/v1/systems/n1/config",
+            "https://h:8443/mprov/api/v1/systems/n1/config",
+        );
+        ok(
+            "/api/v1/revision?wait=30",
+            "https://h:8443/mprov/api/v1/revision?wait=30",
+        );
+        for bad in [
+            "api/v1/x",
+            "//evil.example/x",
+            "/x:y",
+            "/../etc",
+            "/https://evil.example/",
+        ] {
+            match c.path_url(bad) {
+                Err(ClientError::BadPath { .. }) => {}
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn base_urls() {
+        for good in [
+            "http://h",
+            "https://h:8443/",
+            "http://127.0.0.1:1234/prefix/",
+        ] {
+            assert!(parse_base_url(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "h:8080",
+            "ftp://h/",
+            "mailto:x@y",
+            "http://h/?x=1",
+            "http://h/#f",
+            "not a url",
+        ] {
+            match parse_base_url(bad) {
+                Err(ClientError::BadBaseUrl { .. }) => {}
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn error_bodies() {
+        let body =
+            br#"{"error":"invalid_field","message":"bad MAC","field":"rows[3].nics[0].mac"}"#;
+        match api_error(StatusCode::BAD_REQUEST, body) {
+            ClientError::Api { status, body } => {
+                assert_eq!(status, StatusCode::BAD_REQUEST);
+                assert_eq!(body.error, "invalid_field");
+                assert_eq!(body.field.as_deref(), Some("rows[3].nics[0].mac"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = api_error(StatusCode::BAD_GATEWAY, b"<html>bad gateway</html>");
+        assert_eq!(e.status(), Some(StatusCode::BAD_GATEWAY));
+        assert!(e.to_string().contains("<html>bad gateway</html>"), "{e}");
+        let e = api_error(StatusCode::NOT_FOUND, b"");
+        assert!(e.to_string().contains("404 Not Found: Not Found"), "{e}");
+    }
+
+    #[test]
+    fn auth_debug_redacts() {
+        let key = format!("{:?}", Auth::ApiKey("sekrit".into()));
+        let basic = format!(
+            "{:?}",
+            Auth::Basic {
+                user: "admin".into(),
+                password: "sekrit".into()
+            }
+        );
+        assert!(
+            !key.contains("sekrit") && !basic.contains("sekrit"),
+            "{key} {basic}"
+        );
+        assert!(basic.contains("admin"));
+        assert!(matches!(
+            Client::new("http://h", Auth::ApiKey("bad\nkey".into())),
+            Err(ClientError::BadCredentials)
+        ));
+    }
+
+    /// Answers one HTTP request with `response` on a loopback port; returns the
+    /// base URL and a handle yielding the request head it read.
+    fn one_shot_server(response: String) -> (String, thread::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let handle = thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("accept");
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut head = String::new();
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).expect("read");
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().expect("length");
+                }
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).expect("body");
+            head.push_str(&String::from_utf8_lossy(&body));
+            let mut stream = stream;
+            stream.write_all(response.as_bytes()).expect("write");
+            head
+        });
+        (base, handle)
+    }
+
+    fn reply(status: &str, version: Option<&str>, body: &str) -> String {
+        let version = version
+            .map(|v| format!("{VERSION_HEADER}: {v}\r\n"))
+            .unwrap_or_default();
+        format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{version}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    fn run<T>(f: impl Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(f)
+    }
+
+    #[test]
+    fn sends_version_and_auth_and_decodes() {
+        let body = r#"{"items":[{"id":1,"hostname":"n1"}],"total":1,"next":null}"#;
+        let (base, server) = one_shot_server(reply("200 OK", Some(api_version()), body));
+        let c = Client::builder(&base, Auth::ApiKey("k.secret".into()))
+            .danger_skip_version_check(false)
+            .build()
+            .expect("client");
+        let list = run(c.list("systems", &[("hostname", "n1")])).expect("list");
+        assert_eq!(list.items, vec![json!({"id": 1, "hostname": "n1"})]);
+        let head = server.join().expect("server").to_ascii_lowercase();
+        assert!(
+            head.starts_with("get /api/v1/systems/?hostname=n1 http/1.1"),
+            "{head}"
+        );
+        assert!(
+            head.contains(&format!("mprov-version: {}\r\n", api_version())),
+            "{head}"
+        );
+        assert!(
+            head.contains("authorization: api-key k.secret\r\n"),
+            "{head}"
+        );
+    }
+
+    #[test]
+    fn refuses_replies_from_another_version() {
+        let (base, server) = one_shot_server(reply("200 OK", Some("99.0"), "{}"));
+        let err = run(client(&base).get("systems", "n1")).expect_err("refused");
+        server.join().expect("server");
+        assert!(
+            matches!(&err, ClientError::VersionMismatch { server: Some(v), .. } if v == "99.0"),
+            "{err:?}"
+        );
+
+        let (base, server) = one_shot_server(reply("200 OK", None, "{}"));
+        let err = run(client(&base).get("systems", "n1")).expect_err("refused");
+        server.join().expect("server");
+        assert!(
+            matches!(&err, ClientError::VersionMismatch { server: None, .. }),
+            "{err:?}"
+        );
+
+        let body = r#"{"error":"upgrade_required","message":"send mProv-Version 99.0"}"#;
+        let (base, server) = one_shot_server(reply("426 Upgrade Required", Some("99.0"), body));
+        let err = run(client(&base).delete("systems", "n1")).expect_err("refused");
+        server.join().expect("server");
+        assert!(err.to_string().contains("99.0"), "{err}");
+        assert!(err.to_string().contains(api_version()), "{err}");
+    }
+
+    #[test]
+    fn skipping_the_check_accepts_any_version() {
+        let (base, server) = one_shot_server(reply("200 OK", None, r#"{"id":3}"#));
+        let c = Client::builder(&base, Auth::None)
+            .danger_skip_version_check(true)
+            .build()
+            .expect("client");
+        assert_eq!(run(c.get("images", "3")).expect("get"), json!({"id": 3}));
+        server.join().expect("server");
+    }
+
+    #[test]
+    fn api_errors_and_bulk_bodies() {
+        let body = r#"{"error":"invalid_field","message":"rows[1].hostname: taken","field":"rows[1].hostname"}"#;
+        let (base, server) = one_shot_server(reply("400 Bad Request", Some(api_version()), body));
+        let rows = [json!({"hostname": "a"}), json!({"hostname": "b"})];
+        let err = run(client(&base).bulk_create("systems", &rows)).expect_err("400");
+        let head = server.join().expect("server");
+        assert!(
+            head.to_ascii_lowercase()
+                .starts_with("post /api/v1/systems/bulk "),
+            "{head}"
+        );
+        assert!(
+            head.ends_with(r#"[{"hostname":"a"},{"hostname":"b"}]"#),
+            "{head}"
+        );
+        match err {
+            ClientError::Api { status, body } => {
+                assert_eq!(status, StatusCode::BAD_REQUEST);
+                assert_eq!(body.field.as_deref(), Some("rows[1].hostname"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn connection_errors_are_http_errors() {
+        // Bind then drop, so nothing listens on the port.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+        let err = run(client(&format!("http://127.0.0.1:{port}")).get("systems", "x"))
+            .expect_err("refused");
+        assert!(matches!(err, ClientError::Http { .. }), "{err:?}");
+        assert!(
+            err.to_string().starts_with("GET http://127.0.0.1:"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn https_clients_build_with_ring() {
+        let c = Client::new("https://mpcc.example:8443", Auth::None).expect("client");
+        assert_eq!(c.base_url().scheme(), "https");
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+    }
+}

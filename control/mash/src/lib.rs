@@ -1,0 +1,573 @@
+//! mash, the mProv admin shell: the inventory from a terminal or a script.
+//!
+//! mash is a thin layer over the REST API through `mprov_api::client`: every
+//! command is one request (or one page-following list), so what mash can do
+//! and what the API allows never drift apart, and the server stays the only
+//! place that validates. What mash adds is what a command line needs: the
+//! connection settings ([`config`]), `field=value` arguments (`values`),
+//! tables (`output`) and the CSV import (`import`).
+//!
+//! Commands read `mash <kind> <action>`, one subcommand per kind of the API
+//! (`systems`, `groups`, `nics`, ...), plus `mash import <file.csv>`. They are
+//! explicit enum variants rather than generated from the kinds table so that
+//! `--help` lists them with a sentence each.
+//!
+//! The binary is `src/main.rs`; everything it does is here, so tests can run
+//! the same code (STYLE.md point 3).
+
+pub mod config;
+mod import;
+mod kinds;
+pub mod output;
+mod values;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use mprov_api::client::{Client, ClientError};
+use serde_json::Value;
+
+use crate::config::ConnArgs;
+use crate::kinds::KindInfo;
+use crate::output::Format;
+
+const AFTER_HELP: &str = "\
+Connection settings come from the flags, then the environment, then a config file:
+  MPROV_URL                    the control service, e.g. https://mpcc.example:8443
+  MPROV_APIKEY                 an API key, or else
+  MPROV_USER, MPROV_PASSWORD   a user name and password (HTTP Basic)
+  MPROV_CA_CERT                the CA to trust for https (the install's ca.crt)
+  MPROV_SKIP_VERSION_CHECK=1   talk to a server of another version (development only)
+
+The config file is --config FILE, else the first of $XDG_CONFIG_HOME/mprov/mash.toml
+(~/.config/mprov/mash.toml) and /etc/mprov/mash.toml that exists. It is TOML with the
+keys url, apikey, user, password and ca_cert (relative to the file); any other key is
+an error. Keep it private (chmod 600) when it holds a secret:
+    url = \"https://mpcc.example:8443\"
+    apikey = \"<key>\"
+
+mash and the control service must run the same major.minor version: upgrade them together.
+
+Examples:
+  mash systems list --filter image=rocky9 --sort -hostname
+  mash systems show n001 --json
+  mash systems add hostname=n001 image=rocky9 groups=compute,gpu \\
+      'nics:=[{\"name\":\"eth0\",\"mac\":\"aa:bb:cc:dd:ee:01\",\"bootable\":true}]'
+  mash groups edit compute priority=10
+  mash systems delete n001
+  mash import nodes.csv";
+
+const KIND_AFTER_HELP: &str = "\
+Rows are named by id, or by their slug where the kind has one (a system's hostname,
+a group's slug, ...).
+
+Values of add and edit: FIELD=VALUE, read as the field's type says: true/false,
+integers, comma-separated lists (groups=compute,gpu; groups= is the empty list),
+ids or slugs for references (image=rocky9), null for null, anything else as text.
+FIELD:=JSON sends any JSON as it is (nics:=[{...}], name:='\"null\"').
+--json '<object>' gives the whole body at once; FIELD=VALUE arguments override it.";
+
+const IMPORT_AFTER_HELP: &str = "\
+The CSV's header names its columns, in any order; only hostname is required:
+  hostname,image,groups,nic,mac,ipv4,ipv6,network,bootable
+One NIC per row: rows with the same hostname add NICs to the same system. groups are
+separated by ';'. Blank cells are left out, so the server's defaults apply. Lines
+starting with # are comments.
+
+The whole file is sent as one bulk create: every system is created, or none is. When
+the server refuses, each bad row is reported with its line in the file.
+
+Example:
+  hostname,image,groups,nic,mac,ipv4,network,bootable
+  n001,rocky9,compute;gpu,eth0,aa:bb:cc:dd:ee:01,10.0.0.1,prov,true
+  n001,,,ib0,,10.1.0.1,ib,false";
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mash",
+    version,
+    about = "mash, the mProv admin shell: list, show, add, edit, delete and import inventory",
+    after_help = AFTER_HELP,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Where the control service is and who we are.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+
+    /// How to print results.
+    #[arg(
+        short,
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        env = "MPROV_OUTPUT"
+    )]
+    pub output: Format,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands: one per kind, and `import`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Machines of the cluster (key: id or hostname)
+    Systems(KindArgs),
+    /// Groups of systems sharing config layers (key: id or slug)
+    Groups(KindArgs),
+    /// Network interfaces of systems (key: id)
+    Nics(KindArgs),
+    /// IPv4 networks of the cluster (key: id or slug)
+    Networks(KindArgs),
+    /// Network switches (key: id or hostname)
+    Switches(KindArgs),
+    /// Ports of switches (key: id)
+    Switchports(KindArgs),
+    /// Baseboard management controllers (key: id)
+    Bmcs(KindArgs),
+    /// Operating system distributions (key: id or slug)
+    Distros(KindArgs),
+    /// Node images (key: id or slug)
+    Images(KindArgs),
+    /// Package repositories (key: id or slug)
+    Repos(KindArgs),
+    /// Image-gen and post-boot scripts (key: id or slug)
+    Scripts(KindArgs),
+    /// Job servers (key: id or name)
+    Jobservers(KindArgs),
+    /// Units of work for job servers (key: id)
+    Jobs(KindArgs),
+    /// API keys; adding one prints the key, once (key: id)
+    Apikeys(KindArgs),
+    /// Administrator accounts (key: id or username)
+    Users(KindArgs),
+    /// Create systems from a CSV file, all in one transaction
+    #[command(after_help = IMPORT_AFTER_HELP)]
+    Import(ImportArgs),
+}
+
+impl Command {
+    /// The kind a kind command is about, and its arguments.
+    fn kind(&self) -> Option<(&'static str, &KindArgs)> {
+        Some(match self {
+            Command::Systems(a) => ("systems", a),
+            Command::Groups(a) => ("groups", a),
+            Command::Nics(a) => ("nics", a),
+            Command::Networks(a) => ("networks", a),
+            Command::Switches(a) => ("switches", a),
+            Command::Switchports(a) => ("switchports", a),
+            Command::Bmcs(a) => ("bmcs", a),
+            Command::Distros(a) => ("distros", a),
+            Command::Images(a) => ("images", a),
+            Command::Repos(a) => ("repos", a),
+            Command::Scripts(a) => ("scripts", a),
+            Command::Jobservers(a) => ("jobservers", a),
+            Command::Jobs(a) => ("jobs", a),
+            Command::Apikeys(a) => ("apikeys", a),
+            Command::Users(a) => ("users", a),
+            Command::Import(_) => return None,
+        })
+    }
+}
+
+/// The arguments of a kind command.
+#[derive(Debug, Args)]
+#[command(after_help = KIND_AFTER_HELP)]
+pub struct KindArgs {
+    /// What to do with rows of this kind.
+    #[command(subcommand)]
+    pub action: Action,
+}
+
+/// What to do with rows of a kind.
+#[derive(Debug, Subcommand)]
+pub enum Action {
+    /// List rows (all of them, page by page, unless --limit)
+    #[command(visible_alias = "ls")]
+    List {
+        /// Only rows whose FIELD equals VALUE; repeat to narrow further
+        #[arg(short, long = "filter", value_name = "FIELD=VALUE")]
+        filters: Vec<String>,
+        /// Sort by FIELD, or by -FIELD for descending order
+        #[arg(short, long, value_name = "FIELD", allow_hyphen_values = true)]
+        sort: Option<String>,
+        /// Show at most N rows
+        #[arg(short, long, value_name = "N")]
+        limit: Option<u32>,
+        /// Print JSON (the same as --output json)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one row, every field
+    #[command(visible_alias = "get")]
+    Show {
+        /// The row's id or slug
+        key: String,
+        /// Print JSON (the same as --output json)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a row from FIELD=VALUE arguments and prints it as stored
+    #[command(visible_alias = "create")]
+    Add {
+        /// The fields: FIELD=VALUE or FIELD:=JSON
+        #[arg(value_name = "FIELD=VALUE")]
+        fields: Vec<String>,
+        /// The body as one JSON object
+        #[arg(long, value_name = "OBJECT")]
+        json: Option<String>,
+    },
+    /// Change fields of a row and print it as stored
+    #[command(visible_alias = "update")]
+    Edit {
+        /// The row's id or slug
+        key: String,
+        /// The fields to change: FIELD=VALUE or FIELD:=JSON
+        #[arg(value_name = "FIELD=VALUE")]
+        fields: Vec<String>,
+        /// The changes as one JSON object
+        #[arg(long, value_name = "OBJECT")]
+        json: Option<String>,
+    },
+    /// Delete a row
+    #[command(visible_alias = "rm")]
+    Delete {
+        /// The row's id or slug
+        key: String,
+    },
+}
+
+/// The arguments of `mash import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The CSV file; - reads standard input
+    #[arg(value_name = "FILE.csv")]
+    pub file: PathBuf,
+    /// Print the bulk body as JSON instead of sending it
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Report at most N of the server's complaints; 0 reports all
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub max_errors: usize,
+}
+
+/// Runs a parsed command line, printing results to `out`.
+pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("could not start the async runtime")?;
+    runtime.block_on(run_async(cli, out))
+}
+
+async fn run_async(cli: Cli, out: &mut dyn Write) -> Result<()> {
+    if let Command::Import(args) = &cli.command {
+        return import(&cli, args, out).await;
+    }
+    let Some((name, args)) = cli.command.kind() else {
+        bail!("no such command");
+    };
+    let kind = kinds::kind(name).with_context(|| format!("mash does not know the kind {name}"))?;
+    let client = connect(&cli.conn)?;
+    match &args.action {
+        Action::List {
+            filters,
+            sort,
+            limit,
+            json,
+        } => {
+            let format = if *json { Format::Json } else { cli.output };
+            list(&client, kind, filters, sort.as_deref(), *limit, format, out).await
+        }
+        Action::Show { key, json } => {
+            let format = if *json { Format::Json } else { cli.output };
+            let item = client
+                .get(kind.name, key)
+                .await
+                .with_context(|| format!("could not show {} {key}", kind.name))?;
+            print_object(&item, format, out)
+        }
+        Action::Add { fields, json } => {
+            let body = body(kind, json.as_deref(), fields)?;
+            let item = client
+                .create(kind.name, &body)
+                .await
+                .with_context(|| format!("could not add to {}", kind.name))?;
+            print_object(&item, cli.output, out)
+        }
+        Action::Edit { key, fields, json } => {
+            let body = body(kind, json.as_deref(), fields)?;
+            let item = client
+                .update(kind.name, key, &body)
+                .await
+                .with_context(|| format!("could not edit {} {key}", kind.name))?;
+            print_object(&item, cli.output, out)
+        }
+        Action::Delete { key } => {
+            client
+                .delete(kind.name, key)
+                .await
+                .with_context(|| format!("could not delete {} {key}", kind.name))?;
+            if cli.output == Format::Table {
+                writeln!(out, "deleted {} {key}", kind.name)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A client from the connection flags, environment and config file.
+fn connect(conn: &ConnArgs) -> Result<Client> {
+    let settings = config::load(conn)?;
+    let mut builder = Client::builder(&settings.url, settings.auth);
+    if let Some(path) = &settings.ca_cert {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("could not read the CA certificate {}", path.display()))?;
+        builder = builder.ca_certificates_pem(pem);
+    }
+    Ok(builder.build()?)
+}
+
+async fn list(
+    client: &Client,
+    kind: &KindInfo,
+    filters: &[String],
+    sort: Option<&str>,
+    limit: Option<u32>,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut query: Vec<(String, String)> = Vec::new();
+    for filter in filters {
+        let Some((field, value)) = filter.split_once('=') else {
+            bail!("--filter {filter:?} is not FIELD=VALUE");
+        };
+        query.push((field.to_owned(), value.to_owned()));
+    }
+    if let Some(sort) = sort {
+        query.push(("sort".to_owned(), sort.to_owned()));
+    }
+    let context = || format!("could not list {}", kind.name);
+    let items = match limit {
+        Some(limit) => {
+            query.push(("limit".to_owned(), limit.to_string()));
+            let page = client.list(kind.name, &query).await.with_context(context)?;
+            if page.total > page.items.len() as u64 && format == Format::Table {
+                eprintln!(
+                    "mash: showing {} of {} {}; raise --limit, or drop it to see all",
+                    page.items.len(),
+                    page.total,
+                    kind.name
+                );
+            }
+            page.items
+        }
+        None => client
+            .list_all(kind.name, &query)
+            .await
+            .with_context(context)?,
+    };
+    match format {
+        Format::Json => out.write_all(output::json(&Value::Array(items)).as_bytes())?,
+        Format::Table => out.write_all(output::list_table(kind, &items).as_bytes())?,
+    }
+    Ok(())
+}
+
+fn print_object(item: &Value, format: Format, out: &mut dyn Write) -> Result<()> {
+    let text = match format {
+        Format::Json => output::json(item),
+        Format::Table => output::object_table(item),
+    };
+    out.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// The body of an add or edit: the `--json` object, then the `FIELD=VALUE`
+/// arguments over it.
+fn body(kind: &KindInfo, json: Option<&str>, fields: &[String]) -> Result<Value> {
+    let mut body = match json {
+        Some(text) => match serde_json::from_str(text).context("--json is not valid JSON")? {
+            Value::Object(map) => map,
+            _ => bail!("--json must be a JSON object"),
+        },
+        None => serde_json::Map::new(),
+    };
+    body.extend(values::parse_assignments(kind, fields)?);
+    if body.is_empty() {
+        bail!("no fields given: pass FIELD=VALUE arguments or --json '<object>'");
+    }
+    Ok(Value::Object(body))
+}
+
+async fn import(cli: &Cli, args: &ImportArgs, out: &mut dyn Write) -> Result<()> {
+    let started = Instant::now();
+    let name = args.file.display().to_string();
+    let parsed = if name == "-" {
+        import::from_csv(std::io::stdin().lock())
+    } else {
+        let file =
+            std::fs::File::open(&args.file).with_context(|| format!("could not open {name}"))?;
+        import::from_csv(std::io::BufReader::new(file))
+    }
+    .with_context(|| format!("{name} is not a valid import file"))?;
+    if args.dry_run {
+        out.write_all(output::json(&Value::Array(parsed.rows)).as_bytes())?;
+        return Ok(());
+    }
+    if parsed.rows.is_empty() {
+        bail!("{name} has no systems to import");
+    }
+    let client = connect(&cli.conn)?;
+    let created = match client.bulk_create("systems", &parsed.rows).await {
+        Ok(created) => created,
+        Err(ClientError::Api { status, body }) if status.is_client_error() => bail!(
+            "the server refused the import ({status}: {}); nothing was created:\n{}",
+            body.error,
+            parsed.lines.explain(&body, args.max_errors)
+        ),
+        Err(err) => return Err(err).with_context(|| format!("could not import {name}")),
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    match cli.output {
+        Format::Json => out.write_all(output::json(&serde_json::to_value(&created)?).as_bytes())?,
+        Format::Table => writeln!(
+            out,
+            "imported {} systems in {seconds:.2} s",
+            created.ids.len()
+        )?,
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_kind_has_a_command_and_back() {
+        let cmd = Cli::command();
+        for kind in kinds::KINDS {
+            let sub = cmd
+                .find_subcommand(kind.name)
+                .unwrap_or_else(|| panic!("no command for {}", kind.name));
+            let cli = Cli::try_parse_from(["mash", kind.name, "list"]).expect("parse");
+            assert_eq!(cli.command.kind().map(|(n, _)| n), Some(kind.name));
+            assert!(sub.get_about().is_some(), "{}", kind.name);
+        }
+        let kind_commands = cmd
+            .get_subcommands()
+            .filter(|s| s.get_name() != "import")
+            .count();
+        assert_eq!(kind_commands, kinds::KINDS.len());
+    }
+
+    #[test]
+    fn parsing() {
+        let cli = Cli::try_parse_from([
+            "mash",
+            "systems",
+            "list",
+            "-f",
+            "image=rocky9",
+            "--filter",
+            "netboot=true",
+            "--sort",
+            "-hostname",
+            "--limit",
+            "5",
+            "--json",
+        ])
+        .expect("parse");
+        match cli.command {
+            Command::Systems(KindArgs {
+                action:
+                    Action::List {
+                        filters,
+                        sort,
+                        limit,
+                        json,
+                    },
+            }) => {
+                assert_eq!(filters, ["image=rocky9", "netboot=true"]);
+                assert_eq!(sort.as_deref(), Some("-hostname"));
+                assert_eq!(limit, Some(5));
+                assert!(json);
+            }
+            other => panic!("{other:?}"),
+        }
+        let cli = Cli::try_parse_from([
+            "mash",
+            "groups",
+            "add",
+            "slug=gpu",
+            "--json",
+            "{\"priority\":3}",
+            "-o",
+            "json",
+        ])
+        .expect("parse");
+        assert_eq!(cli.output, Format::Json);
+        assert!(matches!(
+            cli.command,
+            Command::Groups(KindArgs {
+                action: Action::Add { .. }
+            })
+        ));
+        assert!(Cli::try_parse_from(["mash", "widgets", "list"]).is_err());
+        assert!(Cli::try_parse_from(["mash", "systems", "show"]).is_err());
+    }
+
+    #[test]
+    fn bodies() {
+        let systems = kinds::kind("systems").expect("systems");
+        let fields = ["netboot=false".to_owned(), "hostname=n2".to_owned()];
+        assert_eq!(
+            body(
+                systems,
+                Some(r#"{"hostname":"n1","image":"rocky9"}"#),
+                &fields
+            )
+            .expect("body"),
+            json!({"hostname": "n2", "image": "rocky9", "netboot": false})
+        );
+        for (json, fields, message) in [
+            (None, &[][..], "no fields given"),
+            (Some("[1]"), &[][..], "must be a JSON object"),
+            (Some("{"), &[][..], "not valid JSON"),
+        ] {
+            let err = body(systems, json, fields).expect_err(message);
+            assert!(format!("{err:#}").contains(message), "{err:#}");
+        }
+    }
+
+    #[test]
+    fn help_describes_the_environment_and_the_config_file() {
+        let help = Cli::command().render_long_help().to_string();
+        for needle in [
+            "MPROV_URL",
+            "MPROV_APIKEY",
+            "MPROV_USER",
+            "MPROV_PASSWORD",
+            "mash.toml",
+            "/etc/mprov",
+        ] {
+            assert!(help.contains(needle), "{needle} missing from:\n{help}");
+        }
+    }
+}

@@ -1,0 +1,447 @@
+//! mash against a real control service: `mprov-control serve` on a loopback
+//! port with its folders in a temporary directory, and the `mash` binary run
+//! as a user would, with Basic authentication.
+//!
+//! The server binary is the workspace's `target/<profile>/mprov-control`
+//! (beside this package's `mash`), or `MPROV_CONTROL_BIN`. Cargo builds it for
+//! `cargo test --workspace` when the control package has integration tests;
+//! otherwise run `cargo build -p mprov-control` first. A missing binary fails
+//! the tests with that instruction rather than skipping them.
+
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+const PASSWORD: &str = "mash-test-password";
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running control service and a folder for it and for the test's files.
+struct TestContext {
+    dir: tempfile::TempDir,
+    server: Child,
+    url: String,
+}
+
+impl TestContext {
+    fn start() -> Result<TestContext> {
+        let bin = server_binary()?;
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let log = std::fs::File::create(dir.path().join("server.log"))?;
+        let server = Command::new(&bin)
+            .arg("serve")
+            .env_clear()
+            .env("MPROV_CONFIG_DIR", dir.path().join("etc"))
+            .env("MPROV_STATE_DIR", dir.path().join("var"))
+            .env("MPROV_LISTEN", format!("127.0.0.1:{port}"))
+            .env("MPROV_SUPERUSER_PASSWORD", PASSWORD)
+            .env("MPROV_MPCC_HOSTNAME", "mpcc")
+            .env("MPROV_LOG", "warn")
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("could not start {}", bin.display()))?;
+        let mut ctx = TestContext {
+            dir,
+            server,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        ctx.wait_until_listening(port)?;
+        Ok(ctx)
+    }
+
+    /// Polls the port until the server accepts connections (bounded; no sleep
+    /// guesses, no log scraping).
+    fn wait_until_listening(&mut self, port: u16) -> Result<()> {
+        let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+        let started = Instant::now();
+        loop {
+            if TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if let Some(status) = self.server.try_wait()? {
+                bail!("mprov-control exited with {status}:\n{}", self.log());
+            }
+            if started.elapsed() > START_TIMEOUT {
+                bail!(
+                    "mprov-control did not listen within {START_TIMEOUT:?}:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// `mash` with only the variables we give it, authenticated as admin.
+    fn mash(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_mash"));
+        cmd.env_clear()
+            .env("HOME", self.dir.path())
+            .env("XDG_CONFIG_HOME", self.dir.path().join("xdg"))
+            .env("MPROV_URL", &self.url)
+            .env("MPROV_USER", "admin")
+            .env("MPROV_PASSWORD", PASSWORD)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs mash with `args`; returns stdout, failing on a non-zero exit.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = run(self.mash().args(args));
+        assert!(
+            out.status.success(),
+            "mash {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8(out.stdout).expect("UTF-8 output")
+    }
+
+    /// Runs mash with `args`, expecting it to fail; returns stderr.
+    fn fails(&self, cmd: &mut Command) -> String {
+        let out = run(cmd);
+        assert!(
+            !out.status.success(),
+            "expected failure, got: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).expect("UTF-8 output")
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.ok(args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("mash {args:?}: {e}: {out}"))
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Stops the server; keeps the folder (and its log) when the test failed.
+    fn cleanup(mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+impl Drop for TestContext {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        if std::thread::panicking() {
+            let kept = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("tempdir"));
+            eprintln!("server folder and log kept in {}", kept.keep().display());
+        }
+    }
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("run mash")
+}
+
+fn server_binary() -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("MPROV_CONTROL_BIN") {
+        return Ok(bin.into());
+    }
+    let mash = Path::new(env!("CARGO_BIN_EXE_mash"));
+    let bin = mash.with_file_name("mprov-control");
+    if !bin.exists() {
+        bail!(
+            "{} is missing: run `cargo build -p mprov-control` first, or set MPROV_CONTROL_BIN",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// A port nothing listens on: bind port 0, note the port, release it.
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn ids(items: &Value) -> Vec<&str> {
+    items
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|i| i["hostname"].as_str().expect("hostname"))
+        .collect()
+}
+
+#[test]
+fn add_list_show_edit_delete() {
+    let ctx = TestContext::start().expect("server");
+    ctx.ok(&["groups", "add", "slug=compute", "priority=5"]);
+    ctx.ok(&[
+        "groups",
+        "add",
+        "--json",
+        r#"{"slug":"gpu","name":"GPU nodes"}"#,
+    ]);
+    ctx.ok(&["images", "add", "slug=rocky9"]);
+    ctx.ok(&[
+        "networks",
+        "add",
+        "slug=prov",
+        "subnet=10.0.0.0",
+        "netmask=24",
+    ]);
+
+    let added = ctx.json(&[
+        "systems",
+        "add",
+        "hostname=n001",
+        "image=rocky9",
+        "groups=compute,gpu",
+        "netboot=false",
+        r#"nics:=[{"name":"eth0","mac":"AA:BB:CC:DD:EE:01","ipv4":"10.0.0.1","bootable":true,"network":"prov"}]"#,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(added["hostname"], "n001");
+    assert_eq!(added["netboot"], false);
+    assert_eq!(added["groups"].as_array().map(Vec::len), Some(2));
+    assert_eq!(added["nics"][0]["mac"], "aa:bb:cc:dd:ee:01");
+    ctx.ok(&["systems", "add", "hostname=n002", "image=rocky9"]);
+
+    // The table: a header, then the rows, with the system's NICs summarised.
+    let table = ctx.ok(&[
+        "systems",
+        "list",
+        "--filter",
+        "image=rocky9",
+        "--sort",
+        "hostname",
+    ]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("id") && lines[0].contains("hostname"),
+        "{table}"
+    );
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(
+        lines[1].contains("n001") && lines[1].contains("eth0=aa:bb:cc:dd:ee:01"),
+        "{table}"
+    );
+    assert!(lines[2].contains("n002"), "{table}");
+
+    let sorted = ctx.json(&[
+        "systems",
+        "list",
+        "--sort",
+        "-hostname",
+        "--json",
+        "-f",
+        "image=rocky9",
+    ]);
+    assert_eq!(ids(&sorted), ["n002", "n001"]);
+    let limited = ctx.json(&[
+        "systems",
+        "list",
+        "--sort",
+        "hostname",
+        "--limit",
+        "1",
+        "--json",
+        "-f",
+        "image=rocky9",
+    ]);
+    assert_eq!(ids(&limited), ["n001"]);
+
+    let shown = ctx.json(&["systems", "show", "n001", "--json"]);
+    assert_eq!(shown["id"], added["id"]);
+    let by_id = ctx.json(&["systems", "show", &added["id"].to_string(), "--json"]);
+    assert_eq!(by_id["hostname"], "n001");
+    let table = ctx.ok(&["systems", "show", "n001"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("hostname") && l.ends_with("n001")),
+        "{table}"
+    );
+
+    let edited = ctx.json(&[
+        "systems",
+        "edit",
+        "n001",
+        "netboot=true",
+        "groups=gpu",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(edited["netboot"], true);
+    assert_eq!(edited["groups"].as_array().map(Vec::len), Some(1));
+
+    assert_eq!(
+        ctx.ok(&["systems", "delete", "n002"]),
+        "deleted systems n002\n"
+    );
+    let err = ctx.fails(ctx.mash().args(["systems", "show", "n002"]));
+    assert!(
+        err.starts_with("mash: could not show systems n002: ") && err.contains("404"),
+        "{err}"
+    );
+
+    // Bad values never reach the server; the server's own refusals are shown.
+    let err = ctx.fails(
+        ctx.mash()
+            .args(["systems", "edit", "n001", "netboot=maybe"]),
+    );
+    assert!(err.contains("invalid value for netboot"), "{err}");
+    let err = ctx.fails(ctx.mash().args(["systems", "add", "hostname=bad_name!"]));
+    assert!(err.contains("400 Bad Request"), "{err}");
+    ctx.cleanup();
+}
+
+#[test]
+fn credentials_and_config_files() {
+    let ctx = TestContext::start().expect("server");
+    let err = ctx.fails(
+        ctx.mash()
+            .env("MPROV_PASSWORD", "wrong")
+            .args(["systems", "list"]),
+    );
+    assert!(err.contains("401"), "{err}");
+
+    // No URL anywhere (no default config file yet).
+    let err = ctx.fails(ctx.mash().env_remove("MPROV_URL").args(["systems", "list"]));
+    assert!(err.contains("no server URL"), "{err}");
+
+    // Everything from a config file.
+    let config = ctx.path("mash.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "url = \"{}\"\nuser = \"admin\"\npassword = \"{PASSWORD}\"\n",
+            ctx.url
+        ),
+    )
+    .expect("write");
+    let mut cmd = ctx.mash();
+    cmd.env_remove("MPROV_URL")
+        .env_remove("MPROV_USER")
+        .env_remove("MPROV_PASSWORD")
+        .args([
+            "--config",
+            config.to_str().expect("path"),
+            "groups",
+            "list",
+            "--json",
+        ]);
+    let out = run(&mut cmd);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The default file, under XDG_CONFIG_HOME.
+    let xdg = ctx.path("xdg/mprov");
+    std::fs::create_dir_all(&xdg).expect("mkdir");
+    std::fs::copy(&config, xdg.join("mash.toml")).expect("copy");
+    let mut cmd = ctx.mash();
+    cmd.env_remove("MPROV_URL")
+        .env_remove("MPROV_USER")
+        .env_remove("MPROV_PASSWORD");
+    let out = run(cmd.args(["images", "list"]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    std::fs::write(&config, "url = \"http://x\"\napi_key = \"k\"\n").expect("write");
+    let err =
+        ctx.fails(
+            ctx.mash()
+                .args(["--config", config.to_str().expect("path"), "groups", "list"]),
+        );
+    assert!(err.contains("unknown field `api_key`"), "{err}");
+
+    ctx.cleanup();
+}
+
+#[test]
+fn import_a_thousand_systems() {
+    let ctx = TestContext::start().expect("server");
+    ctx.ok(&["groups", "add", "slug=compute"]);
+    ctx.ok(&["groups", "add", "slug=gpu"]);
+    ctx.ok(&["images", "add", "slug=rocky9"]);
+    ctx.ok(&[
+        "networks",
+        "add",
+        "slug=prov",
+        "subnet=10.0.0.0",
+        "netmask=16",
+    ]);
+    ctx.ok(&[
+        "networks",
+        "add",
+        "slug=ib",
+        "subnet=10.2.0.0",
+        "netmask=16",
+    ]);
+
+    // Two NICs per system, on two rows each.
+    let mut csv = String::from("hostname,image,groups,nic,mac,ipv4,ipv6,network,bootable\n");
+    for i in 0..1000 {
+        csv.push_str(&format!(
+            "c{i:04},rocky9,compute;gpu,eth0,02:00:00:00:{:02x}:{:02x},10.0.{}.{},,prov,true\n",
+            i / 256,
+            i % 256,
+            i / 250 + 1,
+            i % 250 + 1
+        ));
+        csv.push_str(&format!(
+            "c{i:04},,,ib0,,10.2.{}.{},,ib,false\n",
+            i / 250,
+            i % 250 + 1
+        ));
+    }
+    let file = ctx.path("nodes.csv");
+    std::fs::write(&file, &csv).expect("write");
+    let out = ctx.ok(&["import", file.to_str().expect("path")]);
+    assert!(
+        out.starts_with("imported 1000 systems in ") && out.ends_with(" s\n"),
+        "{out}"
+    );
+
+    let all = ctx.json(&["systems", "list", "--json", "-f", "image=rocky9"]);
+    assert_eq!(all.as_array().map(Vec::len), Some(1000));
+    let one = ctx.json(&["systems", "show", "c0999", "--json"]);
+    assert_eq!(one["nics"].as_array().map(Vec::len), Some(2));
+    assert_eq!(one["nics"][0]["mac"], "02:00:00:00:03:e7");
+    assert_eq!(one["nics"][1]["bootable"], false);
+
+    // A refused import names CSV lines and creates nothing.
+    let bad = "hostname,mac,ipv4\n\
+               x1,02:00:00:01:00:01,10.0.9.1\n\
+               x2,zz:zz,10.0.9.2\n\
+               x3,02:00:00:01:00:03,10.0.9.3\n\
+               x3,02:00:00:01:00:04,300.0.0.1\n";
+    let file = ctx.path("bad.csv");
+    std::fs::write(&file, bad).expect("write");
+    let err = ctx.fails(ctx.mash().args(["import", file.to_str().expect("path")]));
+    assert!(err.contains("nothing was created"), "{err}");
+    assert!(err.contains("line 3 (x2)"), "{err}");
+    assert!(err.contains("line 5 (x3)"), "{err}");
+    let err = ctx.fails(ctx.mash().args(["systems", "show", "x1"]));
+    assert!(err.contains("404"), "{err}");
+
+    // Importing the same hosts again conflicts, row by row, capped.
+    let err = ctx.fails(
+        ctx.mash()
+            .args(["import", ctx.path("nodes.csv").to_str().expect("path")]),
+    );
+    assert!(err.contains("lines 2,3 (c0000)"), "{err}");
+    assert!(err.contains("more (--max-errors 0 shows all)"), "{err}");
+    ctx.cleanup();
+}

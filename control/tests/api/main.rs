@@ -1,0 +1,996 @@
+//! The control service's API suite. Every test runs on SQLite, MariaDB and
+//! PostgreSQL (see `common`), against the router in process.
+
+mod common;
+mod process;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use common::{Ctx, VERSION};
+use mprov_control::db::{Engine, Val};
+use serde_json::{Value, json};
+
+/// Checks a response body against its schema in the OpenAPI document.
+fn assert_schema(schema: &str, value: &Value) {
+    let doc = mprov_control::http::openapi::document();
+    let root =
+        json!({"$ref": format!("#/components/schemas/{schema}"), "components": doc["components"]});
+    let validator = jsonschema::validator_for(&root).expect("schema compiles");
+    if let Err(e) = validator.validate(value) {
+        panic!("response does not match schema {schema}: {e}\n{value:#}");
+    }
+}
+
+async fn crud_round_trip(engine: Engine) {
+    let c = Ctx::new(engine).await;
+    let rev0 = c.revision().await;
+    let net = c
+        .ok(
+            "POST",
+            "/api/v1/networks/",
+            Some(json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24, "isdhcp": true})),
+        )
+        .await;
+    assert_schema("Network", &net);
+    let distro = c
+        .ok(
+            "POST",
+            "/api/v1/distros/",
+            Some(json!({"slug": "rocky-9", "initial_mods": "e1000"})),
+        )
+        .await;
+    let image = c
+        .ok(
+            "POST",
+            "/api/v1/images/",
+            Some(json!({"slug": "compute", "distro": "rocky-9"})),
+        )
+        .await;
+    assert_eq!(image["distro"], distro["id"]);
+    let group = c
+        .ok(
+            "POST",
+            "/api/v1/groups/",
+            Some(json!({"slug": "gpu", "priority": 5})),
+        )
+        .await;
+    let sys = c
+        .ok(
+            "POST",
+            "/api/v1/systems/",
+            Some(json!({
+                "hostname": "C01",
+                "image": "compute",
+                "groups": ["gpu"],
+                "nics": [{"name": "eth0", "mac": "52-54-00-AA-BB-01", "ipv4": "10.0.0.21", "network": "prov", "bootable": true}]
+            })),
+        )
+        .await;
+    assert_schema("System", &sys);
+    assert_eq!(sys["hostname"], "c01");
+    assert_eq!(sys["image"], image["id"]);
+    assert_eq!(sys["groups"], json!([group["id"]]));
+    assert_eq!(sys["nics"][0]["mac"], "52:54:00:aa:bb:01");
+    assert_eq!(sys["nics"][0]["network"], net["id"]);
+    assert!(c.revision().await > rev0, "writes bump the revision");
+
+    // Get by id and by slug; the NIC is its own resource too.
+    let id = sys["id"].as_i64().unwrap();
+    assert_eq!(
+        c.ok("GET", &format!("/api/v1/systems/{id}"), None).await,
+        sys
+    );
+    assert_eq!(c.ok("GET", "/api/v1/systems/c01/", None).await, sys);
+    let nics = c
+        .ok("GET", &format!("/api/v1/nics/?system={id}"), None)
+        .await;
+    assert_schema("NicList", &nics);
+    assert_eq!(nics["total"], 1);
+
+    // Filters on fields and relations, sorting, paging.
+    for h in ["c03", "c02", "c04"] {
+        c.ok("POST", "/api/v1/systems/", Some(json!({"hostname": h})))
+            .await;
+    }
+    let list = c
+        .ok("GET", "/api/v1/systems/?sort=-hostname&limit=2", None)
+        .await;
+    assert_schema("SystemList", &list);
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["hostname"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["c04", "c03"]);
+    assert_eq!(list["total"], 4);
+    let next = list["next"].as_str().unwrap();
+    let page2 = c
+        .ok(
+            "GET",
+            &format!("/api/v1/systems/?sort=-hostname&limit=2&cursor={next}"),
+            None,
+        )
+        .await;
+    let names2: Vec<&str> = page2["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["hostname"].as_str().unwrap())
+        .collect();
+    assert_eq!(names2, ["c02", "c01"]);
+    assert_eq!(page2["next"], Value::Null);
+    let in_gpu = c.ok("GET", "/api/v1/systems/?groups=gpu", None).await;
+    assert_eq!(in_gpu["total"], 1);
+    let by_image = c.ok("GET", "/api/v1/systems/?image=compute", None).await;
+    assert_eq!(by_image["total"], 1);
+    let no_image = c.ok("GET", "/api/v1/systems/?image=null", None).await;
+    assert_eq!(no_image["total"], 3);
+
+    // Update: only the fields given; relations replaced.
+    let upd = c
+        .ok(
+            "PATCH",
+            "/api/v1/systems/c01",
+            Some(json!({"stateful": true, "groups": []})),
+        )
+        .await;
+    assert_eq!(upd["stateful"], true);
+    assert_eq!(upd["groups"], json!([]));
+    assert_eq!(upd["image"], image["id"]);
+
+    // Delete takes the NICs along.
+    let rev = c.revision().await;
+    let (status, body) = c.call("DELETE", "/api/v1/systems/c01", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert_eq!(c.revision().await, rev + 1);
+    assert_eq!(
+        c.call("GET", "/api/v1/systems/c01", None).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(c.ok("GET", "/api/v1/nics/", None).await["total"], 0);
+    assert_eq!(
+        c.call("DELETE", "/api/v1/systems/c01", None).await.0,
+        StatusCode::NOT_FOUND
+    );
+    c.cleanup().await;
+}
+
+fn system_rows(n: usize, start: usize) -> Vec<Value> {
+    (start..start + n)
+        .map(|i| {
+            json!({
+                "hostname": format!("n{i:05}"),
+                "groups": ["all"],
+                "nics": [{"name": "eth0", "mac": format!("02:00:00:{:02x}:{:02x}:{:02x}", i >> 16 & 0xff, i >> 8 & 0xff, i & 0xff), "ipv4": format!("10.{}.{}.{}", i >> 16 & 0xff, i >> 8 & 0xff, i & 0xff), "bootable": true}]
+            })
+        })
+        .collect()
+}
+
+async fn bulk_create_is_all_or_nothing(engine: Engine) {
+    let c = Ctx::new(engine).await;
+    c.ok("POST", "/api/v1/groups/", Some(json!({"slug": "all"})))
+        .await;
+    let created = c
+        .ok(
+            "POST",
+            "/api/v1/systems/bulk",
+            Some(Value::Array(system_rows(1000, 0))),
+        )
+        .await;
+    assert_schema("BulkCreated", &created);
+    assert_eq!(created["ids"].as_array().unwrap().len(), 1000);
+    let list = c.ok("GET", "/api/v1/systems/?limit=1000", None).await;
+    assert_eq!(list["total"], 1000);
+    assert!(
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["nics"].as_array().unwrap().len() == 1)
+    );
+    assert_eq!(
+        c.ok("GET", "/api/v1/groups/all", None).await["systems"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1000
+    );
+
+    // Two bad rows: nothing is written and both are named.
+    let mut rows = system_rows(10, 5000);
+    rows[3]["nics"][0]["mac"] = json!("not-a-mac");
+    rows[7]["hostname"] = json!("n00001"); // taken by the first batch
+    let rev = c.revision().await;
+    let (status, err) = c
+        .call(
+            "POST",
+            "/api/v1/systems/bulk",
+            Some(Value::Array(rows.clone())),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("rows[3].nics[0].mac"),
+        "{err}"
+    );
+    rows[3]["nics"][0]["mac"] = json!("02:99:00:00:00:01");
+    let (status, err) = c
+        .call(
+            "POST",
+            "/api/v1/systems/bulk",
+            Some(Value::Array(rows.clone())),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("rows[7].hostname"),
+        "{err}"
+    );
+    // A MAC given twice in one batch names both places.
+    rows[7]["hostname"] = json!("fresh");
+    rows[8]["nics"][0]["mac"] = rows[2]["nics"][0]["mac"].clone();
+    let (status, err) = c
+        .call("POST", "/api/v1/systems/bulk", Some(Value::Array(rows)))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    let msg = err["message"].as_str().unwrap();
+    assert!(
+        msg.contains("rows[8].nics[0].mac") && msg.contains("rows[2].nics[0].mac"),
+        "{err}"
+    );
+    assert_eq!(
+        c.ok("GET", "/api/v1/systems/?limit=1", None).await["total"],
+        1000,
+        "nothing written"
+    );
+    assert_eq!(
+        c.revision().await,
+        rev,
+        "failed writes do not bump the revision"
+    );
+    c.cleanup().await;
+}
+
+async fn group_of_70000(engine: Engine) {
+    let c = Ctx::new(engine).await;
+    const N: usize = 70_000;
+    // Make the systems straight in the database: what is under test is the
+    // group's save and load through the API, past every engine's bind limit.
+    let db = &c.state.db;
+    let mut tx = db.pool().begin().await.unwrap();
+    for chunk in (0..N).collect::<Vec<_>>().chunks(400) {
+        let mut sql = db.sql();
+        sql.push("INSERT INTO systems (hostname, install_kernel_cmdline, initial_mods, tmpfs_root_size, prov_interface, config_params, stateful, netboot, created_at, updated_at) VALUES ");
+        for (j, i) in chunk.iter().enumerate() {
+            if j > 0 {
+                sql.push(", ");
+            }
+            let t = Val::Text(Some(String::new()));
+            sql.bind_list([
+                Val::Text(Some(format!("h{i}"))),
+                t.clone(),
+                t.clone(),
+                Val::Int(Some(0)),
+                t.clone(),
+                t.clone(),
+                Val::Bool(Some(false)),
+                Val::Bool(Some(true)),
+                Val::Text(Some("2026-01-01T00:00:00Z".into())),
+                Val::Text(Some("2026-01-01T00:00:00Z".into())),
+            ]);
+        }
+        sql.query().execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let ids: Vec<i64> = {
+        let mut ids = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let path = match &cursor {
+                Some(cur) => format!("/api/v1/systems/?limit=1000&cursor={cur}"),
+                None => "/api/v1/systems/?limit=1000".into(),
+            };
+            let page = c.ok("GET", &path, None).await;
+            ids.extend(
+                page["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s["id"].as_i64().unwrap()),
+            );
+            match page["next"].as_str() {
+                Some(n) => cursor = Some(n.to_owned()),
+                None => break,
+            }
+        }
+        ids
+    };
+    assert_eq!(ids.len(), N);
+    let group = c
+        .ok(
+            "POST",
+            "/api/v1/groups/",
+            Some(json!({"slug": "everyone", "systems": ids})),
+        )
+        .await;
+    assert_eq!(group["systems"].as_array().unwrap().len(), N);
+    let loaded = c.ok("GET", "/api/v1/groups/everyone", None).await;
+    let mut got: Vec<i64> = loaded["systems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    got.sort_unstable();
+    let mut want = ids.clone();
+    want.sort_unstable();
+    assert_eq!(got, want);
+    // Shrinking it replaces the set.
+    let half: Vec<i64> = ids[..N / 2].to_vec();
+    let upd = c
+        .ok(
+            "PATCH",
+            "/api/v1/groups/everyone",
+            Some(json!({"systems": half})),
+        )
+        .await;
+    assert_eq!(upd["systems"].as_array().unwrap().len(), N / 2);
+    assert_eq!(
+        c.ok("GET", "/api/v1/systems/?groups=everyone&limit=1", None)
+            .await["total"],
+        N / 2
+    );
+    c.cleanup().await;
+}
+
+async fn bad_input_gets_clear_4xx(engine: Engine) {
+    let c = Ctx::new(engine).await;
+    let auth = format!("Api-Key {}", c.key);
+    let raw = |method: &str, path: &str, ct: Option<&str>, body: Vec<u8>| {
+        let mut r = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::AUTHORIZATION, &auth)
+            .header(VERSION, mprov_api::api_version());
+        if let Some(ct) = ct {
+            r = r.header(header::CONTENT_TYPE, ct);
+        }
+        r.body(Body::from(body)).unwrap()
+    };
+    let json_ct = Some("application/json");
+    for (req, want, needle) in [
+        (
+            raw(
+                "POST",
+                "/api/v1/systems/",
+                json_ct,
+                b"{\"hostname\": ".to_vec(),
+            ),
+            StatusCode::BAD_REQUEST,
+            "not valid JSON",
+        ),
+        (
+            raw("POST", "/api/v1/systems/", json_ct, b"[1,2]".to_vec()),
+            StatusCode::BAD_REQUEST,
+            "expected a JSON object",
+        ),
+        (
+            raw(
+                "POST",
+                "/api/v1/systems/",
+                Some("text/plain"),
+                b"hostname=x".to_vec(),
+            ),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "JSON",
+        ),
+        (
+            raw("POST", "/api/v1/systems/", json_ct, vec![b' '; 17 << 20]),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "limit",
+        ),
+        (
+            raw("POST", "/api/v1/systems/bulk", json_ct, b"{}".to_vec()),
+            StatusCode::BAD_REQUEST,
+            "list",
+        ),
+        (
+            raw("POST", "/api/v1/systems/bulk", json_ct, b"[]".to_vec()),
+            StatusCode::BAD_REQUEST,
+            "1 to",
+        ),
+        (
+            raw("PUT", "/api/v1/systems/", json_ct, b"{}".to_vec()),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method",
+        ),
+        (
+            raw("GET", "/api/v1/nothing/", None, vec![]),
+            StatusCode::NOT_FOUND,
+            "no such endpoint",
+        ),
+    ] {
+        let (status, body) = c.send(req).await;
+        assert_eq!(status, want, "{body}");
+        assert!(
+            body["message"].as_str().unwrap().contains(needle),
+            "{needle:?} not in {body}"
+        );
+    }
+    for (body, field, needle) in [
+        (json!({"hostname": 5}), "hostname", "expected a string"),
+        (
+            json!({"hostname": "a b"}),
+            "hostname",
+            "not a valid host name",
+        ),
+        (
+            json!({"hostname": "x", "colour": 1}),
+            "colour",
+            "unknown field",
+        ),
+        (json!({"hostname": "x", "id": 1}), "id", "read-only"),
+        (
+            json!({"hostname": "x", "tmpfs_root_size": "8"}),
+            "tmpfs_root_size",
+            "integer",
+        ),
+        (
+            json!({"hostname": "x", "tmpfs_root_size": -1}),
+            "tmpfs_root_size",
+            "between",
+        ),
+        (
+            json!({"hostname": "x", "stateful": "yes"}),
+            "stateful",
+            "true or false",
+        ),
+        (
+            json!({"hostname": "x", "image": "nope"}),
+            "image",
+            "no images",
+        ),
+        (json!({"hostname": "x", "groups": "gpu"}), "groups", "list"),
+        (
+            json!({"hostname": "x", "config_params": "a: [1"}),
+            "config_params",
+            "line",
+        ),
+        (
+            json!({"hostname": "x", "config_params": "- a list"}),
+            "config_params",
+            "mapping",
+        ),
+        (
+            json!({"hostname": "x", "nics": [{"mac": "52:54:00:zz:00:01"}]}),
+            "nics[0].mac",
+            "MAC",
+        ),
+        (
+            json!({"hostname": "x", "nics": [{"ipv4": "10.0.0.300"}]}),
+            "nics[0].ipv4",
+            "IPv4",
+        ),
+        (
+            json!({"hostname": "x", "nics": [{"ipv6": "fe80::g"}]}),
+            "nics[0].ipv6",
+            "IPv6",
+        ),
+        (
+            json!({"hostname": "x", "nics": [{"mtu": 10}]}),
+            "nics[0].mtu",
+            "between",
+        ),
+        (json!({}), "hostname", "required"),
+    ] {
+        let (status, err) = c.call("POST", "/api/v1/systems/", Some(body.clone())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body} -> {err}");
+        assert_schema("Error", &err);
+        assert_eq!(err["field"], field, "{body} -> {err}");
+        assert!(
+            err["message"].as_str().unwrap().contains(needle),
+            "{needle:?} not in {err}"
+        );
+    }
+    for (path, field) in [
+        ("/api/v1/systems/?colour=red", "colour"),
+        ("/api/v1/systems/?sort=config_params", "sort"),
+        ("/api/v1/systems/?limit=0", "limit"),
+        ("/api/v1/systems/?limit=abc", "limit"),
+        ("/api/v1/systems/?cursor=zzz", "cursor"),
+        ("/api/v1/systems/?tmpfs_root_size=big", "tmpfs_root_size"),
+        ("/api/v1/bmcs/?password=x", "password"),
+    ] {
+        let (status, err) = c.call("GET", path, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path} -> {err}");
+        assert_eq!(err["field"], field, "{path} -> {err}");
+    }
+    // Patch: unknown fields and children are refused; a missing row is 404.
+    c.ok("POST", "/api/v1/systems/", Some(json!({"hostname": "x1"})))
+        .await;
+    let (status, err) = c
+        .call("PATCH", "/api/v1/systems/x1", Some(json!({"nics": []})))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        err["message"].as_str().unwrap().contains("/api/v1/nics/"),
+        "{err}"
+    );
+    assert_eq!(
+        c.call("PATCH", "/api/v1/systems/nope", Some(json!({})))
+            .await
+            .0,
+        StatusCode::NOT_FOUND
+    );
+    let (status, err) = c
+        .call("POST", "/api/v1/systems/", Some(json!({"hostname": "X1"})))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    assert_eq!(err["field"], "hostname");
+    c.cleanup().await;
+}
+
+async fn auth_and_version_lock(engine: Engine) {
+    let c = Ctx::new(engine).await;
+    let v = mprov_api::api_version();
+    let req = |auth: Option<String>, version: Option<&str>, path: &str| {
+        let mut r = Request::builder().uri(path);
+        if let Some(a) = auth {
+            r = r.header(header::AUTHORIZATION, a);
+        }
+        if let Some(v) = version {
+            r = r.header(VERSION, v);
+        }
+        r.body(Body::empty()).unwrap()
+    };
+    let key = Some(format!("Api-Key {}", c.key));
+    let bad_key = Some(format!("Api-Key {}x", c.key));
+    let sys = "/api/v1/systems/";
+    // Authentication first (401), then the version (426).
+    for (auth, version, want) in [
+        (None, Some(v), StatusCode::UNAUTHORIZED),
+        (None, None, StatusCode::UNAUTHORIZED),
+        (bad_key.clone(), Some("0.0"), StatusCode::UNAUTHORIZED),
+        (Some("Bearer abc".into()), Some(v), StatusCode::UNAUTHORIZED),
+        (
+            Some("Api-Key nodot".into()),
+            Some(v),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (key.clone(), Some(v), StatusCode::OK),
+        (key.clone(), Some("0.0"), StatusCode::UPGRADE_REQUIRED),
+        (key.clone(), Some("99.1"), StatusCode::UPGRADE_REQUIRED),
+        (key.clone(), None, StatusCode::UPGRADE_REQUIRED),
+    ] {
+        let (status, headers, body) = c.send_full(req(auth.clone(), version, sys)).await;
+        assert_eq!(status, want, "{auth:?} {version:?}: {body}");
+        assert_eq!(headers[VERSION], v, "every response carries the version");
+        if status == StatusCode::UPGRADE_REQUIRED {
+            let msg = body["message"].as_str().unwrap();
+            assert!(msg.contains(v), "names the server's version: {msg}");
+            if let Some(sent) = version {
+                assert!(msg.contains(sent), "names the client's version: {msg}");
+            }
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            assert!(headers.contains_key(header::WWW_AUTHENTICATE));
+        }
+    }
+    // The API description is public and exempt.
+    assert_eq!(
+        c.send(req(None, None, "/api/v1/openapi.json")).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        c.send(req(key.clone(), None, "/api/v1/openapi.json"))
+            .await
+            .0,
+        StatusCode::OK
+    );
+
+    // Basic auth with a user; a read-only user cannot write.
+    c.ok(
+        "POST",
+        "/api/v1/users/",
+        Some(json!({"username": "ops", "password": "correct horse", "is_admin": false})),
+    )
+    .await;
+    let basic = |u: &str, p: &str| {
+        use base64::Engine as _;
+        Some(format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+        ))
+    };
+    assert_eq!(
+        c.send(req(basic("ops", "correct horse"), Some(v), sys))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        c.send(req(basic("ops", "correct horse"), Some(v), sys))
+            .await
+            .0,
+        StatusCode::OK,
+        "cached"
+    );
+    assert_eq!(
+        c.send(req(basic("ops", "wrong"), Some(v), sys)).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        c.send(req(basic("nobody", "x"), Some(v), sys)).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        c.send(req(basic("ops", "correct horse"), None, sys))
+            .await
+            .0,
+        StatusCode::UPGRADE_REQUIRED
+    );
+    let write = Request::builder()
+        .method("POST")
+        .uri(sys)
+        .header(
+            header::AUTHORIZATION,
+            basic("ops", "correct horse").unwrap(),
+        )
+        .header(VERSION, v)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({"hostname": "x"}).to_string()))
+        .unwrap();
+    assert_eq!(c.send(write).await.0, StatusCode::FORBIDDEN);
+    let user = c.ok("GET", "/api/v1/users/ops", None).await;
+    assert_schema("User", &user);
+    assert!(
+        user.get("password").is_none(),
+        "password hashes are never returned"
+    );
+
+    // API keys: shown once, revocable, expiring.
+    let made = c
+        .ok("POST", "/api/v1/apikeys/", Some(json!({"name": "ci"})))
+        .await;
+    assert_schema("ApiKey", &made);
+    let new_key = Some(format!("Api-Key {}", made["key"].as_str().unwrap()));
+    assert_eq!(
+        c.send(req(new_key.clone(), Some(v), sys)).await.0,
+        StatusCode::OK
+    );
+    let listed = c
+        .ok("GET", &format!("/api/v1/apikeys/{}", made["id"]), None)
+        .await;
+    assert!(
+        listed.get("key").is_none() && listed.get("hash").is_none(),
+        "{listed}"
+    );
+    c.ok(
+        "PATCH",
+        &format!("/api/v1/apikeys/{}", made["id"]),
+        Some(json!({"revoked": true})),
+    )
+    .await;
+    let (status, body) = c.send(req(new_key, Some(v), sys)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(body["message"].as_str().unwrap().contains("revoked"));
+    let old = c
+        .ok(
+            "POST",
+            "/api/v1/apikeys/",
+            Some(json!({"name": "old", "expires_at": "2020-01-01T00:00:00Z"})),
+        )
+        .await;
+    let (status, body) = c
+        .send(req(
+            Some(format!("Api-Key {}", old["key"].as_str().unwrap())),
+            Some(v),
+            sys,
+        ))
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(body["message"].as_str().unwrap().contains("expired"));
+
+    // Host header check.
+    let mut evil = req(key.clone(), Some(v), sys);
+    evil.headers_mut()
+        .insert(header::HOST, "evil.example".parse().unwrap());
+    let (status, body) = c.send(evil).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body["message"].as_str().unwrap().contains("ALLOWED_HOSTS"));
+    let mut local = req(key.clone(), Some(v), sys);
+    local
+        .headers_mut()
+        .insert(header::HOST, "localhost:8080".parse().unwrap());
+    assert_eq!(c.send(local).await.0, StatusCode::OK);
+    c.cleanup().await;
+
+    // The skip variable: only exactly "1" turns the check off; exempt paths too.
+    for (args, want) in [
+        (vec!["--skip-version-check", "1"], StatusCode::OK),
+        (
+            vec!["--skip-version-check", "true"],
+            StatusCode::UPGRADE_REQUIRED,
+        ),
+        (
+            vec!["--skip-version-check", ""],
+            StatusCode::UPGRADE_REQUIRED,
+        ),
+        (vec![], StatusCode::UPGRADE_REQUIRED),
+        (vec!["--version-exempt", "/api/v1/systems/"], StatusCode::OK),
+    ] {
+        let c = Ctx::with_args(engine, &args).await;
+        let key = Some(format!("Api-Key {}", c.key));
+        assert_eq!(
+            c.send(req(key.clone(), None, sys)).await.0,
+            want,
+            "{args:?}"
+        );
+        assert_eq!(
+            c.send(req(key.clone(), Some("0.0"), sys)).await.0,
+            want,
+            "{args:?}"
+        );
+        assert_eq!(
+            c.send(req(None, None, sys)).await.0,
+            StatusCode::UNAUTHORIZED,
+            "auth is still checked"
+        );
+        c.cleanup().await;
+    }
+}
+
+async fn secrets_are_encrypted_and_never_returned(engine: Engine) {
+    let c = Ctx::new(engine).await;
+    c.ok("POST", "/api/v1/systems/", Some(json!({"hostname": "c01"})))
+        .await;
+    let bmc = c
+        .ok("POST", "/api/v1/bmcs/", Some(json!({"system": "c01", "ipv4": "10.1.0.21", "username": "root", "password": "calvin-secret"})))
+        .await;
+    assert_schema("Bmc", &bmc);
+    assert_eq!(bmc["password_set"], true);
+    assert!(bmc.get("password").is_none());
+    let listed = c.ok("GET", "/api/v1/bmcs/", None).await;
+    assert!(!listed.to_string().contains("calvin"), "{listed}");
+    let row = sqlx::query("SELECT password FROM bmcs")
+        .fetch_one(c.state.db.pool())
+        .await
+        .unwrap();
+    let stored: String = sqlx::Row::try_get(&row, "password").unwrap();
+    assert!(
+        stored.starts_with("v1:") && !stored.contains("calvin"),
+        "{stored}"
+    );
+    assert_eq!(c.state.secrets.open(&stored).unwrap(), "calvin-secret");
+    let cleared = c
+        .ok(
+            "PATCH",
+            &format!("/api/v1/bmcs/{}", bmc["id"]),
+            Some(json!({"password": null})),
+        )
+        .await;
+    assert_eq!(cleared["password_set"], false);
+    c.cleanup().await;
+}
+
+async fn effective_config_layers(engine: Engine) {
+    let c = Ctx::new(engine).await;
+    let s1 = c
+        .ok(
+            "POST",
+            "/api/v1/scripts/",
+            Some(json!({"slug": "motd", "script_type": "post-boot", "content": "echo hi"})),
+        )
+        .await;
+    c.ok(
+        "POST",
+        "/api/v1/scripts/",
+        Some(json!({"slug": "ldap", "script_type": "post-boot"})),
+    )
+    .await;
+    c.ok(
+        "POST",
+        "/api/v1/distros/",
+        Some(json!({"slug": "d", "install_kernel_cmdline": "console=ttyS0", "initial_mods": "e1000", "tmpfs_root_size": 8, "scripts": ["motd", "ldap"], "config_params": "ntp:\n  server: a\n"})),
+    )
+    .await;
+    c.ok(
+        "POST",
+        "/api/v1/images/",
+        Some(json!({"slug": "img", "distro": "d", "initial_mods": "virtio_net"})),
+    )
+    .await;
+    c.ok(
+        "POST",
+        "/api/v1/groups/",
+        Some(json!({"slug": "late", "priority": 10, "install_kernel_cmdline": "=quiet"})),
+    )
+    .await;
+    c.ok("POST", "/api/v1/groups/", Some(json!({"slug": "early", "priority": 1, "config_params": "disable_scripts: [ldap]\nntp:\n  pool: b\n"}))).await;
+    c.ok(
+        "POST",
+        "/api/v1/systems/",
+        Some(json!({"hostname": "c01", "image": "img", "groups": ["late", "early"], "tmpfs_root_size": 16, "install_kernel_cmdline": "mitigations=off"})),
+    )
+    .await;
+    let eff = c.ok("GET", "/api/v1/systems/c01/config", None).await;
+    assert_schema("EffectiveConfig", &eff);
+    assert_eq!(eff["kernel_cmdline"], "quiet mitigations=off");
+    assert_eq!(eff["initial_mods"], json!(["e1000", "virtio_net"]));
+    assert_eq!(eff["tmpfs_root_size"], 16);
+    assert_eq!(
+        eff["config_params"]["ntp"],
+        json!({"server": "a", "pool": "b"})
+    );
+    assert_eq!(eff["scripts"], json!([{"id": s1["id"], "slug": "motd"}]));
+    assert_eq!(
+        eff["layers"],
+        json!([
+            "distro d",
+            "group early",
+            "group late",
+            "image img",
+            "system c01"
+        ])
+    );
+    assert_eq!(
+        c.call("GET", "/api/v1/systems/nope/config", None).await.0,
+        StatusCode::NOT_FOUND
+    );
+    c.cleanup().await;
+}
+
+async fn versions_and_rebuilds(engine: Engine) {
+    let c = Ctx::new(engine).await;
+    let js = c
+        .ok(
+            "POST",
+            "/api/v1/jobservers/",
+            Some(json!({"name": "js1", "addresses": ["10.0.0.2"]})),
+        )
+        .await;
+    assert_schema("JobServer", &js);
+    let img = c
+        .ok("POST", "/api/v1/images/", Some(json!({"slug": "compute"})))
+        .await;
+    assert_eq!(img["version"], 1);
+    c.ok(
+        "PATCH",
+        "/api/v1/images/compute",
+        Some(json!({"jobservers": ["js1"]})),
+    )
+    .await;
+    let img = c
+        .ok(
+            "PATCH",
+            "/api/v1/images/compute",
+            Some(json!({"needs_rebuild": true})),
+        )
+        .await;
+    assert_eq!(img["version"], 2);
+    assert_eq!(
+        img["jobservers"],
+        json!([]),
+        "no job server hosts the new version yet"
+    );
+    let jobs = c.ok("GET", "/api/v1/jobs/?module=image-update", None).await;
+    assert_schema("JobList", &jobs);
+    assert_eq!(jobs["total"], 1);
+    assert_eq!(
+        jobs["items"][0]["params"],
+        json!({"image": "compute", "version": 2})
+    );
+    assert_eq!(jobs["items"][0]["status"], "pending");
+    let (status, _) = c
+        .call(
+            "PATCH",
+            "/api/v1/images/compute",
+            Some(json!({"version": 7})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "version is the server's");
+
+    let s = c
+        .ok(
+            "POST",
+            "/api/v1/scripts/",
+            Some(json!({"slug": "s", "script_type": "image-gen", "content": "a"})),
+        )
+        .await;
+    assert_eq!(s["version"], 1);
+    assert_eq!(
+        c.ok("PATCH", "/api/v1/scripts/s", Some(json!({"content": "a"})))
+            .await["version"],
+        1
+    );
+    assert_eq!(
+        c.ok("PATCH", "/api/v1/scripts/s", Some(json!({"content": "b"})))
+            .await["version"],
+        2
+    );
+    c.cleanup().await;
+}
+
+async fn every_kind_round_trips_its_schema(engine: Engine) {
+    let c = Ctx::new(engine).await;
+    let index = c.ok("GET", "/api/v1/", None).await;
+    assert_eq!(
+        index["kinds"].as_array().unwrap().len(),
+        mprov_control::db::kinds::KINDS.len()
+    );
+    c.ok(
+        "POST",
+        "/api/v1/networks/",
+        Some(json!({"slug": "mgmt", "subnet": "10.1.0.0", "netmask": 16})),
+    )
+    .await;
+    c.ok(
+        "POST",
+        "/api/v1/switches/",
+        Some(json!({"hostname": "sw1", "network": "mgmt", "mgmt_ip": "10.1.0.2"})),
+    )
+    .await;
+    c.ok(
+        "POST",
+        "/api/v1/switchports/",
+        Some(json!({"switch": "sw1", "name": "5"})),
+    )
+    .await;
+    c.ok(
+        "POST",
+        "/api/v1/repos/",
+        Some(json!({"slug": "baseos", "url": "http://mirror.invalid/baseos"})),
+    )
+    .await;
+    c.ok(
+        "POST",
+        "/api/v1/jobs/",
+        Some(json!({"module": "libgenders", "params": {"x": [1, 2]}})),
+    )
+    .await;
+    for kind in mprov_control::db::kinds::KINDS {
+        let list = c.ok("GET", &format!("/api/v1/{}/", kind.name), None).await;
+        assert_schema(&format!("{}List", kind.schema), &list);
+    }
+    c.cleanup().await;
+}
+
+async fn first_start_files_and_log(engine: Engine) {
+    process::first_start(engine).await;
+}
+
+engine_tests!(
+    crud_round_trip,
+    bulk_create_is_all_or_nothing,
+    group_of_70000,
+    bad_input_gets_clear_4xx,
+    auth_and_version_lock,
+    secrets_are_encrypted_and_never_returned,
+    effective_config_layers,
+    versions_and_rebuilds,
+    every_kind_round_trips_its_schema,
+    first_start_files_and_log,
+);
+
+#[test]
+fn openapi_matches_its_snapshot() {
+    let doc = mprov_control::http::openapi::document();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots/openapi.json");
+    let rendered = format!("{}\n", serde_json::to_string_pretty(doc).unwrap());
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(path, &rendered).unwrap();
+    }
+    let stored = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        stored == rendered,
+        "the OpenAPI document changed; review it and run with UPDATE_SNAPSHOTS=1 to accept"
+    );
+}

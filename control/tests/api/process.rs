@@ -1,0 +1,232 @@
+//! The real `mprov-control serve` process: first start and second start, judged
+//! by the files it writes (content and mode), its log, and its API.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mprov_control::db::Engine;
+use serde_json::Value;
+
+use crate::common::TestDb;
+
+struct Server {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Server {
+    fn start(dir: &Path, db_url: &str, run: usize, env: &[(&str, &str)]) -> Server {
+        let port = free_port();
+        let log = dir.join(format!("serve-{run}.log"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-control"));
+        cmd.arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("MPROV_CONFIG_DIR", dir.join("etc"))
+            .env("MPROV_STATE_DIR", dir.join("var"))
+            .env("MPROV_LISTEN", format!("127.0.0.1:{port}"))
+            .env("MPROV_DATABASE_URL", db_url)
+            .env("MPROV_MPCC_HOSTNAME", "mpcc")
+            .env("MPROV_MPCC_IPs", "10.0.0.1,fd00::1")
+            .env("MPROV_DOMAINNAME", "cluster")
+            .env("MPROV_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start mprov-control");
+        let mut server = Server { child, port, log };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("mprov-control exited with {status}:\n{}", server.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mprov-control did not listen within 60 s:\n{}",
+                server.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A GET with an API key; the status and the JSON body.
+    fn get(&self, path: &str, auth: &str) -> (u16, Value) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.0\r\nHost: localhost\r\nAuthorization: {auth}\r\nmProv-Version: {}\r\n\r\n",
+            mprov_api::api_version()
+        )
+        .unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        let status = resp
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = resp
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    }
+
+    /// Stops it with SIGTERM, as systemd would, and waits.
+    fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(
+                    status.success(),
+                    "exit status {status} after SIGTERM:\n{}",
+                    self.log_text()
+                );
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("mprov-control did not stop within 20 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.log_text()
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+fn snapshot(dir: &Path) -> Vec<(String, String, std::time::SystemTime, u32)> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let meta = std::fs::metadata(&p).unwrap();
+            (
+                p.display().to_string(),
+                std::fs::read_to_string(&p).unwrap(),
+                meta.modified().unwrap(),
+                mode(&p),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+pub(crate) async fn first_start(engine: Engine) {
+    let db = TestDb::new(engine).await;
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || check_first_and_second_start(&d, &url))
+        .await
+        .unwrap();
+    db.cleanup().await;
+
+    // With MPROV_SUPERUSER_PASSWORD, no password file and no password in the log.
+    let db = TestDb::new(engine).await;
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let s = Server::start(
+            &d,
+            &url,
+            1,
+            &[("MPROV_SUPERUSER_PASSWORD", "given password 1")],
+        );
+        use base64::Engine as _;
+        let basic = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("admin:given password 1")
+        );
+        assert_eq!(s.get("/api/v1/systems/mpcc", &basic).0, 200);
+        let log = s.stop();
+        assert!(!d.join("etc/superuser_password").exists());
+        assert!(!log.contains("given password 1"), "{log}");
+        assert!(log.contains("MPROV_SUPERUSER_PASSWORD"), "{log}");
+    })
+    .await
+    .unwrap();
+    db.cleanup().await;
+}
+
+fn check_first_and_second_start(dir: &Path, url: &str) {
+    let etc = dir.join("etc");
+    let s = Server::start(dir, url, 1, &[]);
+    let password = std::fs::read_to_string(etc.join("superuser_password")).unwrap();
+    let password = password.trim();
+    assert!(password.len() >= 20, "a long random password: {password:?}");
+    let secret = std::fs::read_to_string(etc.join("secret_key")).unwrap();
+    assert!(secret.trim().len() >= 40 && secret.ends_with('\n'));
+    let apikey = std::fs::read_to_string(etc.join("apikey")).unwrap();
+    let key = apikey
+        .strip_prefix("export MPROV_APIKEY=")
+        .and_then(|k| k.strip_suffix('\n'))
+        .expect("apikey file format");
+    assert!(key.contains('.'));
+    for f in ["superuser_password", "secret_key", "apikey"] {
+        assert_eq!(mode(&etc.join(f)), 0o600, "{f}");
+    }
+    assert_eq!(mode(&etc), 0o700);
+
+    // The job server key works; the control host's own entry and the defaults exist.
+    let auth = format!("Api-Key {key}");
+    let (status, me) = s.get("/api/v1/systems/mpcc", &auth);
+    assert_eq!(status, 200, "{me}");
+    let nics = me["nics"].as_array().unwrap();
+    assert_eq!(nics.len(), 2);
+    assert_eq!(nics[0]["ipv4"], "10.0.0.1");
+    assert_eq!(nics[1]["ipv6"], "fd00::1");
+    assert_eq!(nics[0]["hostname"], "mpcc.cluster");
+    let (_, scripts) = s.get("/api/v1/scripts/", &auth);
+    assert!(scripts["total"].as_u64().unwrap() >= 2, "{scripts}");
+    let (_, nads) = s.get("/api/v1/images/nads", &auth);
+    assert_eq!(nads["slug"], "nads");
+    let (_, rev1) = s.get("/api/v1/revision", &auth);
+    let log1 = s.stop();
+    assert_eq!(
+        log1.matches(password).count(),
+        1,
+        "the password is logged once:\n{log1}"
+    );
+    let files1 = snapshot(&etc);
+
+    // Second start: nothing changes, nothing is logged again.
+    let s = Server::start(dir, url, 2, &[]);
+    let (_, rev2) = s.get("/api/v1/revision", &auth);
+    let log2 = s.stop();
+    assert_eq!(rev1, rev2, "a second start writes nothing to the inventory");
+    assert!(
+        !log2.contains(password),
+        "the password is not logged again:\n{log2}"
+    );
+    assert!(!log2.contains("first start"), "{log2}");
+    assert_eq!(snapshot(&etc), files1, "a second start changes no file");
+}
