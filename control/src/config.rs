@@ -252,7 +252,7 @@ impl Config {
             return true;
         };
         let name = strip_port(host).to_ascii_lowercase();
-        allowed.iter().any(|a| *a == name)
+        allowed.contains(&name)
     }
 
     /// The client's address: the peer, or when the peer is a trusted proxy, the

@@ -106,7 +106,8 @@ pub struct Cli {
         global = true,
         value_enum,
         default_value_t,
-        env = "MPROV_OUTPUT"
+        env = "MPROV_OUTPUT",
+        help_heading = "Output"
     )]
     pub output: Format,
 
@@ -214,7 +215,7 @@ pub enum Action {
         #[arg(long)]
         json: bool,
     },
-    /// Create a row from FIELD=VALUE arguments and prints it as stored
+    /// Create a row from FIELD=VALUE arguments and print it as stored
     #[command(visible_alias = "create")]
     Add {
         /// The fields: FIELD=VALUE or FIELD:=JSON

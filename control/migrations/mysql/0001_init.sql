@@ -1,5 +1,6 @@
 -- The initial schema. One file per engine: ids, booleans, long text and table
 -- options differ; keep the three in step.
+-- MariaDB: booleans are SMALLINT 0/1, as sqlx's Any driver cannot read TINYINT.
 
 CREATE TABLE inventory_revision (
     id INTEGER PRIMARY KEY,
@@ -16,7 +17,7 @@ CREATE TABLE users (
     id BIGINT AUTO_INCREMENT PRIMARY KEY,
     username VARCHAR(255) NOT NULL UNIQUE,
     password VARCHAR(255) NOT NULL,
-    is_admin BOOLEAN NOT NULL,
+    is_admin SMALLINT NOT NULL,
     created_at VARCHAR(32) NOT NULL,
     updated_at VARCHAR(32) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
@@ -27,7 +28,7 @@ CREATE TABLE api_keys (
     prefix VARCHAR(16) NOT NULL UNIQUE,
     hash VARCHAR(64) NOT NULL,
     expires_at VARCHAR(32),
-    revoked BOOLEAN NOT NULL,
+    revoked SMALLINT NOT NULL,
     created_at VARCHAR(32) NOT NULL,
     updated_at VARCHAR(32) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
@@ -45,9 +46,9 @@ CREATE TABLE networks (
     domain VARCHAR(255) NOT NULL,
     dhcp_start VARCHAR(15),
     dhcp_end VARCHAR(15),
-    isdhcp BOOLEAN NOT NULL,
-    managedns BOOLEAN NOT NULL,
-    isbootable BOOLEAN NOT NULL
+    isdhcp SMALLINT NOT NULL,
+    managedns SMALLINT NOT NULL,
+    isbootable SMALLINT NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE switches (
@@ -94,7 +95,7 @@ CREATE TABLE repos (
     slug VARCHAR(255) NOT NULL UNIQUE,
     name VARCHAR(255) NOT NULL,
     url TEXT NOT NULL,
-    managed BOOLEAN NOT NULL,
+    managed SMALLINT NOT NULL,
     version BIGINT NOT NULL,
     created_at VARCHAR(32) NOT NULL,
     updated_at VARCHAR(32) NOT NULL
@@ -152,7 +153,7 @@ CREATE TABLE system_images (
     distro_id BIGINT,
     FOREIGN KEY (distro_id) REFERENCES distros (id) ON DELETE SET NULL,
     version BIGINT NOT NULL,
-    needs_rebuild BOOLEAN NOT NULL,
+    needs_rebuild SMALLINT NOT NULL,
     install_kernel_cmdline TEXT NOT NULL,
     initial_mods VARCHAR(255) NOT NULL,
     tmpfs_root_size BIGINT NOT NULL,
@@ -204,8 +205,8 @@ CREATE TABLE systems (
     tmpfs_root_size BIGINT NOT NULL,
     prov_interface VARCHAR(255) NOT NULL,
     config_params TEXT NOT NULL,
-    stateful BOOLEAN NOT NULL,
-    netboot BOOLEAN NOT NULL,
+    stateful SMALLINT NOT NULL,
+    netboot SMALLINT NOT NULL,
     created_at VARCHAR(32) NOT NULL,
     updated_at VARCHAR(32) NOT NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
@@ -260,8 +261,8 @@ CREATE TABLE network_interfaces (
     hostname VARCHAR(253),
     aliases TEXT NOT NULL,
     mtu INTEGER NOT NULL,
-    bootable BOOLEAN NOT NULL,
-    is_gateway BOOLEAN NOT NULL,
+    bootable SMALLINT NOT NULL,
+    is_gateway SMALLINT NOT NULL,
     network_id BIGINT,
     FOREIGN KEY (network_id) REFERENCES networks (id) ON DELETE SET NULL,
     switch_port_id BIGINT UNIQUE,

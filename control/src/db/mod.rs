@@ -313,11 +313,14 @@ pub fn int(row: &AnyRow, col: &str) -> Result<i64, sqlx::Error> {
 pub fn opt_int(row: &AnyRow, col: &str) -> Result<Option<i64>, sqlx::Error> {
     match row.try_get::<Option<i64>, _>(col) {
         Ok(v) => Ok(v),
-        Err(_) => row.try_get::<Option<i32>, _>(col).map(|v| v.map(i64::from)),
+        Err(_) => match row.try_get::<Option<i32>, _>(col) {
+            Ok(v) => Ok(v.map(i64::from)),
+            Err(_) => row.try_get::<Option<i16>, _>(col).map(|v| v.map(i64::from)),
+        },
     }
 }
 
-/// Reads a nullable boolean column, which MariaDB hands over as a small integer.
+/// Reads a nullable boolean column, which SQLite and MariaDB keep as integers.
 pub fn opt_bool(row: &AnyRow, col: &str) -> Result<Option<bool>, sqlx::Error> {
     match row.try_get::<Option<bool>, _>(col) {
         Ok(v) => Ok(v),

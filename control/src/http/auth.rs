@@ -142,12 +142,12 @@ async fn api_key(state: &AppState, key: &str) -> Result<Principal, ApiError> {
         ));
     }
     let expires: Option<String> = row.try_get("expires_at").unwrap_or(None);
-    if let Some(exp) = expires {
-        if exp <= crate::db::crud::now() {
-            return Err(ApiError::Unauthorized(format!(
-                "this API key expired at {exp}; make a new one"
-            )));
-        }
+    if let Some(exp) = expires
+        && exp <= crate::db::crud::now()
+    {
+        return Err(ApiError::Unauthorized(format!(
+            "this API key expired at {exp}; make a new one"
+        )));
     }
     let id = crate::db::int(&row, "id").map_err(|e| ApiError::Internal(e.to_string()))?;
     let name: String = row.try_get("name").unwrap_or_default();

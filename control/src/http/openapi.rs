@@ -78,10 +78,10 @@ fn ty_schema(ty: Ty, write: bool) -> Value {
 }
 
 fn described(mut schema: Value, doc: &str) -> Value {
-    if let Value::Object(o) = &mut schema {
-        if !doc.is_empty() {
-            o.insert("description".into(), json!(doc));
-        }
+    if let Value::Object(o) = &mut schema
+        && !doc.is_empty()
+    {
+        o.insert("description".into(), json!(doc));
     }
     schema
 }

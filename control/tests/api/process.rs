@@ -94,7 +94,7 @@ impl Server {
     }
 
     /// Stops it with SIGTERM, as systemd would, and waits.
-    fn stop(mut self) -> String {
+    fn stop(&mut self) -> String {
         let pid = self.child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -114,6 +114,16 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.log_text()
+    }
+}
+
+impl Drop for Server {
+    /// A failed assertion must not leave the server running.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -155,7 +165,7 @@ pub(crate) async fn first_start(engine: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_owned();
     tokio::task::spawn_blocking(move || {
-        let s = Server::start(
+        let mut s = Server::start(
             &d,
             &url,
             1,
@@ -179,7 +189,7 @@ pub(crate) async fn first_start(engine: Engine) {
 
 fn check_first_and_second_start(dir: &Path, url: &str) {
     let etc = dir.join("etc");
-    let s = Server::start(dir, url, 1, &[]);
+    let mut s = Server::start(dir, url, 1, &[]);
     let password = std::fs::read_to_string(etc.join("superuser_password")).unwrap();
     let password = password.trim();
     assert!(password.len() >= 20, "a long random password: {password:?}");
@@ -219,7 +229,7 @@ fn check_first_and_second_start(dir: &Path, url: &str) {
     let files1 = snapshot(&etc);
 
     // Second start: nothing changes, nothing is logged again.
-    let s = Server::start(dir, url, 2, &[]);
+    let mut s = Server::start(dir, url, 2, &[]);
     let (_, rev2) = s.get("/api/v1/revision", &auth);
     let log2 = s.stop();
     assert_eq!(rev1, rev2, "a second start writes nothing to the inventory");
