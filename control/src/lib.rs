@@ -13,5 +13,6 @@ pub mod config;
 pub mod db;
 pub mod effective;
 pub mod first_start;
+pub mod fuzz;
 pub mod http;
 pub mod secrets;

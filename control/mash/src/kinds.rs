@@ -253,4 +253,49 @@ mod tests {
         assert_eq!(kind("systems").map(|k| k.class("hostname")), Some(Text));
         assert!(kind("nope").is_none());
     }
+
+    /// The server's OpenAPI document is the authority: every kind it serves
+    /// is here, every column exists, and every non-text field it takes is
+    /// parsed as the type it expects.
+    #[test]
+    fn table_matches_the_servers_openapi() {
+        let doc = mprov_control::http::openapi::document();
+        let schemas = &doc["components"]["schemas"];
+        for server_kind in mprov_control::db::kinds::KINDS {
+            let k = kind(server_kind.name)
+                .unwrap_or_else(|| panic!("mash does not know kind {}", server_kind.name));
+            let read = &schemas[server_kind.schema]["properties"];
+            for col in k.columns {
+                assert!(read.get(col).is_some(), "{}: no column {col}", k.name);
+            }
+            let create = schemas[format!("{}Create", server_kind.schema)]["properties"]
+                .as_object()
+                .expect("create schema");
+            for (field, schema) in create {
+                let ty = schema["type"].as_str().or_else(|| {
+                    schema["type"]
+                        .as_array()
+                        .and_then(|t| t.first())
+                        .and_then(|t| t.as_str())
+                });
+                let want: &[Class] = match (ty, schema.get("oneOf")) {
+                    (Some("boolean"), _) => &[Bool],
+                    (Some("integer"), _) => &[Int],
+                    (Some("number"), _) => &[Float],
+                    (Some("array"), _) if schema["items"].get("oneOf").is_some() => &[IdList],
+                    (Some("array"), _) if schema["items"].get("$ref").is_some() => &[Json],
+                    (Some("array"), _) => &[StrList],
+                    (None, Some(_)) => &[Ref],
+                    (None, None) => &[Json, Text],
+                    _ => &[Text],
+                };
+                assert!(
+                    want.contains(&k.class(field)),
+                    "{}.{field}: mash parses it as {:?}, the server takes {schema}",
+                    k.name,
+                    k.class(field)
+                );
+            }
+        }
+    }
 }

@@ -15,7 +15,8 @@ pub fn document() -> &'static Value {
 }
 
 fn nullable(schema: Value, null: bool) -> Value {
-    if !null {
+    // `{}` (any JSON) already takes null.
+    if !null || schema.as_object().is_some_and(|o| o.is_empty()) {
         return schema;
     }
     match schema {
