@@ -967,6 +967,10 @@ async fn first_start_files_and_log(engine: Engine) {
     process::first_start(engine).await;
 }
 
+async fn subcommands(engine: Engine) {
+    process::subcommands(engine).await;
+}
+
 engine_tests!(
     crud_round_trip,
     bulk_create_is_all_or_nothing,
@@ -978,6 +982,7 @@ engine_tests!(
     versions_and_rebuilds,
     every_kind_round_trips_its_schema,
     first_start_files_and_log,
+    subcommands,
 );
 
 #[test]

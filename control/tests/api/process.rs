@@ -240,3 +240,135 @@ fn check_first_and_second_start(dir: &Path, url: &str) {
     assert!(!log2.contains("first start"), "{log2}");
     assert_eq!(snapshot(&etc), files1, "a second start changes no file");
 }
+
+/// Runs `mprov-control` with `args` on `db_url`, feeding `stdin`; exit success,
+/// stdout, stderr.
+fn control(dir: &Path, db_url: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mprov-control"))
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("MPROV_CONFIG_DIR", dir.join("etc"))
+        .env("MPROV_STATE_DIR", dir.join("var"))
+        .env("MPROV_DATABASE_URL", db_url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run mprov-control");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+pub(crate) async fn subcommands(engine: Engine) {
+    let tdb = TestDb::new(engine).await;
+    let url = tdb.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let (key_line, alice_pw) = tokio::task::spawn_blocking(move || {
+        let (ok, out, err) = control(&d, &url, &["migrate"], "");
+        assert!(ok && out.contains("up to date"), "{out}{err}");
+
+        let (ok, out, err) = control(
+            &d,
+            &url,
+            &["superuser", "create", "alice", "--password-stdin"],
+            "pw-alice-123\n",
+        );
+        assert!(ok && out.contains("created admin user alice"), "{out}{err}");
+        assert!(
+            !out.contains("pw-alice-123"),
+            "a given password is not echoed"
+        );
+        let (ok, _, err) = control(
+            &d,
+            &url,
+            &["superuser", "create", "alice", "--password-stdin"],
+            "again-1234\n",
+        );
+        assert!(
+            !ok && err.contains("alice"),
+            "a second alice is refused: {err}"
+        );
+        let (ok, out, err) = control(&d, &url, &["superuser", "set-password", "alice"], "");
+        assert!(ok, "{err}");
+        let random = out
+            .lines()
+            .find_map(|l| l.strip_prefix("password: "))
+            .expect("random password shown")
+            .to_owned();
+        let (ok, _, err) = control(&d, &url, &["superuser", "set-password", "nobody"], "");
+        assert!(!ok && err.contains("nobody"), "{err}");
+
+        let (ok, out, err) = control(
+            &d,
+            &url,
+            &["apikey", "create", "ci", "--expires-in-days", "3"],
+            "",
+        );
+        assert!(ok, "{err}");
+        let key = out.lines().last().unwrap().to_owned();
+        let prefix = key.split('.').next().unwrap().to_owned();
+        let (ok, out, _) = control(&d, &url, &["apikey", "list"], "");
+        assert!(
+            ok && out.contains(&prefix) && out.contains("ci") && !out.contains(&key),
+            "{out}"
+        );
+        let (ok, out, err) = control(&d, &url, &["apikey", "revoke", &prefix], "");
+        assert!(ok && out.contains("revoked"), "{out}{err}");
+        let (ok, _, err) = control(&d, &url, &["apikey", "revoke", "nosuch"], "");
+        assert!(!ok && err.contains("nosuch"), "{err}");
+
+        let (ok, _, err) = control(
+            &d,
+            &url,
+            &["serve", "--db-engine", "oracle", "--database-url", ""],
+            "",
+        );
+        assert!(!ok, "a bad engine stops the start: {err}");
+        let (ok, out, _) = control(&d, &url, &["--help"], "");
+        assert!(
+            ok && out.contains("serve") && out.contains("apikey"),
+            "{out}"
+        );
+        (key, random)
+    })
+    .await
+    .unwrap();
+
+    // What the commands wrote is what the service reads.
+    let db = mprov_control::db::Db::open(&tdb.url).await.unwrap();
+    let row = sqlx::query("SELECT password FROM users WHERE username = 'alice'")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let hash: String = sqlx::Row::try_get(&row, "password").unwrap();
+    assert!(mprov_control::secrets::verify_password(&alice_pw, &hash));
+    assert!(!mprov_control::secrets::verify_password(
+        "pw-alice-123",
+        &hash
+    ));
+    let prefix = key_line.split('.').next().unwrap();
+    let mut sql = db.sql();
+    sql.push("SELECT revoked, expires_at FROM api_keys WHERE prefix = ")
+        .bind(mprov_control::db::Val::Text(Some(prefix.into())));
+    let row = sql.query().fetch_one(db.pool()).await.unwrap();
+    assert_eq!(
+        mprov_control::db::opt_bool(&row, "revoked").unwrap(),
+        Some(true)
+    );
+    let expires: Option<String> = sqlx::Row::try_get(&row, "expires_at").unwrap();
+    assert!(expires.is_some_and(|e| e > mprov_control::db::crud::now()));
+    db.pool().close().await;
+    tdb.cleanup().await;
+}
