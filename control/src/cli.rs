@@ -211,12 +211,7 @@ async fn serve(settings: Settings) -> Result<()> {
     if let Some(p) = report.password_file {
         tracing::info!("the admin password is in {}", p.display());
     }
-    let state = Arc::new(http::Inner {
-        db,
-        config: Arc::new(config),
-        secrets: sb,
-        passwords: http::auth::PasswordCache::default(),
-    });
+    let state = Arc::new(http::Inner::new(db, Arc::new(config), sb));
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     tokio::spawn(async move {

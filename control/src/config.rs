@@ -84,6 +84,14 @@ pub struct Settings {
     /// (default: /ipxe/, /ca.crt, /static/, /api/v1/openapi.json).
     #[arg(long, env = "MPROV_VERSION_EXEMPT")]
     pub version_exempt: Option<String>,
+    /// Comma-separated DNS resolvers that job servers forward names outside the
+    /// cluster's domains to (none: such queries are refused).
+    #[arg(long, env = "MPROV_DNS_UPSTREAMS", default_value = "")]
+    pub dns_upstreams: String,
+    /// The URL nodes reach this service by (default: http://<first of
+    /// MPROV_MPCC_IPs, else the host name>:<listen port>).
+    #[arg(long, env = "MPROV_PUBLIC_URL")]
+    pub public_url: Option<String>,
     /// The admin password to set on first start instead of a random one.
     #[arg(long, env = "MPROV_SUPERUSER_PASSWORD", hide_env_values = true)]
     pub superuser_password: Option<String>,
@@ -138,6 +146,10 @@ pub struct Config {
     pub skip_version_check: bool,
     /// Path prefixes exempt from the version check.
     pub version_exempt: Vec<String>,
+    /// Resolvers job servers forward other names to.
+    pub dns_upstreams: Vec<IpAddr>,
+    /// The URL nodes reach this service by, without a trailing slash.
+    pub public_url: String,
     /// The first-start admin password, if given.
     pub superuser_password: Option<String>,
     /// The secret key, if given in the environment.
@@ -220,6 +232,25 @@ impl Config {
             hosts.extend(extra);
             Some(hosts)
         };
+        let dns_upstreams = list(&s.dns_upstreams)
+            .map(|v| {
+                v.parse().map_err(|_| ConfigError::Ip {
+                    var: "MPROV_DNS_UPSTREAMS",
+                    value: v.into(),
+                })
+            })
+            .collect::<Result<Vec<IpAddr>, _>>()?;
+        let public_url = match s.public_url.as_deref().filter(|u| !u.is_empty()) {
+            Some(u) => u.trim_end_matches('/').to_owned(),
+            None => {
+                let host = match ips.first() {
+                    Some(IpAddr::V6(v6)) => format!("[{v6}]"),
+                    Some(ip) => ip.to_string(),
+                    None => hostname.clone(),
+                };
+                format!("http://{host}:{}", s.listen.port())
+            }
+        };
         let tz_env = std::env::var("TZ").ok();
         let version_exempt = match &s.version_exempt {
             Some(v) => list(v).map(str::to_owned).collect(),
@@ -241,6 +272,8 @@ impl Config {
             trusted_proxies,
             skip_version_check: mprov_api::skip_version_check(s.skip_version_check.as_deref()),
             version_exempt,
+            dns_upstreams,
+            public_url,
             superuser_password: s.superuser_password.filter(|p| !p.is_empty()),
             secret_key: s.secret_key.filter(|k| !k.is_empty()),
         })

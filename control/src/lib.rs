@@ -8,6 +8,7 @@
 //! [`first_start`] what a new install makes once. Only this crate touches the
 //! database: every other component goes through the API (`mprov-api`).
 
+pub mod bootconfig;
 pub mod cli;
 pub mod config;
 pub mod db;

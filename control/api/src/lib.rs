@@ -18,6 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod boot;
 #[cfg(feature = "client")]
 pub mod client;
 

@@ -2,6 +2,7 @@
 //! are not a kind (index, revision, effective config, OpenAPI).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
@@ -161,6 +162,7 @@ async fn create(st: &AppState, kind: &'static Kind, body: JsonBody) -> Result<Re
         shown_key = Some(key.key);
     }
     let mut obj = st.db.create(kind, prepared, extra).await?;
+    st.changed.notify_waiters();
     if let Some(key) = shown_key {
         // Shown this once; only its hash is kept.
         obj.insert("key".into(), Value::String(key));
@@ -209,6 +211,7 @@ async fn bulk(st: &AppState, kind: &'static Kind, body: JsonBody) -> Result<Resp
         return Err(invalid_rows(errors));
     }
     let ids = st.db.create_many(kind, prepared, Vec::new()).await?;
+    st.changed.notify_waiters();
     Ok((StatusCode::CREATED, Json(mprov_api::BulkCreated { ids })).into_response())
 }
 
@@ -221,7 +224,9 @@ async fn update(
     let body = body.object()?;
     let prepared =
         crud::validate(kind, &body, Mode::Update, &st.secrets, "").map_err(invalid_rows)?;
-    Ok(Json(st.db.update(kind, key, prepared).await?))
+    let obj = st.db.update(kind, key, prepared).await?;
+    st.changed.notify_waiters();
+    Ok(Json(obj))
 }
 
 /// `GET /api/v1/`: what the API has.
@@ -308,6 +313,73 @@ pub async fn effective_config(
     serde_json::to_value(cfg)
         .map(Json)
         .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// The longest a boot config long-poll waits.
+pub const MAX_LONG_POLL: Duration = Duration::from_secs(60);
+/// How often a long-poll rereads the revision, for writes made through other
+/// control service replicas sharing the database.
+const LONG_POLL_RECHECK: Duration = Duration::from_secs(1);
+
+/// `GET /api/v1/bootconfig?after=<revision>&wait=<seconds>`: the boot config
+/// snapshot once the revision is past `after`, waiting up to `wait` seconds
+/// (at most 60) for a change; 204 when none came.
+pub async fn bootconfig(
+    State(st): State<AppState>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let mut after = -1i64;
+    let mut wait = Duration::ZERO;
+    for (k, v) in query_pairs(q) {
+        match k.as_str() {
+            "after" => {
+                after = v
+                    .parse()
+                    .map_err(|_| ApiError::invalid("after", "expected a revision number"))?
+            }
+            "wait" => {
+                let secs: u64 = v
+                    .parse()
+                    .map_err(|_| ApiError::invalid("wait", "expected whole seconds"))?;
+                wait = Duration::from_secs(secs).min(MAX_LONG_POLL);
+            }
+            _ => {
+                return Err(ApiError::invalid(
+                    &k,
+                    "unknown query parameter; bootconfig takes after and wait",
+                ));
+            }
+        }
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        // Listen before reading, so a write between the two is not missed.
+        let notified = st.changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let revision = st
+            .db
+            .revision()
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if revision > after {
+            let cfg = &st.config;
+            let url = format!("{}/ipxe/", cfg.public_url);
+            let snap = crate::bootconfig::snapshot(&st.db, &cfg.dns_upstreams, Some(&url))
+                .await
+                .map_err(|e| ApiError::Internal(format!("boot config: {e}")))?;
+            return Ok(Json(snap).into_response());
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        let nap = (deadline - now).min(LONG_POLL_RECHECK);
+        tokio::select! {
+            () = &mut notified => {}
+            () = tokio::time::sleep(nap) => {}
+        }
+    }
 }
 
 /// Any path the API does not have.

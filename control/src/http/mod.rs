@@ -39,6 +39,21 @@ pub struct Inner {
     pub secrets: SecretBox,
     /// Recently verified passwords.
     pub passwords: auth::PasswordCache,
+    /// Woken after every write through this process, for the long-polls.
+    pub changed: tokio::sync::Notify,
+}
+
+impl Inner {
+    /// The state of a running service.
+    pub fn new(db: Db, config: Arc<Config>, secrets: SecretBox) -> Inner {
+        Inner {
+            db,
+            config,
+            secrets,
+            passwords: auth::PasswordCache::default(),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
 }
 
 /// The shared state, cheap to clone.
@@ -50,6 +65,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/", get(api::index))
         .route("/api/v1/openapi.json", get(api::openapi))
         .route("/api/v1/revision", get(api::revision))
+        .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
         .route("/api/v1/systems/{key}/config", get(api::effective_config));
     for kind in KINDS {
         api = api::kind_routes(api, kind);

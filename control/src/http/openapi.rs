@@ -237,6 +237,36 @@ fn list_params(kind: &Kind) -> Vec<Value> {
     p
 }
 
+fn boot_config_schema() -> Value {
+    let ip = json!({"type": "string"});
+    let v4 = json!({"type": "string", "format": "ipv4"});
+    let v4_or_null = json!({"type": ["string", "null"], "format": "ipv4"});
+    json!({"type": "object", "additionalProperties": false,
+    "required": ["revision", "networks", "hosts", "upstream_resolvers", "boot"],
+    "properties": {
+        "revision": {"type": "integer"},
+        "networks": {"type": "array", "items": {"type": "object", "additionalProperties": false,
+            "required": ["slug", "subnet", "prefix", "gateway", "nameservers", "domain", "pool", "dhcp", "dns", "netboot", "mtu"],
+            "properties": {
+                "slug": {"type": "string"}, "subnet": v4, "prefix": {"type": "integer", "minimum": 0, "maximum": 32},
+                "gateway": v4_or_null, "nameservers": {"type": "array", "items": v4},
+                "domain": {"type": "string"},
+                "pool": {"oneOf": [{"type": "null"}, {"type": "array", "items": v4, "minItems": 2, "maxItems": 2}]},
+                "dhcp": {"type": "boolean"}, "dns": {"type": "boolean"}, "netboot": {"type": "boolean"},
+                "mtu": {"type": ["integer", "null"]}
+            }}},
+        "hosts": {"type": "array", "items": {"type": "object", "additionalProperties": false,
+            "required": ["mac", "ipv4", "ipv6", "hostname", "aliases", "network", "netboot", "bootable"],
+            "properties": {
+                "mac": {"type": ["string", "null"]}, "ipv4": v4_or_null, "ipv6": {"type": ["string", "null"]},
+                "hostname": {"type": "string"}, "aliases": {"type": "array", "items": {"type": "string"}},
+                "network": {"type": ["string", "null"]}, "netboot": {"type": "boolean"}, "bootable": {"type": "boolean"}
+            }}},
+        "upstream_resolvers": {"type": "array", "items": ip},
+        "boot": {"type": "object", "additionalProperties": false, "properties": {"ipxe_script_url": {"type": ["string", "null"]}}}
+    }})
+}
+
 fn build() -> Value {
     let mut schemas = Map::new();
     let mut paths = Map::new();
@@ -325,6 +355,23 @@ fn build() -> Value {
             "scripts": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer"}, "slug": {"type": "string"}}, "required": ["id", "slug"], "additionalProperties": false}},
             "layers": {"type": "array", "items": {"type": "string"}}
         }, "required": ["kernel_cmdline", "initial_mods", "tmpfs_root_size", "prov_interface", "config_params", "disable_scripts", "scripts", "layers"], "additionalProperties": false}),
+    );
+    schemas.insert("BootConfig".into(), boot_config_schema());
+    let mut boot = ok(
+        "200",
+        "The snapshot, read at the revision it carries.",
+        schema_ref("BootConfig"),
+    );
+    boot.insert(
+        "204".into(),
+        json!({"description": "No change within `wait` seconds."}),
+    );
+    paths.insert(
+        "/api/v1/bootconfig".into(),
+        json!({"get": {"summary": "The boot config snapshot job servers follow (long-poll)", "parameters": [
+            {"name": "after", "in": "query", "schema": {"type": "integer"}, "description": "Answer once the revision is past this one."},
+            {"name": "wait", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 60}, "description": "Seconds to wait for a change (default 0)."}
+        ], "responses": boot}}),
     );
     paths.insert(
         "/api/v1/revision".into(),

@@ -146,12 +146,11 @@ impl Ctx {
             now,
         ]);
         sql.query().execute(db.pool()).await.expect("insert key");
-        let state = Arc::new(http::Inner {
+        let state = Arc::new(http::Inner::new(
             db,
-            config: Arc::new(cfg),
-            secrets: SecretBox::new("test secret key"),
-            passwords: http::auth::PasswordCache::default(),
-        });
+            Arc::new(cfg),
+            SecretBox::new("test secret key"),
+        ));
         Ctx {
             app: http::app(state.clone()),
             state,

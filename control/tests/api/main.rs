@@ -963,6 +963,146 @@ async fn every_kind_round_trips_its_schema(engine: Engine) {
     c.cleanup().await;
 }
 
+async fn boot_config_long_poll(engine: Engine) {
+    let c = Ctx::with_args(
+        engine,
+        &[
+            "--dns-upstreams",
+            "192.0.2.53",
+            "--public-url",
+            "http://10.0.0.1:8080/",
+        ],
+    )
+    .await;
+    c.ok("POST", "/api/v1/networks/", Some(json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24, "isdhcp": true, "dhcp_start": "10.0.0.100", "dhcp_end": "10.0.0.199", "domain": "cluster"}))).await;
+    c.ok(
+        "POST",
+        "/api/v1/networks/",
+        Some(json!({"slug": "rack2", "subnet": "10.2.0.0", "netmask": 24})),
+    )
+    .await;
+    c.ok(
+        "POST",
+        "/api/v1/switches/",
+        Some(json!({"hostname": "sw1", "mgmt_ip": "10.0.0.2", "mgmt_mac": "02:00:00:00:00:02"})),
+    )
+    .await;
+    let port = c
+        .ok(
+            "POST",
+            "/api/v1/switchports/",
+            Some(json!({"switch": "sw1", "name": "7", "network": "rack2"})),
+        )
+        .await;
+    c.ok("POST", "/api/v1/systems/", Some(json!({"hostname": "c01", "nics": [
+        {"name": "eth0", "mac": "52:54:00:00:00:01", "ipv4": "10.0.0.21", "network": "prov", "bootable": true, "aliases": ["head"]},
+        {"name": "eth1", "mac": "52:54:00:00:00:02", "ipv4": "10.2.0.21", "network": "prov", "switch_port": port["id"]}
+    ]}))).await;
+    c.ok("POST", "/api/v1/bmcs/", Some(json!({"system": "c01", "ipv4": "10.0.0.121", "mac": "52:54:00:00:01:01", "network": "prov"}))).await;
+
+    let snap = c.ok("GET", "/api/v1/bootconfig", None).await;
+    assert_schema("BootConfig", &snap);
+    let typed: mprov_api::boot::BootConfig =
+        serde_json::from_value(snap.clone()).expect("client type reads it");
+    assert_eq!(typed.revision, c.revision().await);
+    assert_eq!(
+        typed.upstream_resolvers,
+        ["192.0.2.53".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert_eq!(
+        typed.boot.ipxe_script_url.as_deref(),
+        Some("http://10.0.0.1:8080/ipxe/")
+    );
+    let prov = typed.networks.iter().find(|n| n.slug == "prov").unwrap();
+    assert_eq!(
+        prov.pool,
+        Some(("10.0.0.100".parse().unwrap(), "10.0.0.199".parse().unwrap()))
+    );
+    assert!(prov.dhcp && prov.prefix == 24 && prov.domain == "cluster");
+    let host = |mac: &str| {
+        typed
+            .hosts
+            .iter()
+            .find(|h| h.mac.as_deref() == Some(mac))
+            .unwrap()
+            .clone()
+    };
+    let eth0 = host("52:54:00:00:00:01");
+    assert_eq!(
+        (
+            eth0.hostname.as_str(),
+            eth0.aliases.as_slice(),
+            eth0.bootable
+        ),
+        ("c01", &["head".to_owned()][..], true)
+    );
+    assert_eq!(
+        host("52:54:00:00:00:02").network.as_deref(),
+        Some("rack2"),
+        "the switch port's network wins"
+    );
+    assert_eq!(host("52:54:00:00:01:01").hostname, "c01-bmc");
+    assert_eq!(host("02:00:00:00:00:02").hostname, "sw1");
+
+    // Long-poll: no change → 204 after the wait; a write → the new snapshot.
+    let rev = typed.revision;
+    let (status, _) = c
+        .call(
+            "GET",
+            &format!("/api/v1/bootconfig?after={rev}&wait=1"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let waiter = {
+        let app = c.app.clone();
+        let key = c.key.clone();
+        tokio::spawn(async move {
+            use tower::ServiceExt;
+            let req = Request::builder()
+                .uri(format!("/api/v1/bootconfig?after={rev}&wait=60"))
+                .header(header::AUTHORIZATION, format!("Api-Key {key}"))
+                .header(VERSION, mprov_api::api_version())
+                .body(Body::empty())
+                .unwrap();
+            let resp = app.oneshot(req).await.unwrap();
+            let status = resp.status();
+            let bytes = http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            (
+                status,
+                serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+            )
+        })
+    };
+    c.ok(
+        "PATCH",
+        "/api/v1/nics/1",
+        Some(json!({"mac": "52:54:00:00:00:99"})),
+    )
+    .await;
+    let (status, newer) = waiter.await.unwrap();
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "woken by the write well before the 60 s wait"
+    );
+    assert!(newer["revision"].as_i64().unwrap() > rev);
+    assert!(newer.to_string().contains("52:54:00:00:00:99"));
+    for bad in ["after=x", "wait=-1", "colour=red"] {
+        assert_eq!(
+            c.call("GET", &format!("/api/v1/bootconfig?{bad}"), None)
+                .await
+                .0,
+            StatusCode::BAD_REQUEST,
+            "{bad}"
+        );
+    }
+    c.cleanup().await;
+}
+
 async fn first_start_files_and_log(engine: Engine) {
     process::first_start(engine).await;
 }
@@ -983,6 +1123,7 @@ engine_tests!(
     every_kind_round_trips_its_schema,
     first_start_files_and_log,
     subcommands,
+    boot_config_long_poll,
 );
 
 #[test]
