@@ -1,0 +1,1 @@
+//! DHCPv4 server: skeleton, being built.

@@ -1,0 +1,1 @@
+//! DNS server: skeleton, being built.

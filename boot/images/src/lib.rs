@@ -1,0 +1,1 @@
+//! HTTP image server: skeleton, being built.

@@ -1,0 +1,1 @@
+//! TFTP server: skeleton, being built.

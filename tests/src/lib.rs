@@ -1,0 +1,13 @@
+//! The lab: helpers that start real servers (MariaDB and PostgreSQL now; later
+//! network namespaces and QEMU VMs) for the end-to-end tests and benchmarks, and
+//! the `cargo xtask` commands.
+//!
+//! Everything here serves tests and developers, never production: the servers
+//! listen on loopback only and use fixed test passwords.
+
+#![warn(missing_docs)]
+
+pub mod db;
+pub mod inventory_bench;
+mod process;
+pub mod xtask;

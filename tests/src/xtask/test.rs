@@ -1,0 +1,273 @@
+//! `cargo xtask test`: install what the tests need, then run fmt, clippy and
+//! every test of the workspace against real database servers.
+//!
+//! It must work as root on a fresh Debian machine with `CI=true` and no terminal,
+//! since `.ci/run` is just this command: installs are non-interactive and
+//! idempotent, and `apt-get update` runs only when a package is missing.
+
+use anyhow::{Context, Result, anyhow, bail};
+use nix::unistd::geteuid;
+use std::process::Command;
+
+use super::{cargo, describe, run, step};
+use crate::db::{MariaDb, Postgres};
+
+/// The Debian packages that the tests need. Add to this list when a test needs a
+/// new program; `cargo xtask test` installs what is missing.
+pub const PACKAGES: &[&str] = &[
+    "mariadb-server",
+    "mariadb-client",
+    "postgresql",
+    "postgresql-client",
+    "sqlite3",
+];
+
+/// The rustup components that the checks need.
+pub const RUSTUP_COMPONENTS: &[&str] = &["rustfmt", "clippy"];
+
+/// The environment variable that gives the tests a MariaDB admin URL.
+pub const MYSQL_URL_VAR: &str = "MPROV_TEST_MYSQL_URL";
+/// The environment variable that gives the tests a PostgreSQL admin URL.
+pub const PG_URL_VAR: &str = "MPROV_TEST_PG_URL";
+
+/// Options of `cargo xtask test`.
+#[derive(Debug, Clone, Default)]
+pub struct TestOptions {
+    /// Extra arguments for `cargo test --workspace`.
+    pub cargo_test_args: Vec<String>,
+}
+
+/// Runs every step, even after one fails, except that nothing runs when the
+/// install fails. Fails if any step failed.
+pub fn test(options: &TestOptions) -> Result<()> {
+    step("install: Debian packages and rustup components");
+    install().context("install")?;
+
+    let mut results: Vec<(&str, Result<()>)> = Vec::new();
+
+    step("fmt: cargo fmt --all -- --check");
+    results.push(("fmt", run(cargo().args(["fmt", "--all", "--", "--check"]))));
+
+    step("clippy: cargo clippy --workspace --all-targets -- -D warnings");
+    results.push((
+        "clippy",
+        run(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])),
+    ));
+
+    step("databases: start MariaDB and PostgreSQL");
+    match start_databases() {
+        Ok((mariadb, postgres)) => {
+            results.push(("databases", Ok(())));
+            eprintln!("{MYSQL_URL_VAR}={}", mariadb.url());
+            eprintln!("{PG_URL_VAR}={}", postgres.url());
+
+            step("test: cargo test --workspace");
+            let mut cmd = cargo();
+            cmd.args(["test", "--workspace"])
+                .args(&options.cargo_test_args)
+                .env(MYSQL_URL_VAR, mariadb.url())
+                .env(PG_URL_VAR, postgres.url());
+            results.push(("test", run(&mut cmd)));
+
+            step("stop databases");
+            let stopped_mariadb = mariadb.stop().context("MariaDB");
+            let stopped_postgres = postgres.stop().context("PostgreSQL");
+            results.push(("stop databases", stopped_mariadb.and(stopped_postgres)));
+        }
+        Err(err) => {
+            results.push(("databases", Err(err)));
+            results.push(("test", Err(anyhow!("not run: the databases did not start"))));
+        }
+    }
+
+    step("tidy: workspace lints and dependency versions declared once");
+    results.push(("tidy", tidy()));
+
+    step("bench: every benchmark's --smoke run");
+    results.push((
+        "bench smoke",
+        super::bench::bench(&super::bench::BenchOptions {
+            name: None,
+            smoke: true,
+        }),
+    ));
+
+    step("demo: cargo xtask demo --check");
+    results.push(("demo", demo_check()));
+
+    let mut failed = Vec::new();
+    eprintln!();
+    for (name, result) in &results {
+        match result {
+            Ok(()) => eprintln!("xtask test: {name}: ok"),
+            Err(err) => {
+                eprintln!("xtask test: {name}: FAILED: {err:#}");
+                failed.push(*name);
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!("failed steps: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// The README's main command, end to end: the service starts on its embedded
+/// defaults and answers.
+fn demo_check() -> Result<()> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    super::demo::demo(&super::demo::DemoOptions {
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        check: true,
+    })
+}
+
+/// Every crate takes the workspace lints, and takes every dependency's version
+/// from the root manifest (STYLE.md point 1).
+fn tidy() -> Result<()> {
+    let root = super::workspace_root();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml"))?;
+    let members: Vec<String> = manifest
+        .split("members = [")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .context("no members list in the root Cargo.toml")?
+        .split(',')
+        .map(|m| m.trim().trim_matches('"').to_owned())
+        .filter(|m| !m.is_empty())
+        .collect();
+    let mut problems = Vec::new();
+    for member in &members {
+        let path = root.join(member).join("Cargo.toml");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if !text.contains("[lints]\nworkspace = true") {
+            problems.push(format!("{member}: missing `[lints] workspace = true`"));
+        }
+        let mut section = String::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.starts_with('[') {
+                section = line.to_owned();
+                continue;
+            }
+            let in_deps = section.ends_with("dependencies]");
+            if in_deps
+                && !line.is_empty()
+                && !line.starts_with('#')
+                && !line.contains("workspace = true")
+            {
+                problems.push(format!(
+                    "{member}: {section} {line}: declare it in the root [workspace.dependencies]"
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        eprintln!("{} crates checked", members.len());
+        Ok(())
+    } else {
+        bail!("{}", problems.join("\n"))
+    }
+}
+
+fn start_databases() -> Result<(MariaDb, Postgres)> {
+    let mariadb = MariaDb::start().context("starting MariaDB")?;
+    let postgres = Postgres::start().context("starting PostgreSQL")?;
+    Ok((mariadb, postgres))
+}
+
+/// Installs the missing Debian packages and the rustup components.
+fn install() -> Result<()> {
+    let missing = missing_packages()?;
+    if missing.is_empty() {
+        eprintln!("Debian packages installed: {}", PACKAGES.join(" "));
+    } else {
+        let list = missing.join(" ");
+        if !geteuid().is_root() {
+            bail!(
+                "missing Debian packages: {list}; as root run \
+                 `apt-get install --no-install-recommends {list}`"
+            );
+        }
+        eprintln!("Debian packages missing: {list}");
+        run(apt_get().arg("update"))?;
+        run(apt_get()
+            .args(["install", "-y", "--no-install-recommends"])
+            .args(&missing))?;
+        let still = missing_packages()?;
+        if !still.is_empty() {
+            bail!("still missing after apt-get install: {}", still.join(" "));
+        }
+    }
+
+    let mut rustup = Command::new("rustup");
+    rustup.args(["component", "add"]).args(RUSTUP_COMPONENTS);
+    match rustup.status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => bail!("{} failed ({status})", describe(&rustup)),
+        // A toolchain without rustup (a distribution's cargo) may still have them.
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            for tool in ["fmt", "clippy"] {
+                run(cargo().args([tool, "--version"]))
+                    .with_context(|| format!("no rustup, and no `cargo {tool}`"))?;
+            }
+            Ok(())
+        }
+        Err(err) => Err(err).with_context(|| format!("running {}", describe(&rustup))),
+    }
+}
+
+/// The packages of [`PACKAGES`] that dpkg does not list as installed.
+fn missing_packages() -> Result<Vec<&'static str>> {
+    let mut missing = Vec::new();
+    for package in PACKAGES {
+        let out = Command::new("dpkg-query")
+            .args(["--show", "--showformat=${Status}", package])
+            .output()
+            .context("running dpkg-query (this command expects Debian)")?;
+        // dpkg-query fails for a package it has never heard of.
+        if !(out.status.success() && is_installed(&String::from_utf8_lossy(&out.stdout))) {
+            missing.push(*package);
+        }
+    }
+    Ok(missing)
+}
+
+/// Whether a dpkg `${Status}` says "installed".
+fn is_installed(status: &str) -> bool {
+    status.trim() == "install ok installed"
+}
+
+fn apt_get() -> Command {
+    let mut cmd = Command::new("apt-get");
+    cmd.env("DEBIAN_FRONTEND", "noninteractive").arg("-q");
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_workspace_is_tidy() {
+        tidy().unwrap();
+    }
+
+    #[test]
+    fn is_installed_reads_dpkg_status() {
+        assert!(is_installed("install ok installed"));
+        assert!(!is_installed("deinstall ok config-files"));
+        assert!(!is_installed("install ok unpacked"));
+        assert!(!is_installed(""));
+    }
+}
