@@ -1,6 +1,13 @@
 //! The job server (`mprov-jobserver`): pure-Rust DHCPv4, DNS, TFTP and HTTP image
 //! servers that answer everything a node asks before its kernel runs, fed live
-//! from the control service's inventory, plus the job modules (image build, sync,
-//! delete, genders).
+//! from the control service's inventory, plus the job modules (image build,
+//! sync, delete, genders).
 //!
-//! Status: skeleton. Nothing here runs yet; issue 3 builds the boot services.
+//! The servers live in their own crates under `boot/` (`mprov-dhcp`,
+//! `mprov-dns`, `mprov-tftp`, `mprov-images`), each taking bound sockets, a
+//! shutdown token and a `watch` receiver of the current [`BootConfig`]. This
+//! crate owns where that snapshot comes from ([`snapshot`]).
+//!
+//! [`BootConfig`]: mprov_api::boot::BootConfig
+
+pub mod snapshot;

@@ -446,6 +446,33 @@ impl Client {
         self.call(Method::GET, url, None::<&()>).await
     }
 
+    /// The boot config snapshot once the inventory revision is past `after`,
+    /// waiting up to `wait` for a change (the server caps it at 60 s); `None`
+    /// when nothing changed in that time.
+    pub async fn boot_config(
+        &self,
+        after: i64,
+        wait: Duration,
+    ) -> Result<Option<crate::boot::BootConfig>, ClientError> {
+        let path = format!(
+            "{}?after={after}&wait={}",
+            crate::boot::BOOTCONFIG_PATH,
+            wait.as_secs()
+        );
+        let url = self.path_url(&path)?;
+        let bytes = self.send(Method::GET, url.clone(), None::<&()>).await?;
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| ClientError::Decode {
+                method: Method::GET,
+                url,
+                source,
+            })
+    }
+
     /// `<base>/api/v1/<kind>/` and, with a key, `<base>/api/v1/<kind>/<key>`;
     /// the key is percent-encoded as one path segment.
     fn kind_url<K, V>(&self, kind: &str, key: Option<&str>, query: &[(K, V)]) -> Url

@@ -1,0 +1,145 @@
+//! The job server follows a real control service: a new node shows up in its
+//! snapshot without a restart, and a control outage leaves the last snapshot
+//! serving until the service is back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mprov_api::boot::BootConfig;
+use mprov_api::client::{Auth, Client};
+use mprov_control::config::{Config, Settings};
+use mprov_control::db::{Db, Val};
+use mprov_control::http;
+use mprov_control::secrets::{self, SecretBox};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+fn config(url: &str) -> Config {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        s: Settings,
+    }
+    let argv = ["x", "--database-url", url, "--hostname", "mpcc"];
+    Config::from_settings(Cli::try_parse_from(argv).unwrap().s).unwrap()
+}
+
+/// Starts the control service on `listener`; returns its stop token and task.
+async fn control(
+    url: &str,
+    listener: TcpListener,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let db = Db::open(url).await.unwrap();
+    let state = Arc::new(http::Inner::new(
+        db,
+        Arc::new(config(url)),
+        SecretBox::new("k"),
+    ));
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let task = tokio::spawn(async move {
+        http::serve(listener, state, token).await.unwrap();
+    });
+    (stop, task)
+}
+
+/// Waits (bounded) until the published snapshot satisfies `pred`.
+async fn until(
+    rx: &mut watch::Receiver<Arc<BootConfig>>,
+    pred: impl Fn(&BootConfig) -> bool,
+) -> Arc<BootConfig> {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if pred(&rx.borrow_and_update()) {
+                return rx.borrow().clone();
+            }
+            rx.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the follower did not publish the expected snapshot within 30 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_changes_and_survives_an_outage() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("c.sqlite3").display()
+    );
+    // An API key for the job server, straight in the database.
+    let db = Db::open(&url).await.unwrap();
+    let key = secrets::new_api_key();
+    let mut sql = db.sql();
+    sql.push("INSERT INTO api_keys (name, prefix, hash, revoked, created_at, updated_at) VALUES ");
+    let now = Val::Text(Some("2026-01-01T00:00:00Z".into()));
+    sql.bind_list([
+        Val::Text(Some("js".into())),
+        Val::Text(Some(key.prefix.clone())),
+        Val::Text(Some(key.hash.clone())),
+        Val::Bool(Some(false)),
+        now.clone(),
+        now,
+    ]);
+    sql.query().execute(db.pool()).await.unwrap();
+    db.pool().close().await;
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, task) = control(&url, listener).await;
+    let client = Client::new(&format!("http://{addr}"), Auth::ApiKey(key.key.clone())).unwrap();
+
+    let (tx, mut rx) = watch::channel(Arc::new(BootConfig {
+        revision: -1,
+        ..Default::default()
+    }));
+    let shutdown = CancellationToken::new();
+    let follower = tokio::spawn(mprov_boot::snapshot::follow(
+        client.clone(),
+        tx,
+        shutdown.clone(),
+    ));
+    let first = until(&mut rx, |c| c.revision >= 0).await;
+    assert!(first.hosts.is_empty());
+
+    // A new node appears without a restart.
+    client
+        .create("systems", &json!({"hostname": "c01", "nics": [{"mac": "52:54:00:00:00:01", "ipv4": "10.0.0.21"}]}))
+        .await
+        .unwrap();
+    let snap = until(&mut rx, |c| !c.hosts.is_empty()).await;
+    assert_eq!(snap.hosts[0].hostname, "c01");
+    assert!(snap.revision > first.revision);
+
+    // The control service goes away: the last snapshot stays.
+    stop.cancel();
+    task.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        rx.borrow().revision,
+        snap.revision,
+        "still serving the last snapshot"
+    );
+    assert_eq!(rx.borrow().hosts.len(), 1);
+
+    // It comes back on the same address; the next change arrives.
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let (stop, task) = control(&url, listener).await;
+    client
+        .create(
+            "systems",
+            &json!({"hostname": "c02", "nics": [{"mac": "52:54:00:00:00:02"}]}),
+        )
+        .await
+        .unwrap();
+    let snap = until(&mut rx, |c| c.hosts.len() == 2).await;
+    assert!(snap.hosts.iter().any(|h| h.hostname == "c02"));
+
+    shutdown.cancel();
+    follower.await.unwrap();
+    stop.cancel();
+    task.await.unwrap();
+}
