@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, Settings};
 use crate::db::crud::{self, ListQuery, Mode};
-use crate::db::{Db, Val, kinds};
+use crate::db::{Db, kinds};
 use crate::first_start;
 use crate::http;
 use crate::secrets::{self, SecretBox};
@@ -265,14 +265,7 @@ fn validated(
     mode: Mode,
     sb: &SecretBox,
 ) -> Result<crud::Prepared> {
-    let obj = body.as_object().context("expected an object")?;
-    crud::validate(k, obj, mode, sb, "").map_err(|errors| {
-        let msgs: Vec<String> = errors
-            .iter()
-            .map(|e| format!("{}: {}", e.path, e.message))
-            .collect();
-        anyhow::anyhow!("{}", msgs.join("; "))
-    })
+    Ok(crud::validate_value(k, body, mode, sb)?)
 }
 
 async fn superuser(db: &Db, sb: &SecretBox, action: SuperuserAction) -> Result<()> {
@@ -327,10 +320,7 @@ async fn apikey(db: &Db, sb: &SecretBox, action: ApikeyAction) -> Result<()> {
                 body["expires_at"] = json!(crud::format_ts(at));
             }
             let key = secrets::new_api_key();
-            let extra = vec![
-                ("prefix", Val::Text(Some(key.prefix.clone()))),
-                ("hash", Val::Text(Some(key.hash.clone()))),
-            ];
+            let extra = crud::api_key_columns(&key);
             let row = db
                 .create(keys, validated(keys, &body, Mode::Create, sb)?, extra)
                 .await?;

@@ -274,19 +274,10 @@ async fn apikey_file(config: &Config, db: &Db, report: &mut Report) -> Result<()
     }
     let key = secrets::new_api_key();
     let body = json!({"name": "local job server"});
-    let prepared = crud::validate(
-        kind("apikeys")?,
-        body.as_object().context("object")?,
-        Mode::Create,
-        &SecretBox::new(""),
-        "",
-    )
-    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let extra = vec![
-        ("prefix", crate::db::Val::Text(Some(key.prefix.clone()))),
-        ("hash", crate::db::Val::Text(Some(key.hash.clone()))),
-    ];
-    db.create(kind("apikeys")?, prepared, extra)
+    let keys = kind("apikeys")?;
+    let prepared = crud::validate_value(keys, &body, Mode::Create, &SecretBox::new(""))?;
+    let extra = crud::api_key_columns(&key);
+    db.create(keys, prepared, extra)
         .await
         .context("creating the job server's API key")?;
     write_private(&path, &format!("export MPROV_APIKEY={}\n", key.key))?;
@@ -300,14 +291,7 @@ fn kind(name: &str) -> Result<&'static kinds::Kind> {
 }
 
 async fn create(db: &Db, k: &'static kinds::Kind, body: &Value, sb: &SecretBox) -> Result<()> {
-    let obj = body.as_object().context("expected an object")?;
-    let prepared = crud::validate(k, obj, Mode::Create, sb, "").map_err(|errors| {
-        let msgs: Vec<String> = errors
-            .iter()
-            .map(|e| format!("{}: {}", e.path, e.message))
-            .collect();
-        anyhow::anyhow!("{}", msgs.join("; "))
-    })?;
+    let prepared = crud::validate_value(k, body, Mode::Create, sb)?;
     db.create(k, prepared, Vec::new()).await?;
     Ok(())
 }

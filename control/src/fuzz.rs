@@ -4,7 +4,7 @@
 //!
 //! * the cargo-fuzz target of the same name in `tests/fuzz/fuzz_targets/`,
 //!   which libFuzzer runs on the nightly toolchain, and
-//! * the stable test [`tests::replay_corpora`], which runs every file of
+//! * the stable test `fuzz::tests::replay_corpora`, which runs every file of
 //!   `tests/fuzz/corpus/<target>/` through the entry point on every
 //!   `cargo test`, so a crash once found stays fixed and the corpora cannot
 //!   silently vanish (rustls and hickory-dns do the same).
@@ -657,22 +657,39 @@ mod tests {
         assert!(failures.is_empty(), "inputs that panic: {failures:#?}");
     }
 
-    /// Every cargo-fuzz target is listed in [`TARGETS`], and the other way round.
+    /// Every cargo-fuzz target that calls into this module is listed in
+    /// [`TARGETS`], and every entry of [`TARGETS`] has a target. Targets of
+    /// other crates share the fuzz crate; their own tests replay them.
     #[test]
     fn targets_match_fuzz_binaries() {
         let dir = fuzz_dir().join("fuzz_targets");
-        let on_disk: BTreeSet<String> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(".rs"))
-                    .map(str::to_owned)
-            })
-            .collect();
+        let mut ours = BTreeSet::new();
+        for entry in
+            std::fs::read_dir(&dir).unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
+        {
+            let path = entry
+                .map(|e| e.path())
+                .unwrap_or_else(|err| panic!("{err}"));
+            let Some(name) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".rs"))
+            else {
+                continue;
+            };
+            let source = std::fs::read_to_string(&path)
+                .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+            if source.contains("mprov_control::fuzz::") {
+                assert!(
+                    source.contains(&format!("mprov_control::fuzz::{name}(")),
+                    "{} must call mprov_control::fuzz::{name}",
+                    path.display()
+                );
+                ours.insert(name.to_owned());
+            }
+        }
         let listed: BTreeSet<String> = TARGETS.iter().map(|(n, _)| (*n).to_owned()).collect();
-        assert_eq!(on_disk, listed);
+        assert_eq!(ours, listed);
     }
 
     #[test]

@@ -344,6 +344,29 @@ pub fn validate(
     }
 }
 
+/// Validates a body given as any JSON value, for callers that report errors as
+/// one message (the command line, first start).
+pub fn validate_value(
+    kind: &'static Kind,
+    body: &Value,
+    mode: Mode,
+    secrets: &SecretBox,
+) -> Result<Prepared, StoreError> {
+    let obj = body.as_object().ok_or_else(|| StoreError::Invalid {
+        field: None,
+        message: "expected a JSON object".into(),
+    })?;
+    validate(kind, obj, mode, secrets, "").map_err(field_errors)
+}
+
+/// The columns the server sets for a new API key: its prefix and hash.
+pub fn api_key_columns(key: &crate::secrets::NewApiKey) -> Vec<Extra> {
+    vec![
+        ("prefix", Val::Text(Some(key.prefix.clone()))),
+        ("hash", Val::Text(Some(key.hash.clone()))),
+    ]
+}
+
 /// The names a client may write for a kind.
 pub fn writable_names(kind: &'static Kind) -> impl Iterator<Item = &'static str> {
     kind.fields

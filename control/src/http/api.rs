@@ -18,7 +18,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::db::crud::{self, Extra, ListQuery, Mode, Obj};
 use crate::db::kinds::{self, KINDS, Kind};
-use crate::db::{Val, int};
+use crate::db::int;
 use crate::effective::{self, Layers};
 
 /// The most rows one bulk create takes.
@@ -157,8 +157,7 @@ async fn create(st: &AppState, kind: &'static Kind, body: JsonBody) -> Result<Re
     let mut shown_key = None;
     if kind.name == "apikeys" {
         let key = crate::secrets::new_api_key();
-        extra.push(("prefix", Val::Text(Some(key.prefix.clone()))));
-        extra.push(("hash", Val::Text(Some(key.hash.clone()))));
+        extra = crud::api_key_columns(&key);
         shown_key = Some(key.key);
     }
     let mut obj = st.db.create(kind, prepared, extra).await?;
