@@ -358,18 +358,21 @@ async fn apikey(db: &Db, sb: &SecretBox, action: ApikeyAction) -> Result<()> {
             }
         }
         ApikeyAction::Revoke { key } => {
-            let id = if key.chars().all(|c| c.is_ascii_digit()) {
-                key.clone()
-            } else {
-                let q = ListQuery {
-                    filters: vec![("prefix".into(), key.clone())],
-                    ..Default::default()
-                };
-                let page = db.list(keys, &q).await?;
-                match page.items.first() {
-                    Some(row) => row["id"].to_string(),
-                    None => bail!("no API key has id or prefix {key:?}"),
-                }
+            // A prefix first (older keys' prefixes may be all digits), then an id.
+            let q = ListQuery {
+                filters: vec![("prefix".into(), key.clone())],
+                ..Default::default()
+            };
+            let by_prefix = db
+                .list(keys, &q)
+                .await?
+                .items
+                .first()
+                .map(|row| row["id"].to_string());
+            let id = match by_prefix {
+                Some(id) => id,
+                None if key.chars().all(|c| c.is_ascii_digit()) => key.clone(),
+                None => bail!("no API key has id or prefix {key:?}"),
             };
             let body = json!({"revoked": true});
             db.update(keys, &id, validated(keys, &body, Mode::Update, sb)?)

@@ -125,7 +125,8 @@ pub struct NewApiKey {
 
 /// Makes a new API key.
 pub fn new_api_key() -> NewApiKey {
-    let prefix = hex::encode(random_bytes::<4>());
+    // A letter first, so a prefix never reads as a row id.
+    let prefix = format!("mp{}", hex::encode(random_bytes::<4>()));
     let secret = random_token(32);
     let hash = hash_api_secret(&secret);
     NewApiKey {

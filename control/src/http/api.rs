@@ -17,8 +17,8 @@ use sqlx::Row;
 use super::AppState;
 use super::error::ApiError;
 use crate::db::crud::{self, Extra, ListQuery, Mode, Obj};
-use crate::db::kinds::{self, KINDS, Kind};
 use crate::db::int;
+use crate::db::kinds::{self, KINDS, Kind};
 use crate::effective::{self, Layers};
 
 /// The most rows one bulk create takes.
