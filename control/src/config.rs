@@ -88,8 +88,8 @@ pub struct Settings {
     /// cluster's domains to (none: such queries are refused).
     #[arg(long, env = "MPROV_DNS_UPSTREAMS", default_value = "")]
     pub dns_upstreams: String,
-    /// The URL nodes reach this service by (default: http://<first of
-    /// MPROV_MPCC_IPs, else the host name>:<listen port>).
+    /// The URL nodes reach this service by (default: `http://` the first of
+    /// MPROV_MPCC_IPs, else the host name, and the listen port).
     #[arg(long, env = "MPROV_PUBLIC_URL")]
     pub public_url: Option<String>,
     /// The admin password to set on first start instead of a random one.

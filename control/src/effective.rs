@@ -151,10 +151,14 @@ pub fn validate_config_params(yaml: &str) -> Result<(), String> {
     parse_params(yaml).map(|_| ())
 }
 
+/// The most YAML nodes one `config_params` value may hold, aliases expanded.
+pub const MAX_YAML_NODES: usize = 10_000;
+
 /// Parses one YAML document into JSON.
 ///
 /// An empty document, or one with only comments, gives `null`. The default
-/// limits of the parser apply (nesting depth, alias expansion, size), so
+/// limits of the parser apply (nesting depth, alias expansion, size), with at
+/// most [`MAX_YAML_NODES`] nodes, so
 /// hostile input fails with an error instead of exhausting memory. Duplicate
 /// keys and non-finite floats are errors, because JSON cannot hold the
 /// latter and the meaning of the former is unclear.
@@ -162,7 +166,14 @@ pub fn yaml_to_json(yaml: &str) -> Result<Value, String> {
     // Without the snippet, the message is one line ending in "at line L,
     // column C", which suits an API error. The user formatter leaves out
     // hints meant for programmers, such as which parser option to change.
-    let options = serde_saphyr::options! { with_snippet: false };
+    // Config params are small documents written by people. A node budget far
+    // below the parser's default (250,000) stops alias amplification early: a
+    // 200-byte value must not expand to hundreds of kilobytes, as every member
+    // system of a group re-reads its layers.
+    let options = serde_saphyr::options! {
+        with_snippet: false,
+        budget: serde_saphyr::budget! { max_nodes: MAX_YAML_NODES },
+    };
     serde_saphyr::from_str_with_options(yaml, options)
         .map_err(|err| err.render_with_formatter(&serde_saphyr::UserMessageFormatter))
 }

@@ -29,11 +29,6 @@
 //!   slug, reference, API key and secret, directly and through [`validate`].
 //! * [`forwarded`]: a selector byte for the peer address, then the lines
 //!   `X-Forwarded-For`, `Host` and an optional peer address.
-//!
-//! The list cursor decoder (`crud::decode_cursor`) is private and reachable
-//! only through a database; it is not fuzzed yet.
-//! TODO-robustness: make it `pub(crate)` and decode arbitrary lines in
-//! [`scalars`].
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -461,6 +456,11 @@ pub fn scalars(data: &[u8]) {
 }
 
 fn scalar(s: &str) {
+    // Any text is a cursor a client may send back: it decodes or is refused.
+    if let Some(offset) = crate::db::crud::decode_cursor(s) {
+        let again = crate::db::crud::encode_cursor(offset);
+        assert_eq!(crate::db::crud::decode_cursor(&again), Some(offset), "{s:?}");
+    }
     let mac = parse_mac(s);
     if let Ok(m) = &mac {
         assert_eq!(m.len(), 17, "{m:?}");

@@ -623,11 +623,12 @@ pub struct Page {
     pub next: Option<String>,
 }
 
-fn encode_cursor(offset: u64) -> String {
+pub(crate) fn encode_cursor(offset: u64) -> String {
     URL_SAFE_NO_PAD.encode(format!("o{offset}"))
 }
 
-fn decode_cursor(c: &str) -> Option<u64> {
+/// The offset a list cursor encodes; `None` for anything we did not give out.
+pub(crate) fn decode_cursor(c: &str) -> Option<u64> {
     let raw = URL_SAFE_NO_PAD.decode(c).ok()?;
     std::str::from_utf8(&raw)
         .ok()?
