@@ -459,7 +459,11 @@ fn scalar(s: &str) {
     // Any text is a cursor a client may send back: it decodes or is refused.
     if let Some(offset) = crate::db::crud::decode_cursor(s) {
         let again = crate::db::crud::encode_cursor(offset);
-        assert_eq!(crate::db::crud::decode_cursor(&again), Some(offset), "{s:?}");
+        assert_eq!(
+            crate::db::crud::decode_cursor(&again),
+            Some(offset),
+            "{s:?}"
+        );
     }
     let mac = parse_mac(s);
     if let Ok(m) = &mac {

@@ -16,8 +16,8 @@ pub mod kinds;
 use std::fmt;
 use std::str::FromStr;
 
-use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Row};
+use sqlx::any::{AnyPoolOptions, AnyRow, AnyTypeInfoKind};
+use sqlx::{AnyPool, Row, ValueRef};
 
 /// How many values one statement binds at most. SQLite builds may cap a statement
 /// at 999 variables, PostgreSQL and MariaDB at 65,535; we stay under the
@@ -309,22 +309,35 @@ pub fn int(row: &AnyRow, col: &str) -> Result<i64, sqlx::Error> {
     })
 }
 
+/// The kind of value a column holds in this row, without decoding it.
+fn kind_of(row: &AnyRow, col: &str) -> Result<AnyTypeInfoKind, sqlx::Error> {
+    let raw = row.try_get_raw(col)?;
+    Ok(if raw.is_null() {
+        AnyTypeInfoKind::Null
+    } else {
+        raw.type_info().kind()
+    })
+}
+
 /// Reads a nullable integer column whatever width the engine gave it.
+/// (Dispatching on the value's kind avoids building an error per failed
+/// decode, which would show on every row of a large list.)
 pub fn opt_int(row: &AnyRow, col: &str) -> Result<Option<i64>, sqlx::Error> {
-    match row.try_get::<Option<i64>, _>(col) {
-        Ok(v) => Ok(v),
-        Err(_) => match row.try_get::<Option<i32>, _>(col) {
-            Ok(v) => Ok(v.map(i64::from)),
-            Err(_) => row.try_get::<Option<i16>, _>(col).map(|v| v.map(i64::from)),
-        },
+    match kind_of(row, col)? {
+        AnyTypeInfoKind::Null => Ok(None),
+        AnyTypeInfoKind::SmallInt => row.try_get::<i16, _>(col).map(|v| Some(i64::from(v))),
+        AnyTypeInfoKind::Integer => row.try_get::<i32, _>(col).map(|v| Some(i64::from(v))),
+        AnyTypeInfoKind::Bool => row.try_get::<bool, _>(col).map(|v| Some(i64::from(v))),
+        _ => row.try_get::<i64, _>(col).map(Some),
     }
 }
 
 /// Reads a nullable boolean column, which SQLite and MariaDB keep as integers.
 pub fn opt_bool(row: &AnyRow, col: &str) -> Result<Option<bool>, sqlx::Error> {
-    match row.try_get::<Option<bool>, _>(col) {
-        Ok(v) => Ok(v),
-        Err(_) => opt_int(row, col).map(|v| v.map(|i| i != 0)),
+    match kind_of(row, col)? {
+        AnyTypeInfoKind::Null => Ok(None),
+        AnyTypeInfoKind::Bool => row.try_get::<bool, _>(col).map(Some),
+        _ => opt_int(row, col).map(|v| v.map(|i| i != 0)),
     }
 }
 
