@@ -9,5 +9,7 @@
 
 pub mod db;
 pub mod inventory_bench;
+pub mod netns;
 mod process;
+pub mod vm;
 pub mod xtask;

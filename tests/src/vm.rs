@@ -1,0 +1,292 @@
+//! QEMU VMs for the netboot tests: the lab kernel (Debian's, downloaded with
+//! apt, never installed), a busybox initramfs, and a VM that network-boots on a
+//! tap device inside one of the lab's network namespaces, with its serial
+//! console in a file we read.
+//!
+//! KVM does not work on these machines, so VMs run under TCG: a PXE boot to a
+//! shell takes 20 to 40 s. The recipe is `shared/reference/netboot-lab.md`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::process::Process;
+
+/// The NIC drivers the lab kernel needs, in load order. virtio_pci is not a
+/// declared dependency of virtio_net, so the order is spelled out.
+pub const LAB_MODULES: &[&str] = &[
+    "kernel/drivers/net/ethernet/intel/e1000/e1000.ko",
+    "kernel/drivers/virtio/virtio_ring.ko",
+    "kernel/drivers/virtio/virtio.ko",
+    "kernel/drivers/virtio/virtio_pci_legacy_dev.ko",
+    "kernel/drivers/virtio/virtio_pci_modern_dev.ko",
+    "kernel/drivers/virtio/virtio_pci.ko",
+    "kernel/net/core/failover.ko",
+    "kernel/drivers/net/net_failover.ko",
+    "kernel/drivers/net/virtio_net.ko",
+];
+
+/// The lab kernel and its NIC modules.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    /// The kernel image.
+    pub vmlinuz: PathBuf,
+    /// The kernel release, e.g. `6.1.0-57-amd64`.
+    pub release: String,
+    /// The NIC modules, in load order.
+    pub modules: Vec<PathBuf>,
+}
+
+fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    ensure!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Debian's current kernel package, extracted (kernel and NIC modules only)
+/// into `cache`, downloaded once.
+pub fn lab_kernel(cache: &Path) -> Result<Kernel> {
+    let depends = run(Command::new("apt-cache").args(["depends", "linux-image-amd64"]))?;
+    let package = depends
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Depends: "))
+        .find(|p| {
+            p.starts_with("linux-image-") && p.chars().nth(12).is_some_and(|c| c.is_ascii_digit())
+        })
+        .context(
+            "apt-cache names no linux-image-<version> for linux-image-amd64; run apt-get update",
+        )?
+        .to_owned();
+    let release = package.trim_start_matches("linux-image-").to_owned();
+    let dir = cache.join(&release);
+    let vmlinuz = dir.join(format!("boot/vmlinuz-{release}"));
+    let moddir = dir.join(format!("lib/modules/{release}"));
+    let modules: Vec<PathBuf> = LAB_MODULES.iter().map(|m| moddir.join(m)).collect();
+    if vmlinuz.is_file() && modules.iter().all(|m| m.is_file()) {
+        return Ok(Kernel {
+            vmlinuz,
+            release,
+            modules,
+        });
+    }
+    fs::create_dir_all(&dir)?;
+    run(Command::new("apt-get")
+        .current_dir(&dir)
+        .args(["download", &package]))?;
+    let deb = fs::read_dir(&dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .context("apt-get download left no .deb")?;
+    let mut wanted = vec![format!("./boot/vmlinuz-{release}")];
+    wanted.extend(
+        LAB_MODULES
+            .iter()
+            .map(|m| format!("./lib/modules/{release}/{m}")),
+    );
+    let script = format!(
+        "dpkg-deb --fsys-tarfile {} | tar -x -C {} {}",
+        deb.display(),
+        dir.display(),
+        wanted.join(" ")
+    );
+    run(Command::new("sh").args(["-c", &script]))?;
+    fs::remove_file(&deb)?;
+    ensure!(vmlinuz.is_file(), "no kernel in {package}");
+    Ok(Kernel {
+        vmlinuz,
+        release,
+        modules,
+    })
+}
+
+/// Builds a gzip'd newc initramfs with static busybox, the kernel's NIC
+/// modules and `init` as `/init`.
+pub fn busybox_initramfs(kernel: &Kernel, init: &str, out: &Path) -> Result<()> {
+    let stage = tempfile::tempdir()?;
+    let s = stage.path();
+    for d in ["bin", "dev", "proc", "sys", "tmp", "etc", "lib/modules"] {
+        fs::create_dir_all(s.join(d))?;
+    }
+    let busybox = Path::new("/bin/busybox");
+    let ldd = Command::new("file")
+        .arg(busybox)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    if ldd.as_deref().is_ok_and(|t| t.contains("dynamically")) {
+        bail!("/bin/busybox is not static: install the Debian package busybox-static");
+    }
+    fs::copy(busybox, s.join("bin/busybox"))?;
+    std::os::unix::fs::symlink("busybox", s.join("bin/sh"))?;
+    let mut order = String::new();
+    for m in &kernel.modules {
+        let name = m.file_name().context("module name")?;
+        fs::copy(m, s.join("lib/modules").join(name))?;
+        order.push_str(&name.to_string_lossy());
+        order.push('\n');
+    }
+    fs::write(s.join("lib/modules/order"), order)?;
+    fs::write(s.join("init"), init)?;
+    fs::write(
+        s.join("etc/udhcpc.script"),
+        "#!/bin/sh\ncase \"$1\" in bound|renew)\n  ip addr add \"$ip/$mask\" dev \"$interface\"\n  [ -n \"$router\" ] && ip route add default via \"$router\"\n  echo \"LAB: lease $ip router $router dns $dns domain $domain hostname $hostname\";;\nesac\nexit 0\n",
+    )?;
+    for f in ["init", "etc/udhcpc.script"] {
+        run(Command::new("chmod").args(["0755"]).arg(s.join(f)))?;
+    }
+    run(Command::new("mknod")
+        .arg(s.join("dev/console"))
+        .args(["c", "5", "1"]))?;
+    run(Command::new("mknod")
+        .arg(s.join("dev/null"))
+        .args(["c", "1", "3"]))?;
+    let script = format!(
+        "cd {} && find . -print0 | sort -z | cpio --null -o -H newc --owner=0:0 --quiet | gzip -9 > {}",
+        s.display(),
+        out.display()
+    );
+    run(Command::new("sh").args(["-c", &script]))?;
+    Ok(())
+}
+
+/// Which firmware a VM starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Firmware {
+    /// SeaBIOS with the NIC's iPXE option ROM.
+    Bios,
+    /// OVMF (UEFI) with the NIC's iPXE-EFI option ROM.
+    Uefi,
+}
+
+/// A running VM; stopped when dropped.
+#[derive(Debug)]
+pub struct Vm {
+    process: Process,
+    serial: PathBuf,
+}
+
+/// What a VM boots with.
+#[derive(Debug, Clone)]
+pub struct VmSpec {
+    /// The network namespace holding the tap device.
+    pub netns: String,
+    /// The tap device (made beforehand, attached to the lab bridge).
+    pub tap: String,
+    /// The VM's MAC address.
+    pub mac: String,
+    /// Its firmware.
+    pub firmware: Firmware,
+    /// The QEMU NIC model, e.g. `e1000` or `virtio-net-pci`.
+    pub nic: String,
+    /// A folder for its serial log and firmware variables.
+    pub run_dir: PathBuf,
+}
+
+impl Vm {
+    /// Starts QEMU (TCG) network-booting from `spec.tap`.
+    pub fn boot(spec: &VmSpec) -> Result<Vm> {
+        fs::create_dir_all(&spec.run_dir)?;
+        let serial = spec.run_dir.join("serial.log");
+        let mut cmd = Command::new("ip");
+        cmd.args([
+            "netns",
+            "exec",
+            &spec.netns,
+            "qemu-system-x86_64",
+            "-accel",
+            "tcg",
+            "-m",
+            "512",
+            "-smp",
+            "1",
+        ]);
+        cmd.args([
+            "-nodefaults",
+            "-nographic",
+            "-monitor",
+            "none",
+            "-no-reboot",
+        ]);
+        cmd.arg("-serial").arg(format!("file:{}", serial.display()));
+        cmd.args([
+            "-netdev",
+            &format!("tap,id=n0,ifname={},script=no,downscript=no", spec.tap),
+        ]);
+        match spec.firmware {
+            Firmware::Bios => {
+                cmd.args(["-machine", "pc", "-boot", "n"]);
+            }
+            Firmware::Uefi => {
+                let vars = spec.run_dir.join("OVMF_VARS.fd");
+                fs::copy("/usr/share/OVMF/OVMF_VARS_4M.fd", &vars)
+                    .context("OVMF is missing: install ovmf")?;
+                cmd.args(["-machine", "q35", "-drive"]);
+                cmd.arg(
+                    "if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
+                );
+                cmd.arg("-drive").arg(format!(
+                    "if=pflash,format=raw,unit=1,file={}",
+                    vars.display()
+                ));
+            }
+        }
+        cmd.args([
+            "-device",
+            &format!("{},netdev=n0,mac={},bootindex=1", spec.nic, spec.mac),
+        ]);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        cmd.stderr(fs::File::create(spec.run_dir.join("qemu.log"))?);
+        let child = cmd
+            .spawn()
+            .context("starting qemu-system-x86_64 (install qemu-system-x86)")?;
+        Ok(Vm {
+            process: Process::new("qemu", child, Duration::from_secs(5)),
+            serial,
+        })
+    }
+
+    /// The serial console so far.
+    pub fn console(&self) -> String {
+        fs::read(&self.serial)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Waits until the console shows `marker`, the VM exits, or `timeout`.
+    pub fn wait_for(&mut self, marker: &str, timeout: Duration) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let console = self.console();
+            if console.contains(marker) {
+                return Ok(console);
+            }
+            if let Some(status) = self.process.try_wait()? {
+                bail!("the VM exited ({status}) before {marker:?}; console:\n{console}");
+            }
+            if Instant::now() > deadline {
+                bail!("no {marker:?} on the console within {timeout:?}; console:\n{console}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits for the VM to power itself off.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while self.process.try_wait()?.is_none() {
+            ensure!(
+                Instant::now() < deadline,
+                "the VM did not power off within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    }
+}
