@@ -10,4 +10,5 @@
 //!
 //! [`BootConfig`]: mprov_api::boot::BootConfig
 
+pub mod cli;
 pub mod snapshot;

@@ -54,7 +54,14 @@ fn run(cmd: &mut Command) -> Result<String> {
 /// Debian's current kernel package, extracted (kernel and NIC modules only)
 /// into `cache`, downloaded once.
 pub fn lab_kernel(cache: &Path) -> Result<Kernel> {
-    let depends = run(Command::new("apt-cache").args(["depends", "linux-image-amd64"]))?;
+    let mut depends = run(Command::new("apt-cache").args(["depends", "linux-image-amd64"]))?;
+    if !depends.contains("Depends: linux-image-") {
+        // A machine whose package lists were never fetched.
+        run(Command::new("apt-get")
+            .args(["update", "-q"])
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+        depends = run(Command::new("apt-cache").args(["depends", "linux-image-amd64"]))?;
+    }
     let package = depends
         .lines()
         .filter_map(|l| l.trim().strip_prefix("Depends: "))

@@ -99,3 +99,171 @@ fn stop_shuts_down_cleanly_and_removes_the_folder() -> Result<()> {
     }
     Ok(())
 }
+
+/// A QEMU VM network-boots from our own job server, nothing else: DHCP (the
+/// reservation), TFTP (the iPXE binary, for UEFI's native PXE), HTTP (iPXE
+/// script, kernel, initramfs), then DHCP and HTTP again from the booted
+/// initramfs. SeaBIOS with the NIC's iPXE ROM, and OVMF's own PXE.
+#[test]
+fn vm_netboots_from_our_job_server() -> Result<()> {
+    use std::time::Duration;
+
+    use mprov_tests::netns::Netns;
+    use mprov_tests::vm::{self, Firmware, Vm, VmSpec};
+
+    let root = mprov_tests::xtask::workspace_root();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let jobserver = target.join("debug/mprov-jobserver");
+    anyhow::ensure!(
+        jobserver.is_file(),
+        "{} is missing: `cargo test --workspace` builds it (or run cargo build -p mprov-boot)",
+        jobserver.display()
+    );
+    let kernel = vm::lab_kernel(&target.join("lab-cache"))?;
+    let run = tempfile::tempdir()?;
+    let export = run.path().join("export");
+    let images = export.join("images/lab");
+    std::fs::create_dir_all(&images)?;
+    std::fs::copy(&kernel.vmlinuz, images.join("vmlinuz"))?;
+    std::fs::write(images.join("hello.txt"), "hello-from-the-job-server\n")?;
+    let init = r#"#!/bin/sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+echo "LAB-INIT: started"
+for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
+ip link set eth0 up
+i=0; while [ "$(cat /sys/class/net/eth0/carrier 2>/dev/null)" != 1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+udhcpc -i eth0 -s /etc/udhcpc.script -n -q -t 10 -T 2
+wget -q -O /tmp/hello http://10.99.0.1:8081/images/lab/hello.txt && echo "LAB-NET-OK: $(cat /tmp/hello)"
+poweroff -f
+"#;
+    vm::busybox_initramfs(&kernel, init, &images.join("initrd.gz"))?;
+    std::fs::write(
+        images.join("boot.ipxe"),
+        "#!ipxe\necho LAB-IPXE: ${ip} from ${dhcp-server} platform ${platform}\n\
+         kernel http://10.99.0.1:8081/images/lab/vmlinuz initrd=initrd.gz console=ttyS0 panic=-1 quiet\n\
+         initrd http://10.99.0.1:8081/images/lab/initrd.gz\nboot\n",
+    )?;
+    let snapshot = serde_json::json!({
+        "revision": 1,
+        "networks": [{"slug": "lab", "subnet": "10.99.0.0", "prefix": 24, "domain": "lab",
+                      "pool": ["10.99.0.100", "10.99.0.199"], "dhcp": true}],
+        "hosts": [
+            {"mac": "52:54:00:99:00:01", "ipv4": "10.99.0.21", "hostname": "n01", "network": "lab", "bootable": true},
+            {"mac": "52:54:00:99:00:02", "ipv4": "10.99.0.22", "hostname": "n02", "network": "lab", "bootable": true}
+        ],
+        "boot": {"ipxe_script_url": "http://10.99.0.1:8081/images/lab/boot.ipxe"}
+    });
+    let snap_file = run.path().join("boot.json");
+    std::fs::write(&snap_file, snapshot.to_string())?;
+
+    let ns = Netns::new("boot")?;
+    ns.ip(&[
+        "link",
+        "add",
+        "br0",
+        "type",
+        "bridge",
+        "stp_state",
+        "0",
+        "forward_delay",
+        "0",
+    ])?;
+    ns.add_addr("br0", "10.99.0.1/24")?;
+    ns.up("br0")?;
+    ns.up("lo")?;
+    for tap in ["tap0", "tap1"] {
+        ns.ip(&["tuntap", "add", "dev", tap, "mode", "tap"])?;
+        ns.ip(&["link", "set", tap, "master", "br0"])?;
+        ns.up(tap)?;
+    }
+    let log = std::fs::File::create(run.path().join("jobserver.log"))?;
+    let mut server = ns
+        .command(jobserver.to_str().context("path")?)
+        .args(["--boot-config"])
+        .arg(&snap_file)
+        .args([
+            "--server-ip",
+            "10.99.0.1",
+            "--dhcp",
+            "0.0.0.0:67",
+            "--dhcp-interface",
+            "br0",
+            "--tftp",
+            "10.99.0.1:69",
+        ])
+        .args([
+            "--no-dns",
+            "--http",
+            "10.99.0.1:8081",
+            "--metrics",
+            "127.0.0.1:9102",
+        ])
+        .arg("--export")
+        .arg(&export)
+        .arg("--state-dir")
+        .arg(run.path().join("state"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .context("starting mprov-jobserver")?;
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let guard = Kill(&mut server);
+    let server_log =
+        || std::fs::read_to_string(run.path().join("jobserver.log")).unwrap_or_default();
+
+    for (firmware, tap, mac, nic, ip) in [
+        (
+            Firmware::Bios,
+            "tap0",
+            "52:54:00:99:00:01",
+            "e1000",
+            "10.99.0.21",
+        ),
+        // No option ROM: OVMF's own PXE fetches snponly.efi over TFTP.
+        (
+            Firmware::Uefi,
+            "tap1",
+            "52:54:00:99:00:02",
+            "virtio-net-pci,romfile=",
+            "10.99.0.22",
+        ),
+    ] {
+        let mut machine = Vm::boot(&VmSpec {
+            netns: ns.name().to_owned(),
+            tap: tap.to_owned(),
+            mac: mac.to_owned(),
+            firmware,
+            nic: nic.to_owned(),
+            run_dir: run.path().join(format!("vm-{tap}")),
+        })?;
+        let console = machine
+            .wait_for("LAB-NET-OK", Duration::from_secs(240))
+            .with_context(|| format!("{firmware:?} boot; job server log:\n{}", server_log()))?;
+        assert!(
+            console.contains("LAB-NET-OK: hello-from-the-job-server"),
+            "{console}"
+        );
+        assert!(
+            console.contains(&format!("LAB: lease {ip}")),
+            "the reservation, from our DHCP: {console}"
+        );
+        machine.wait_exit(Duration::from_secs(60))?;
+    }
+    drop(guard);
+    let log = server_log();
+    assert!(
+        log.contains("snponly.efi") || log.contains("TFTP"),
+        "UEFI fetched iPXE over our TFTP:\n{log}"
+    );
+    Ok(())
+}

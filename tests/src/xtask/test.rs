@@ -15,11 +15,37 @@ use crate::db::{MariaDb, Postgres};
 /// The Debian packages that the tests need. Add to this list when a test needs a
 /// new program; `cargo xtask test` installs what is missing.
 pub const PACKAGES: &[&str] = &[
+    // databases
     "mariadb-server",
     "mariadb-client",
     "postgresql",
     "postgresql-client",
     "sqlite3",
+    "tzdata",
+    // the lab: namespaces, clients nobody here wrote, the incumbents
+    "iproute2",
+    "curl",
+    "file",
+    "tcpdump",
+    "udhcpc",
+    "isc-dhcp-client",
+    "kea-admin",
+    "kea-dhcp4-server",
+    "dnsmasq-base",
+    "dnsutils",
+    "dnsperf",
+    "tftp-hpa",
+    "tftpd-hpa",
+    "atftp",
+    "nginx-light",
+    // netbooting VMs
+    "qemu-system-x86",
+    "ipxe",
+    "ipxe-qemu",
+    "ovmf",
+    "busybox-static",
+    "cpio",
+    "kmod",
 ];
 
 /// The rustup components that the checks need.

@@ -1,0 +1,325 @@
+//! `mprov-jobserver`: starts the boot services on one host and feeds them the
+//! boot config, followed live from the control service or read from a file.
+//!
+//! Every server is optional (`--no-dhcp`, ...), binds where it is told, and
+//! stops on SIGTERM or Ctrl-C after in-flight work drains.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use mprov_api::boot::BootConfig;
+use mprov_api::client::{Auth, Client};
+use prometheus_client::registry::Registry;
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::snapshot;
+
+/// The mProv job server: DHCP, TFTP, DNS and HTTP image servers for network
+/// boot, answering from the control service's inventory.
+///
+/// Give either --control-url (and an API key) to follow the control service,
+/// or --boot-config FILE to serve a fixed snapshot (standalone mode).
+#[derive(Debug, Parser)]
+#[command(name = "mprov-jobserver", version)]
+pub struct Cli {
+    /// The control service's URL, e.g. http://10.0.0.1:8080.
+    #[arg(long, env = "MPROV_URL", conflicts_with = "boot_config")]
+    control_url: Option<String>,
+    /// The API key (default: read from --apikey-file).
+    #[arg(long, env = "MPROV_APIKEY", hide_env_values = true)]
+    apikey: Option<String>,
+    /// A file holding `export MPROV_APIKEY=<key>`, as the control service
+    /// writes for the job server on its own host.
+    #[arg(long, default_value = "/etc/mprov/apikey")]
+    apikey_file: PathBuf,
+    /// Serve this boot config snapshot (JSON or YAML) instead of following the
+    /// control service.
+    #[arg(long)]
+    boot_config: Option<PathBuf>,
+    /// The address nodes reach this job server at (DHCP server id,
+    /// next-server).
+    #[arg(long, env = "MPROV_ADDRESS")]
+    server_ip: Option<Ipv4Addr>,
+    /// DHCP listen address.
+    #[arg(long, default_value = "0.0.0.0:67")]
+    dhcp: SocketAddr,
+    /// Do not serve DHCP.
+    #[arg(long)]
+    no_dhcp: bool,
+    /// The provisioning interface DHCP serves (SO_BINDTODEVICE). Broadcast
+    /// replies leave through it even when the host has no route for them;
+    /// without it they follow the routing table.
+    #[arg(long, env = "MPROV_DHCP_INTERFACE")]
+    dhcp_interface: Option<String>,
+    /// proxyDHCP: hand out boot information only, beside a site's own DHCP
+    /// server (also listens on port 4011).
+    #[arg(long)]
+    proxy_dhcp: bool,
+    /// TFTP listen address.
+    #[arg(long, default_value = "0.0.0.0:69")]
+    tftp: SocketAddr,
+    /// Do not serve TFTP.
+    #[arg(long)]
+    no_tftp: bool,
+    /// The folder TFTP serves: the iPXE binaries.
+    #[arg(long, default_value = "/usr/lib/ipxe")]
+    tftp_root: PathBuf,
+    /// DNS listen address (UDP and TCP).
+    #[arg(long, default_value = "0.0.0.0:53")]
+    dns: SocketAddr,
+    /// Do not serve DNS.
+    #[arg(long)]
+    no_dns: bool,
+    /// HTTP image server listen address.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    http: SocketAddr,
+    /// Do not serve images over HTTP.
+    #[arg(long)]
+    no_http: bool,
+    /// The export folder: images/<slug>/<version>/...
+    #[arg(long, default_value = "/var/lib/mprov/export")]
+    export: PathBuf,
+    /// Prometheus metrics listen address (its own listener).
+    #[arg(long, default_value = "127.0.0.1:9102")]
+    metrics: SocketAddr,
+    /// Where the DHCP lease log lives.
+    #[arg(long, default_value = "/var/lib/mprov/jobserver")]
+    state_dir: PathBuf,
+    /// Log filter, e.g. info or mprov_dhcp=debug.
+    #[arg(long, env = "MPROV_LOG", default_value = "info")]
+    log: String,
+}
+
+/// Runs the command line; the process's exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn read_apikey(cli: &Cli) -> Result<String> {
+    if let Some(k) = cli.apikey.as_deref().filter(|k| !k.is_empty()) {
+        return Ok(k.to_owned());
+    }
+    let text = std::fs::read_to_string(&cli.apikey_file).with_context(|| {
+        format!(
+            "no API key: set MPROV_APIKEY or --apikey, or make {} (the control service writes it on its own host)",
+            cli.apikey_file.display()
+        )
+    })?;
+    text.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("export MPROV_APIKEY=")
+                .or_else(|| l.trim().strip_prefix("MPROV_APIKEY="))
+        })
+        .map(|k| k.trim_matches(['"', '\'']).to_owned())
+        .with_context(|| {
+            format!(
+                "{} holds no MPROV_APIKEY=<key> line",
+                cli.apikey_file.display()
+            )
+        })
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let shutdown = CancellationToken::new();
+    let mut tasks: JoinSet<Result<()>> = JoinSet::new();
+
+    // Where the boot config comes from.
+    let (tx, rx) = watch::channel(Arc::new(BootConfig {
+        revision: -1,
+        ..Default::default()
+    }));
+    match (&cli.boot_config, &cli.control_url) {
+        (Some(path), _) => {
+            let cfg = snapshot::read_file(path)?;
+            tracing::info!(
+                "serving the boot config in {} (revision {})",
+                path.display(),
+                cfg.revision
+            );
+            tx.send_replace(Arc::new(cfg));
+        }
+        (None, Some(url)) => {
+            let client = Client::new(url, Auth::ApiKey(read_apikey(&cli)?))?;
+            tracing::info!("following the boot config of {url}");
+            let stop = shutdown.clone();
+            tasks.spawn(async move {
+                snapshot::follow(client, tx, stop).await;
+                Ok(())
+            });
+        }
+        (None, None) => bail!(
+            "give --control-url (MPROV_URL) to follow the control service, or --boot-config FILE"
+        ),
+    }
+
+    let mut registry = Registry::with_prefix("mprov");
+
+    if !cli.no_dhcp {
+        let server_ip = cli.server_ip.context(
+            "DHCP needs --server-ip (MPROV_ADDRESS), the address nodes reach this job server at; or give --no-dhcp",
+        )?;
+        std::fs::create_dir_all(&cli.state_dir)
+            .with_context(|| format!("cannot create {}", cli.state_dir.display()))?;
+        let mut config = mprov_dhcp::DhcpConfig::new(server_ip);
+        config.proxy = cli.proxy_dhcp;
+        let leases = mprov_dhcp::LeaseStore::open(
+            &cli.state_dir.join("dhcp.leases"),
+            mprov_dhcp::StoreOptions::default(),
+        )
+        .context("opening the DHCP lease log")?;
+        let metrics = mprov_dhcp::Metrics::register(&mut registry);
+        let server =
+            mprov_dhcp::Server::new(config.clone(), rx.clone(), leases).with_metrics(metrics);
+        let socket = dhcp_socket(cli.dhcp, cli.dhcp_interface.as_deref())
+            .with_context(|| format!("DHCP: cannot bind {}", cli.dhcp))?;
+        tracing::info!(
+            "DHCP on {}{}",
+            cli.dhcp,
+            if cli.proxy_dhcp { " (proxyDHCP)" } else { "" }
+        );
+        let stop = shutdown.clone();
+        tasks.spawn(async move { server.run(socket, stop).await.context("DHCP server") });
+    }
+
+    if !cli.no_tftp {
+        let server =
+            mprov_tftp::Server::new(mprov_tftp::TftpConfig::new(&cli.tftp_root), &mut registry);
+        let socket = UdpSocket::bind(cli.tftp)
+            .await
+            .with_context(|| format!("TFTP: cannot bind {}", cli.tftp))?;
+        tracing::info!("TFTP on {} serving {}", cli.tftp, cli.tftp_root.display());
+        let stop = shutdown.clone();
+        tasks.spawn(async move { server.run(socket, stop).await.context("TFTP server") });
+    }
+
+    if !cli.no_dns {
+        let server =
+            mprov_dns::Server::new(mprov_dns::DnsConfig::default(), rx.clone(), &mut registry);
+        let udp = UdpSocket::bind(cli.dns)
+            .await
+            .with_context(|| format!("DNS: cannot bind {}", cli.dns))?;
+        let tcp = TcpListener::bind(cli.dns)
+            .await
+            .with_context(|| format!("DNS: cannot bind TCP {}", cli.dns))?;
+        tracing::info!("DNS on {}", cli.dns);
+        let stop = shutdown.clone();
+        tasks.spawn(async move { server.run(udp, Some(tcp), stop).await.context("DNS server") });
+    }
+
+    if !cli.no_http {
+        let mut config = mprov_images::Config::new(&cli.export);
+        config.ipxe_dir = cli.tftp_root.clone();
+        let state = mprov_images::ImageState::new(config, rx.clone());
+        state.metrics().register(&mut registry);
+        let listener = TcpListener::bind(cli.http)
+            .await
+            .with_context(|| format!("HTTP: cannot bind {}", cli.http))?;
+        tracing::info!(
+            "HTTP images on {} serving {}",
+            cli.http,
+            cli.export.display()
+        );
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            mprov_images::serve(listener, state, stop)
+                .await
+                .context("HTTP image server")
+        });
+    }
+
+    let metrics = TcpListener::bind(cli.metrics)
+        .await
+        .with_context(|| format!("metrics: cannot bind {}", cli.metrics))?;
+    let app = mprov_images::metrics_router(Arc::new(registry));
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        axum::serve(metrics, app)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+            .context("metrics listener")
+    });
+
+    // Run until a signal, or until a server fails.
+    let mut failure = None;
+    tokio::select! {
+        () = wait_for_signal() => tracing::info!("shutting down"),
+        Some(done) = tasks.join_next() => {
+            failure = Some(match done {
+                Ok(Ok(())) => anyhow::anyhow!("a server stopped on its own"),
+                Ok(Err(e)) => e,
+                Err(e) => anyhow::anyhow!("a server task failed: {e}"),
+            });
+        }
+    }
+    shutdown.cancel();
+    while let Some(done) = tasks.join_next().await {
+        if let Ok(Err(e)) = done {
+            tracing::warn!("{e:#}");
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// A DHCP socket: broadcast allowed, address reusable (a proxyDHCP and a
+/// site's server may share the host), bound to one interface when asked.
+fn dhcp_socket(addr: SocketAddr, interface: Option<&str>) -> Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_broadcast(true)?;
+    if let Some(name) = interface {
+        socket
+            .bind_device(Some(name.as_bytes()))
+            .with_context(|| format!("cannot bind to interface {name}"))?;
+    }
+    socket.bind(&addr.into())?;
+    socket.set_nonblocking(true)?;
+    Ok(UdpSocket::from_std(socket.into())?)
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}
