@@ -17,10 +17,14 @@
 # commit; dnsmasq: its lease file; kea: memfile, persist=true).
 set -euo pipefail
 
-RATES=${1:-1000,2500,4000}
-DUR=${2:-10}
-CLIENTS=${3:-10000}
-SERVERS=${4:-ours,dnsmasq,kea-mt}
+# `cargo xtask bench --smoke` (MPROV_BENCH_SMOKE=1): a seconds-long run of all
+# three servers with a debug build, only to prove the benchmark still works.
+if [ "${MPROV_BENCH_SMOKE:-0}" = 1 ]; then
+  RATES=${1:-200}; DUR=${2:-2}; CLIENTS=${3:-500}; SERVERS=${4:-ours,dnsmasq,kea-mt}
+  BUILD=${BUILD:-debug}
+else
+  RATES=${1:-1000,2500,4000}; DUR=${2:-10}; CLIENTS=${3:-10000}; SERVERS=${4:-ours,dnsmasq,kea-mt}
+fi
 BUILD=${BUILD:-release}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 

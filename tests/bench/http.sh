@@ -48,11 +48,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "# building serve_dir (release)" >&2
-(cd "$ROOT" && cargo build --quiet --release -p mprov-images --example serve_dir)
+PROFILE=release
+[[ "$SMOKE" == 1 ]] && PROFILE=debug
+echo "# building serve_dir ($PROFILE)" >&2
+(cd "$ROOT" && cargo build --quiet --profile "${PROFILE/debug/dev}" -p mprov-images --example serve_dir)
 TARGET=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-BIN=$TARGET/release/examples/serve_dir
+BIN=$TARGET/$PROFILE/examples/serve_dir
 
 echo "# writing ${SIZE_MIB} MiB of random data" >&2
 mkdir -p "$WORK/root/images/bench/1" "$WORK/nginx/logs"

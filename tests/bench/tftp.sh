@@ -20,8 +20,14 @@
 # Usage: tests/bench/tftp.sh [RUNS]   (default 3)
 set -euo pipefail
 
-RUNS=${1:-3}
-SIZE_MIB=30
+# `cargo xtask bench --smoke` (MPROV_BENCH_SMOKE=1): one run of a small file
+# with a debug build, only to prove the benchmark still works.
+if [ "${MPROV_BENCH_SMOKE:-0}" = 1 ]; then
+  RUNS=${1:-1}; SMOKE_SIZE=2; PROFILE=debug
+else
+  RUNS=${1:-3}; SMOKE_SIZE=""; PROFILE=release
+fi
+SIZE_MIB=${SMOKE_SIZE:-30}
 FETCH_TIMEOUT=120
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mktemp -d /tmp/tftp-bench.XXXXXX)
@@ -40,8 +46,10 @@ command -v atftp >/dev/null || { echo "atftp is missing (apt-get install atftp)"
 IN_TFTPD=$(command -v in.tftpd || echo /usr/sbin/in.tftpd)
 [ -x "$IN_TFTPD" ] || { echo "in.tftpd is missing (apt-get install tftpd-hpa)" >&2; exit 1; }
 
-(cd "$HERE" && cargo build --quiet --release -p mprov-tftp --example serve)
-SERVE="$HERE/target/release/examples/serve"
+(cd "$HERE" && cargo build --quiet --profile "${PROFILE/debug/dev}" -p mprov-tftp --example serve)
+TARGET=$(cd "$HERE" && cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+SERVE="$TARGET/$PROFILE/examples/serve"
 
 mkdir -p "$WORK/root"
 chmod 755 "$WORK" "$WORK/root"
