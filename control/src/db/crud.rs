@@ -666,7 +666,7 @@ impl Db {
 
         let mut count = Sql::new(self.engine());
         count.push("SELECT COUNT(*) AS n FROM ").push(kind.table);
-        append(&mut count, &filter);
+        count.append(&filter);
         let total = int(&count.query().fetch_one(&mut *conn).await?, "n")?;
 
         let mut sql = self.sql();
@@ -674,7 +674,7 @@ impl Db {
             .push(&select_list(kind))
             .push(" FROM ")
             .push(kind.table);
-        append(&mut sql, &filter);
+        sql.append(&filter);
         sql.push(" ORDER BY ")
             .push(&order_by(kind, q.sort.as_deref())?);
         sql.push(&format!(" LIMIT {limit} OFFSET {offset}"));
@@ -1503,41 +1503,6 @@ fn unique<T: Clone + Eq + std::hash::Hash>(items: impl IntoIterator<Item = T>) -
         .into_iter()
         .filter(|i| seen.insert(i.clone()))
         .collect()
-}
-
-fn append(sql: &mut Sql, tail: &Sql) {
-    // Re-bind the tail's values so placeholders stay numbered in order.
-    let mut rest = tail.text.as_str();
-    let mut args = tail.args.iter();
-    while !rest.is_empty() {
-        let next = match sql.engine {
-            Engine::Postgres => rest.find('$'),
-            Engine::Mysql | Engine::Sqlite => rest.find('?'),
-        };
-        match next {
-            Some(pos) => {
-                sql.push(&rest[..pos]);
-                let skip = rest[pos + 1..]
-                    .chars()
-                    .take_while(char::is_ascii_digit)
-                    .count();
-                rest = &rest[pos
-                    + 1
-                    + if sql.engine == Engine::Postgres {
-                        skip
-                    } else {
-                        0
-                    }..];
-                if let Some(a) = args.next() {
-                    sql.bind(a.clone());
-                }
-            }
-            None => {
-                sql.push(rest);
-                rest = "";
-            }
-        }
-    }
 }
 
 fn query_value(ty: Ty, raw: &str) -> Value {

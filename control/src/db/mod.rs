@@ -71,12 +71,22 @@ pub enum Val {
     Text(Option<String>),
 }
 
-/// A statement being built: text with engine-correct placeholders, and its values.
-#[derive(Debug)]
+/// A statement being built: trusted text and bound values, rendered with the
+/// engine's placeholders when it runs, so statements can be joined.
+#[derive(Debug, Clone)]
 pub struct Sql {
     engine: Engine,
-    text: String,
+    parts: Vec<Part>,
     args: Vec<Val>,
+}
+
+/// A piece of a statement.
+#[derive(Debug, Clone)]
+enum Part {
+    /// Trusted SQL text.
+    Text(String),
+    /// The next bound value's placeholder.
+    Arg,
 }
 
 impl Sql {
@@ -84,27 +94,24 @@ impl Sql {
     pub fn new(engine: Engine) -> Sql {
         Sql {
             engine,
-            text: String::new(),
+            parts: Vec::new(),
             args: Vec::new(),
         }
     }
 
     /// Appends SQL text. Only trusted text (from descriptors) goes here.
     pub fn push(&mut self, text: &str) -> &mut Self {
-        self.text.push_str(text);
+        match self.parts.last_mut() {
+            Some(Part::Text(t)) => t.push_str(text),
+            _ => self.parts.push(Part::Text(text.to_owned())),
+        }
         self
     }
 
     /// Appends a placeholder bound to `val`.
     pub fn bind(&mut self, val: Val) -> &mut Self {
         self.args.push(val);
-        match self.engine {
-            Engine::Postgres => {
-                self.text.push('$');
-                self.text.push_str(&self.args.len().to_string());
-            }
-            Engine::Mysql | Engine::Sqlite => self.text.push('?'),
-        }
+        self.parts.push(Part::Arg);
         self
     }
 
@@ -120,14 +127,45 @@ impl Sql {
         self.push(")")
     }
 
-    /// The statement's text.
-    pub fn text(&self) -> &str {
-        &self.text
+    /// Appends another statement's text and values (a shared WHERE clause).
+    pub fn append(&mut self, tail: &Sql) -> &mut Self {
+        for part in &tail.parts {
+            match part {
+                Part::Text(t) => {
+                    self.push(t);
+                }
+                Part::Arg => self.parts.push(Part::Arg),
+            }
+        }
+        self.args.extend(tail.args.iter().cloned());
+        self
+    }
+
+    /// The statement's text, with the engine's placeholders.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let mut n = 0;
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::Arg => {
+                    n += 1;
+                    match self.engine {
+                        Engine::Postgres => {
+                            out.push('$');
+                            out.push_str(&n.to_string());
+                        }
+                        Engine::Mysql | Engine::Sqlite => out.push('?'),
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The sqlx query, with every value bound.
     pub fn query(&self) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(self.text.clone()));
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(self.text()));
         for a in &self.args {
             q = match a {
                 Val::Bool(v) => q.bind(*v),
@@ -368,6 +406,19 @@ mod tests {
             s.push("a = ").bind(Val::Int(Some(1))).push(" AND b IN ");
             s.bind_list([Val::Int(Some(2)), Val::Int(None)]);
             assert_eq!(s.text(), want);
+            // Joined statements keep numbering in order.
+            let mut joined = Sql::new(engine);
+            joined
+                .push("SELECT ")
+                .bind(Val::Int(Some(0)))
+                .push(", ")
+                .append(&s);
+            let shifted = if engine == Engine::Postgres {
+                "SELECT $1, a = $2 AND b IN ($3, $4)"
+            } else {
+                "SELECT ?, a = ? AND b IN (?, ?)"
+            };
+            assert_eq!(joined.text(), shifted);
         }
     }
 

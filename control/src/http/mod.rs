@@ -3,7 +3,7 @@
 //! create, bulk create, update and delete.
 //!
 //! Servers take a bound listener and a shutdown token ([`serve`]), so tests run
-//! them on port 0; [`app`] gives the bare router for in-process tests.
+//! them on port 0; [`router`] alone serves in-process tests (`oneshot`).
 
 pub mod api;
 pub mod auth;
@@ -82,11 +82,6 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
-}
-
-/// The router for in-process tests (`tower::ServiceExt::oneshot`).
-pub fn app(state: AppState) -> Router {
-    router(state)
 }
 
 /// Serves the API on `listener` until `shutdown` is cancelled, then lets

@@ -152,7 +152,7 @@ impl Ctx {
             SecretBox::new("test secret key"),
         ));
         Ctx {
-            app: http::app(state.clone()),
+            app: http::router(state.clone()),
             state,
             key: key.key,
             db: tdb,
