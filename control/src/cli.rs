@@ -204,6 +204,13 @@ async fn serve(settings: Settings) -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
+    if let Some(path) = &config.listen_file {
+        // Written whole, then renamed, so a reader never sees half an address.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, format!("{addr}\n"))
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     tracing::info!(
         "mprov-control {} listening on http://{addr}/api/v1/",
         env!("CARGO_PKG_VERSION")

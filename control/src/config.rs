@@ -29,6 +29,10 @@ pub struct Settings {
     /// Address and port of the HTTP API.
     #[arg(long, env = "MPROV_LISTEN", default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
+    /// Write the address actually bound to this file once listening (with
+    /// --listen on port 0, how tests and scripts learn the port, race-free).
+    #[arg(long, env = "MPROV_LISTEN_FILE")]
+    pub listen_file: Option<PathBuf>,
     /// Config folder (secret key, admin password, job server API key).
     #[arg(long, env = "MPROV_CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
     pub config_dir: PathBuf,
@@ -124,6 +128,8 @@ pub enum ConfigError {
 pub struct Config {
     /// Where the API listens.
     pub listen: SocketAddr,
+    /// Where to write the bound address, if anywhere.
+    pub listen_file: Option<PathBuf>,
     /// The config folder.
     pub config_dir: PathBuf,
     /// The state folder.
@@ -261,6 +267,7 @@ impl Config {
         };
         Ok(Config {
             listen: s.listen,
+            listen_file: s.listen_file,
             config_dir: s.config_dir,
             state_dir: s.state_dir,
             database_url,

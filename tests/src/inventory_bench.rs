@@ -150,12 +150,6 @@ fn cpu_time(pid: u32) -> Result<Duration> {
     Ok(Duration::from_millis(ticks * 10))
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 fn engine_run(
     bin: &Path,
     dir: &Path,
@@ -165,12 +159,13 @@ fn engine_run(
 ) -> Result<Figures> {
     let home = dir.join(engine);
     std::fs::create_dir_all(&home)?;
-    let port = free_port()?;
+    let port_file = home.join("listen");
     let mut cmd = Command::new(bin.join("mprov-control"));
     cmd.arg("serve")
         .env("MPROV_CONFIG_DIR", home.join("etc"))
         .env("MPROV_STATE_DIR", home.join("var"))
-        .env("MPROV_LISTEN", format!("127.0.0.1:{port}"))
+        .env("MPROV_LISTEN", "127.0.0.1:0")
+        .env("MPROV_LISTEN_FILE", &port_file)
         .env("MPROV_SUPERUSER_PASSWORD", "bench-password")
         .env("MPROV_LOG", "warn")
         .env_remove("MPROV_SKIP_VERSION_CHECK")
@@ -188,7 +183,12 @@ fn engine_run(
         Duration::from_secs(20),
     );
     let deadline = Instant::now() + Duration::from_secs(60);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    let addr = loop {
+        if let Ok(addr) = std::fs::read_to_string(&port_file)
+            && !addr.trim().is_empty()
+        {
+            break addr.trim().to_owned();
+        }
         if let Some(status) = server.try_wait()? {
             bail!(
                 "mprov-control exited with {status}; see {}",
@@ -200,13 +200,13 @@ fn engine_run(
             "mprov-control did not listen within 60 s"
         );
         std::thread::sleep(Duration::from_millis(50));
-    }
+    };
     let apikey = std::fs::read_to_string(home.join("etc/apikey"))?;
     let key = apikey
         .trim()
         .trim_start_matches("export MPROV_APIKEY=")
         .to_owned();
-    let base = format!("http://127.0.0.1:{port}");
+    let base = format!("http://{addr}");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -8,7 +8,6 @@
 //! otherwise run `cargo build -p mprov-control` first. A missing binary fails
 //! the tests with that instruction rather than skipping them.
 
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -30,14 +29,17 @@ impl TestContext {
     fn start() -> Result<TestContext> {
         let bin = server_binary()?;
         let dir = tempfile::tempdir()?;
-        let port = free_port()?;
         let log = std::fs::File::create(dir.path().join("server.log"))?;
+        let port_file = dir.path().join("listen");
         let server = Command::new(&bin)
             .arg("serve")
             .env_clear()
             .env("MPROV_CONFIG_DIR", dir.path().join("etc"))
             .env("MPROV_STATE_DIR", dir.path().join("var"))
-            .env("MPROV_LISTEN", format!("127.0.0.1:{port}"))
+            // Port 0, and the bound address in a file: no port race between
+            // tests running at once.
+            .env("MPROV_LISTEN", "127.0.0.1:0")
+            .env("MPROV_LISTEN_FILE", &port_file)
             .env("MPROV_SUPERUSER_PASSWORD", PASSWORD)
             .env("MPROV_MPCC_HOSTNAME", "mpcc")
             .env("MPROV_LOG", "warn")
@@ -48,20 +50,22 @@ impl TestContext {
         let mut ctx = TestContext {
             dir,
             server,
-            url: format!("http://127.0.0.1:{port}"),
+            url: String::new(),
         };
-        ctx.wait_until_listening(port)?;
+        let addr = ctx.wait_until_listening(&port_file)?;
+        ctx.url = format!("http://{addr}");
         Ok(ctx)
     }
 
-    /// Polls the port until the server accepts connections (bounded; no sleep
-    /// guesses, no log scraping).
-    fn wait_until_listening(&mut self, port: u16) -> Result<()> {
-        let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+    /// Waits (bounded) until the server wrote the address it listens on;
+    /// no sleep guesses, no log scraping.
+    fn wait_until_listening(&mut self, port_file: &std::path::Path) -> Result<String> {
         let started = Instant::now();
         loop {
-            if TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200)).is_ok() {
-                return Ok(());
+            if let Ok(addr) = std::fs::read_to_string(port_file)
+                && !addr.trim().is_empty()
+            {
+                return Ok(addr.trim().to_owned());
             }
             if let Some(status) = self.server.try_wait()? {
                 bail!("mprov-control exited with {status}:\n{}", self.log());
@@ -160,11 +164,6 @@ fn server_binary() -> Result<PathBuf> {
         );
     }
     Ok(bin)
-}
-
-/// A port nothing listens on: bind port 0, note the port, release it.
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn ids(items: &Value) -> Vec<&str> {

@@ -2,7 +2,7 @@
 //! by the files it writes (content and mode), its log, and its API.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,25 +19,19 @@ struct Server {
     log: PathBuf,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Server {
     fn start(dir: &Path, db_url: &str, run: usize, env: &[(&str, &str)]) -> Server {
-        let port = free_port();
         let log = dir.join(format!("serve-{run}.log"));
+        let port_file = dir.join(format!("listen-{run}"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-control"));
         cmd.arg("serve")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("MPROV_CONFIG_DIR", dir.join("etc"))
             .env("MPROV_STATE_DIR", dir.join("var"))
-            .env("MPROV_LISTEN", format!("127.0.0.1:{port}"))
+            // Port 0, and the bound address in a file: no port race.
+            .env("MPROV_LISTEN", "127.0.0.1:0")
+            .env("MPROV_LISTEN_FILE", &port_file)
             .env("MPROV_DATABASE_URL", db_url)
             .env("MPROV_MPCC_HOSTNAME", "mpcc")
             .env("MPROV_MPCC_IPs", "10.0.0.1,fd00::1")
@@ -50,9 +44,21 @@ impl Server {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("start mprov-control");
-        let mut server = Server { child, port, log };
+        let mut server = Server {
+            child,
+            port: 0,
+            log,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
+            if let Some(port) = std::fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|a| a.trim().parse::<std::net::SocketAddr>().ok())
+                .map(|a| a.port())
+            {
+                server.port = port;
+                break;
+            }
             if let Ok(Some(status)) = server.child.try_wait() {
                 panic!("mprov-control exited with {status}:\n{}", server.log_text());
             }
