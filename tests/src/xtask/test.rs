@@ -94,9 +94,9 @@ pub fn test(options: &TestOptions) -> Result<()> {
             eprintln!("{MYSQL_URL_VAR}={}", mariadb.url());
             eprintln!("{PG_URL_VAR}={}", postgres.url());
 
-            step("test: cargo test --workspace");
+            step("test: cargo test --workspace --no-fail-fast");
             let mut cmd = cargo();
-            cmd.args(["test", "--workspace"])
+            cmd.args(["test", "--workspace", "--no-fail-fast"])
                 .args(&options.cargo_test_args)
                 .env(MYSQL_URL_VAR, mariadb.url())
                 .env(PG_URL_VAR, postgres.url());
