@@ -83,7 +83,7 @@ pub struct Cli {
     /// Do not serve images over HTTP.
     #[arg(long)]
     no_http: bool,
-    /// The export folder: images/<slug>/<version>/...
+    /// The export folder: `images/<slug>/<version>/...`
     #[arg(long, default_value = "/var/lib/mprov/export")]
     export: PathBuf,
     /// Prometheus metrics listen address (its own listener).

@@ -31,7 +31,7 @@ pub const SYSTEM_CONFIG: &str = "/etc/mprov/mash.toml";
 #[derive(Debug, Clone, Default, clap::Args)]
 #[command(next_help_heading = "Connection")]
 pub struct ConnArgs {
-    /// The control service's base URL, e.g. https://mpcc.example:8443.
+    /// The control service's base URL, e.g. `https://mpcc.example:8443`.
     #[arg(long, env = "MPROV_URL", global = true, value_name = "URL")]
     pub url: Option<String>,
 

@@ -4,7 +4,7 @@
 //! them; lists are joined by commas, and `null` and the empty list show as
 //! `-`. Cells with spaces (or empty strings) still break `awk`'s word
 //! splitting, which is what `--json` is for. A list's table shows the kind's main columns
-//! ([`KindInfo::columns`]); `show` prints every field the server returned, in
+//! (`KindInfo::columns`); `show` prints every field the server returned, in
 //! its order.
 
 use comfy_table::{Cell, Table, TableStyle};

@@ -87,6 +87,14 @@ pub fn test(options: &TestOptions) -> Result<()> {
         ])),
     ));
 
+    step("doc: cargo doc --workspace --no-deps with RUSTDOCFLAGS=-D warnings");
+    results.push((
+        "doc",
+        run(cargo()
+            .args(["doc", "--workspace", "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings")),
+    ));
+
     step("databases: start MariaDB and PostgreSQL");
     match start_databases() {
         Ok((mariadb, postgres)) => {
