@@ -991,7 +991,7 @@ impl Db {
         bump_revision(&mut tx).await?;
         let bulk = rows.len() > 1;
         self.check_unique(&mut tx, kind, &rows, None, bulk).await?;
-        self.resolve_all(&mut tx, kind, &mut rows, bulk).await?;
+        self.resolve_all(&mut tx, &mut rows, bulk).await?;
         let now = now();
         let mut ids = Vec::with_capacity(rows.len());
         let mut child_rows: Vec<(&'static Kind, &'static str, i64, &Prepared)> = Vec::new();
@@ -1036,7 +1036,7 @@ impl Db {
         let id = self.find_id(&mut tx, kind, key).await?;
         self.check_unique(&mut tx, kind, std::slice::from_ref(&row), Some(id), false)
             .await?;
-        self.resolve_all(&mut tx, kind, std::slice::from_mut(&mut row), false)
+        self.resolve_all(&mut tx, std::slice::from_mut(&mut row), false)
             .await?;
         self.before_update(&mut tx, kind, id, &row).await?;
         let mut sql = self.sql();
@@ -1278,7 +1278,6 @@ impl Db {
     async fn resolve_all(
         &self,
         conn: &mut AnyConnection,
-        kind: &'static Kind,
         rows: &mut [Prepared],
         bulk: bool,
     ) -> Result<(), StoreError> {
@@ -1378,7 +1377,6 @@ impl Db {
             };
             apply(row, &path, &maps, &mut errors);
         }
-        let _ = kind;
         if errors.is_empty() {
             Ok(())
         } else {
