@@ -30,14 +30,17 @@
 //!   symlinks canonicalized and checked).
 //! - [`server`]: the listener loop, bounded by a semaphore, with graceful
 //!   shutdown.
+//! - `pktinfo`: on a wildcard listener, the address each request was sent
+//!   to (`IP_PKTINFO` / `IPV6_RECVPKTINFO`), so replies leave from it.
 //! - `transfer`: one task and one socket per transfer (the RFC 1350 TID),
-//!   bound to the listener's IP, with windowed sending, retransmission and a
-//!   deadline.
+//!   bound to the address the request was sent to, with windowed sending,
+//!   retransmission and a deadline.
 
 #![warn(missing_docs)]
 
 pub mod codec;
 pub mod options;
+mod pktinfo;
 mod root;
 pub mod server;
 mod transfer;

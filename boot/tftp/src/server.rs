@@ -9,7 +9,7 @@
 //! time, then cancels what is left.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::codec::{self, ErrorCode, Packet};
+use crate::pktinfo;
 use crate::transfer::{self, OwnedRequest};
 
 /// Default cap on concurrent transfers.
@@ -168,14 +169,16 @@ impl Server {
     /// then drains running transfers for at most `drain_timeout`.
     ///
     /// Each transfer replies from its own socket, bound to `socket`'s local
-    /// IP and an ephemeral port (the RFC 1350 transfer ID).
+    /// IP (on a wildcard listener: the address the request was sent to) and
+    /// an ephemeral port (the RFC 1350 transfer ID).
     pub async fn run(self, socket: UdpSocket, shutdown: CancellationToken) -> Result<(), RunError> {
         let local = socket.local_addr().map_err(RunError::LocalAddr)?;
-        // TODO-robustness: on a wildcard listener, replies should come from
-        // the request's destination address (IP_PKTINFO); for now the
-        // transfer socket is bound to the wildcard too. Bind the listener to
-        // the interface address instead.
-        let local_ip = local.ip();
+        // A wildcard listener learns each request's destination, so that
+        // the transfer replies from the address the node asked.
+        let wildcard = local.ip().is_unspecified();
+        if wildcard && let Err(err) = pktinfo::enable(&socket) {
+            tracing::warn!(error = %err, "tftp: cannot learn request destinations; replies come from the routed address");
+        }
         let permits = Arc::new(Semaphore::new(self.inner.config.max_transfers));
         let tracker = TaskTracker::new();
         let transfers = shutdown.child_token();
@@ -184,9 +187,9 @@ impl Server {
         tracing::info!(%local, root = %self.inner.config.root.display(), "tftp: listening");
 
         loop {
-            let (len, peer) = tokio::select! {
+            let (len, peer, asked) = tokio::select! {
                 () = shutdown.cancelled() => break,
-                received = socket.recv_from(&mut buf) => match received {
+                received = receive(&socket, wildcard, &mut buf) => match received {
                     Ok(received) => received,
                     Err(err) => {
                         // An ICMP error from an earlier reply can surface
@@ -219,6 +222,7 @@ impl Server {
                         continue;
                     };
                     let req = OwnedRequest::from(&req);
+                    let local_ip = pktinfo::reply_from(local.ip(), asked);
                     let inner = Arc::clone(&self.inner);
                     let cancel = transfers.clone();
                     tracker.spawn(async move {
@@ -266,6 +270,21 @@ impl Server {
         }
         tracing::info!(%local, "tftp: stopped");
         Ok(())
+    }
+}
+
+/// Receives one datagram; on a wildcard listener also the address it was
+/// sent to.
+async fn receive(
+    socket: &UdpSocket,
+    wildcard: bool,
+    buf: &mut [u8],
+) -> io::Result<(usize, SocketAddr, Option<IpAddr>)> {
+    if wildcard {
+        pktinfo::recv(socket, buf).await
+    } else {
+        let (len, peer) = socket.recv_from(buf).await?;
+        Ok((len, peer, None))
     }
 }
 

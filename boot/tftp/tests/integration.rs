@@ -4,7 +4,7 @@
 //! codec covers what those clients cannot do on purpose (abort after the
 //! OACK, stop acknowledging, send a WRQ).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
@@ -26,6 +26,10 @@ const RECV_GUARD: Duration = Duration::from_secs(10);
 
 struct TestContext {
     addr: SocketAddr,
+    /// The address clients send to: the listener's, or on a wildcard
+    /// listener 127.0.0.2, a second loopback address, so that a reply from
+    /// the routed address (127.0.0.1) instead of the one asked shows.
+    host: IpAddr,
     root: TempDir,
     out: TempDir,
     registry: Registry,
@@ -35,18 +39,28 @@ struct TestContext {
 
 impl TestContext {
     async fn start(configure: impl FnOnce(&mut TftpConfig)) -> Result<Self> {
+        Self::start_at("127.0.0.1:0", configure).await
+    }
+
+    async fn start_at(bind: &str, configure: impl FnOnce(&mut TftpConfig)) -> Result<Self> {
         let root = tempfile::tempdir()?;
         let out = tempfile::tempdir()?;
         let mut config = TftpConfig::new(root.path());
         configure(&mut config);
         let mut registry = Registry::default();
         let server = Server::new(config, &mut registry);
-        let socket = UdpSocket::bind("127.0.0.1:0").await?;
+        let socket = UdpSocket::bind(bind).await?;
         let addr = socket.local_addr()?;
+        let host = if addr.ip().is_unspecified() {
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
+        } else {
+            addr.ip()
+        };
         let shutdown = CancellationToken::new();
         let handle = tokio::spawn(server.run(socket, shutdown.clone()));
         Ok(TestContext {
             addr,
+            host,
             root,
             out,
             registry,
@@ -101,7 +115,7 @@ impl TestContext {
 
     async fn tftp_hpa(&self, mode: &str, remote: &str, local: &Path) -> Result<Output> {
         let mut cmd = Command::new("tftp");
-        cmd.arg("127.0.0.1")
+        cmd.arg(self.host.to_string())
             .arg(self.addr.port().to_string())
             .args(["-m", mode, "-c", "get", remote])
             .arg(local);
@@ -115,7 +129,7 @@ impl TestContext {
         }
         cmd.args(["-g", "-r", remote, "-l"])
             .arg(local)
-            .arg("127.0.0.1")
+            .arg(self.host.to_string())
             .arg(self.addr.port().to_string());
         run(cmd).await
     }
@@ -313,6 +327,39 @@ async fn atftp_fetches_5mib_with_windowsize_1_16_64() -> Result<()> {
     ctx.wait_metric("tftp_transfers_completed_total", 3.0)
         .await?;
     ensure!(ctx.metric("tftp_bytes_sent_total") >= 3.0 * data.len() as f64);
+    ctx.cleanup().await
+}
+
+/// On a wildcard listener every reply leaves from the address the request
+/// was sent to (`IP_PKTINFO`), not from the routed one: firmware drops DATA
+/// from any other address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wildcard_listener_replies_from_the_address_asked() -> Result<()> {
+    let ctx = TestContext::start_at("0.0.0.0:0", |_| {}).await?;
+    let data = random_bytes(300_000, 11);
+    ctx.write("kpxe", &data)?;
+    let asked = SocketAddr::new(ctx.host, ctx.addr.port());
+
+    let mut client = RawClient::new(asked).await?;
+    client.rrq("kpxe", &[]).await?;
+    let (packet, from) = client.recv().await?;
+    ensure!(
+        matches!(packet, Packet::Data { block: 1, .. }),
+        "want DATA 1, got {packet:?}"
+    );
+    ensure!(
+        from.ip() == ctx.host,
+        "DATA came from {from}, the request went to {asked}"
+    );
+    ensure!(
+        from.port() != ctx.addr.port(),
+        "DATA must come from a new transfer ID"
+    );
+
+    // A real client, over the same wildcard listener.
+    let local = ctx.out("kpxe");
+    let output = ctx.atftp(&["blksize 1468"], "kpxe", &local).await?;
+    check_fetched(&output, &local, &data)?;
     ctx.cleanup().await
 }
 
