@@ -33,6 +33,11 @@ pub const DRAIN: Duration = Duration::from_secs(3);
 /// Largest datagram read; DHCP messages are far smaller (RFC 2131 §2: 576
 /// unless option 57 allows more).
 const MAX_DATAGRAM: usize = 4096;
+/// Receive buffer asked for: when a whole cluster powers on at once, thousands
+/// of DISCOVERs arrive within milliseconds, and the default buffer (about
+/// 200 KiB, a few hundred packets) drops most of them, so every client waits
+/// out its retransmission back-off. The kernel caps it at `net.core.rmem_max`.
+pub const RECV_BUFFER: usize = 8 << 20;
 
 /// The DHCP server. Clones share leases, snapshot and metrics, so one server
 /// can run on several sockets (ports 67 and 4011 for proxyDHCP).
@@ -96,6 +101,18 @@ impl Server {
     /// interface (`SO_BINDTODEVICE`) is the caller's choice.
     pub async fn run(self, socket: UdpSocket, shutdown: CancellationToken) -> std::io::Result<()> {
         socket.set_broadcast(true)?;
+        let sock = socket2::SockRef::from(&socket);
+        if let Err(err) = sock.set_recv_buffer_size(RECV_BUFFER) {
+            tracing::warn!(error = %err, "cannot enlarge the DHCP receive buffer");
+        }
+        match sock.recv_buffer_size() {
+            Ok(n) if n < RECV_BUFFER => tracing::info!(
+                bytes = n,
+                "DHCP receive buffer capped by net.core.rmem_max; raise it for faster mass power-on"
+            ),
+            Ok(n) => tracing::debug!(bytes = n, "DHCP receive buffer"),
+            Err(_) => {}
+        }
         let local_port = socket.local_addr()?.port();
         let socket = Arc::new(socket);
         let permits = Arc::new(Semaphore::new(self.config.max_in_flight.max(1)));
