@@ -33,8 +33,14 @@ set -euo pipefail
 
 # `cargo xtask bench --smoke` (MPROV_BENCH_SMOKE=1): a seconds-long run of all
 # three servers with a debug build, only to prove the benchmark still works.
+# Both scenarios run, the avalanche onto preloaded leases.
+if [ "${MPROV_BENCH_SMOKE:-0}" = 1 ] && [ -z "${SCENARIO:-}" ]; then
+  SCENARIO=rate bash "$0" "$@"
+  SCENARIO=avalanche PRELOAD=1 exec bash "$0" "$@"
+fi
 if [ "${MPROV_BENCH_SMOKE:-0}" = 1 ]; then
   RATES=${1:-200}; DUR=${2:-2}; CLIENTS=${3:-500}; SERVERS=${4:-ours,dnsmasq,kea-mt}
+  [ "$SCENARIO" = avalanche ] && DUR=${2:-10}
   PRELOAD=${PRELOAD:-0}; [ "$PRELOAD" = 0 ] || PRELOAD=200
   BUILD=${BUILD:-debug}
 else
