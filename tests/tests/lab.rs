@@ -267,3 +267,98 @@ poweroff -f
     );
     Ok(())
 }
+
+/// The lab kernel's real module tree, from Debian's package, which ships no
+/// `modules.dep`: mprov-initramfs reads each module's `.modinfo` and gives the
+/// NIC modules in the load order of `netboot-lab.md`, finds the PCI drivers of
+/// QEMU's NICs, and packs the modules byte for byte.
+#[test]
+fn initramfs_resolves_the_lab_kernels_nic_modules() -> Result<()> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    use mprov_initramfs::{Compression, Initramfs, ModuleTree, PciId};
+    use mprov_tests::vm;
+
+    let root = mprov_tests::xtask::workspace_root();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let cache = target.join("lab-cache");
+    let kernel = vm::lab_kernel(&cache)?;
+    // The unpacked package: the tree is found under lib/modules/<release>.
+    let package = cache.join(&kernel.release);
+    let tree = ModuleTree::open(&package)?;
+    assert_eq!(tree.release(), kernel.release);
+    assert!(!tree.has_modules_dep(), "the package ships no modules.dep");
+
+    let extra = [("virtio_net", "virtio_pci")];
+    let resolved = tree.resolve(&["e1000", "virtio_net"], &extra)?;
+    assert_eq!(
+        resolved.names(),
+        [
+            "e1000",
+            "virtio_ring",
+            "virtio",
+            "virtio_pci_legacy_dev",
+            "virtio_pci_modern_dev",
+            "virtio_pci",
+            "failover",
+            "net_failover",
+            "virtio_net",
+        ]
+    );
+    let paths: Vec<_> = resolved
+        .modules
+        .iter()
+        .map(|m| tree.root().join(&m.path))
+        .collect();
+    assert_eq!(paths, kernel.modules, "the files the lab VM boots with");
+    // virtio_net does not declare its PCI transport.
+    let plain = tree.resolve(&["virtio_net"], &[])?;
+    assert!(
+        !plain.names().contains(&"virtio_pci"),
+        "{:?}",
+        plain.names()
+    );
+
+    let by_pci = |id: &str| -> Result<Vec<String>> { Ok(tree.match_pci(&[id.parse::<PciId>()?])?) };
+    assert_eq!(by_pci("8086:100e")?, ["e1000"]); // QEMU's e1000
+    assert_eq!(by_pci("1af4:1000")?, ["virtio_pci"]); // virtio-net-pci, legacy
+    assert_eq!(by_pci("1af4:1041")?, ["virtio_pci"]); // virtio-net-pci, modern
+    assert!(
+        by_pci("10ec:8139")?.is_empty(),
+        "8139too is not in the lab's extract"
+    );
+
+    let built = Initramfs::builder()
+        .init(b"#!/bin/sh\n".as_slice())
+        .modules(&package, ["e1000", "virtio-net"])
+        .extra_dependency("virtio_net", "virtio_pci")
+        .build(Compression::Gzip)?;
+    let work = tempfile::tempdir()?;
+    let mut child = Command::new("sh")
+        .args(["-c", "gzip -dc | cpio -idm --quiet --no-absolute-filenames"])
+        .current_dir(work.path())
+        .stdin(Stdio::piped())
+        .spawn()
+        .context("running gzip and cpio")?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(&built.image)?;
+    anyhow::ensure!(child.wait()?.success(), "gzip -dc | cpio -idm failed");
+    let list = std::fs::read_to_string(work.path().join("etc/mprov/modules"))?;
+    let listed: Vec<&str> = list.lines().collect();
+    assert_eq!(listed.len(), kernel.modules.len());
+    for (line, source) in listed.iter().zip(&kernel.modules) {
+        let unpacked = work.path().join(line.trim_start_matches('/'));
+        assert!(
+            line.starts_with(&format!("/lib/modules/{}/kernel/", kernel.release)),
+            "{line}"
+        );
+        assert_eq!(std::fs::read(&unpacked)?, std::fs::read(source)?, "{line}");
+    }
+    Ok(())
+}

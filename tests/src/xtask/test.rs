@@ -46,6 +46,9 @@ pub const PACKAGES: &[&str] = &[
     "busybox-static",
     "cpio",
     "kmod",
+    // initramfs: the archives we write, decompressed by the system's tools
+    "gzip",
+    "zstd",
 ];
 
 /// The rustup components that the checks need.
