@@ -19,6 +19,7 @@ use crate::db::{Db, kinds};
 use crate::first_start;
 use crate::http;
 use crate::secrets::{self, SecretBox};
+use crate::tls;
 
 /// The mProv control service: inventory, REST API and boot configuration of an
 /// HPC cluster.
@@ -200,25 +201,51 @@ async fn serve(settings: Settings) -> Result<()> {
         );
     }
     let report = first_start::run(&config, &db, &sb).await?;
+    let tls = tls::prepare(&config).context("cannot set up TLS")?;
+    match &tls.server {
+        tls::ServerCert::Site => {
+            tracing::info!("HTTPS serves the site certificate from MPROV_TLS_CERT")
+        }
+        tls::ServerCert::Kept => tracing::debug!("the HTTPS certificate is still good"),
+        tls::ServerCert::Made(_) => {}
+    }
+    tracing::info!(
+        "CA certificate {} (sha256 {})",
+        tls.dir.join(tls::CA_CERT).display(),
+        tls.ca_fingerprint()
+    );
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
+    let https = match config.https_listen {
+        Some(at) => {
+            let l = std::net::TcpListener::bind(at).with_context(|| {
+                format!(
+                    "cannot listen on {at} for HTTPS (MPROV_HTTPS_LISTEN; `off` turns HTTPS off)"
+                )
+            })?;
+            Some((l.local_addr()?, l, tls::server_config(&tls)?))
+        }
+        None => None,
+    };
     if let Some(path) = &config.listen_file {
-        // Written whole, then renamed, so a reader never sees half an address.
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, format!("{addr}\n"))
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        write_address(path, addr)?;
+    }
+    if let (Some(path), Some((at, _, _))) = (&config.https_listen_file, &https) {
+        write_address(path, *at)?;
     }
     tracing::info!(
         "mprov-control {} listening on http://{addr}/api/v1/",
         env!("CARGO_PKG_VERSION")
     );
+    if let Some((at, _, _)) = &https {
+        tracing::info!("HTTPS on https://{at}/api/v1/ (client certificates from the CA accepted)");
+    }
     if let Some(p) = report.password_file {
         tracing::info!("the admin password is in {}", p.display());
     }
-    let state = Arc::new(http::Inner::new(db, Arc::new(config), sb));
+    let state = Arc::new(http::Inner::new(db, Arc::new(config), sb).with_ca(tls.ca_pem.clone()));
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     tokio::spawn(async move {
@@ -226,9 +253,25 @@ async fn serve(settings: Settings) -> Result<()> {
         tracing::info!("shutting down");
         signal.cancel();
     });
-    http::serve(listener, state, shutdown)
-        .await
-        .context("HTTP server failed")
+    let plain = http::serve(listener, state.clone(), shutdown.clone());
+    match https {
+        Some((_, l, server_config)) => {
+            let secure = http::serve_tls(l, server_config, state, shutdown);
+            let (a, b) = tokio::join!(plain, secure);
+            a.context("HTTP server failed")?;
+            b.context("HTTPS server failed")
+        }
+        None => plain.await.context("HTTP server failed"),
+    }
+}
+
+/// Writes `addr` to `path` whole, then renames it, so a reader never sees
+/// half an address.
+fn write_address(path: &std::path::Path, addr: std::net::SocketAddr) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{addr}\n"))
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 async fn wait_for_signal() {

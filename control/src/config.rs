@@ -17,6 +17,8 @@ pub const DEFAULT_CONFIG_DIR: &str = "/etc/mprov";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/mprov";
 /// The default listen address of the API.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+/// The default listen address of the HTTPS API.
+pub const DEFAULT_HTTPS_LISTEN: &str = "0.0.0.0:443";
 /// Path prefixes exempt from the version check by default: clients that cannot
 /// send headers (iPXE) or that fetch what a client needs before it can check
 /// versions (the CA certificate, the API description).
@@ -33,6 +35,24 @@ pub struct Settings {
     /// --listen on port 0, how tests and scripts learn the port, race-free).
     #[arg(long, env = "MPROV_LISTEN_FILE")]
     pub listen_file: Option<PathBuf>,
+    /// Address and port of the HTTPS API (with an optional client certificate
+    /// from the install's CA); `off` serves plain HTTP only.
+    #[arg(long, env = "MPROV_HTTPS_LISTEN", default_value = DEFAULT_HTTPS_LISTEN)]
+    pub https_listen: String,
+    /// Write the HTTPS address actually bound to this file once listening.
+    #[arg(long, env = "MPROV_HTTPS_LISTEN_FILE")]
+    pub https_listen_file: Option<PathBuf>,
+    /// The TLS folder: this install's CA and HTTPS certificate (default:
+    /// STATE_DIR/tls, i.e. /var/lib/mprov/tls).
+    #[arg(long, env = "MPROV_TLS_DIR")]
+    pub tls_dir: Option<PathBuf>,
+    /// A site certificate (PEM, chain allowed) to serve on HTTPS instead of
+    /// the install's own; needs MPROV_TLS_KEY. The CA is still made.
+    #[arg(long, env = "MPROV_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The site certificate's key (PEM); needs MPROV_TLS_CERT.
+    #[arg(long, env = "MPROV_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
     /// Config folder (secret key, admin password, job server API key).
     #[arg(long, env = "MPROV_CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
     pub config_dir: PathBuf,
@@ -118,6 +138,9 @@ pub enum ConfigError {
         /// Its value.
         value: String,
     },
+    /// An HTTPS listen address that does not parse.
+    #[error("MPROV_HTTPS_LISTEN: {0:?} is neither an address:port nor `off`")]
+    HttpsListen(String),
     /// A proxy entry that does not parse.
     #[error("TRUSTED_PROXIES: {0:?} is not an IP address or CIDR range")]
     Proxy(String),
@@ -130,6 +153,16 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Where to write the bound address, if anywhere.
     pub listen_file: Option<PathBuf>,
+    /// Where the HTTPS API listens; `None`: HTTPS is off.
+    pub https_listen: Option<SocketAddr>,
+    /// Where to write the bound HTTPS address, if anywhere.
+    pub https_listen_file: Option<PathBuf>,
+    /// The TLS folder.
+    pub tls_dir: PathBuf,
+    /// A site certificate to serve instead of the install's own.
+    pub tls_cert: Option<PathBuf>,
+    /// The site certificate's key.
+    pub tls_key: Option<PathBuf>,
     /// The config folder.
     pub config_dir: PathBuf,
     /// The state folder.
@@ -265,9 +298,27 @@ impl Config {
                 .map(|s| (*s).to_owned())
                 .collect(),
         };
+        let https_listen = match s.https_listen.trim() {
+            "off" | "none" | "" => None,
+            v => Some(
+                v.parse::<SocketAddr>()
+                    .map_err(|_| ConfigError::HttpsListen(v.to_owned()))?,
+            ),
+        };
+        let tls_dir = s
+            .tls_dir
+            .clone()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or_else(|| s.state_dir.join("tls"));
+        let nonempty = |p: Option<PathBuf>| p.filter(|p| !p.as_os_str().is_empty());
         Ok(Config {
             listen: s.listen,
             listen_file: s.listen_file,
+            https_listen,
+            https_listen_file: s.https_listen_file,
+            tls_dir,
+            tls_cert: nonempty(s.tls_cert),
+            tls_key: nonempty(s.tls_key),
             config_dir: s.config_dir,
             state_dir: s.state_dir,
             database_url,

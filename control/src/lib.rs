@@ -1,11 +1,13 @@
 //! The mProv control service: the inventory database, the REST API under
-//! `/api/v1/`, first start, and the version lock. Later: the admin pages,
-//! `/ipxe/`, the certificate authority, enrollment, jobs and backups.
+//! `/api/v1/`, first start, the version lock, and the install's own
+//! certificate authority with the HTTPS listener. Later: the admin pages,
+//! `/ipxe/`, enrollment, jobs and backups.
 //!
 //! Layers, outside in: [`cli`] (subcommands) → [`http`] (router, auth, errors,
 //! OpenAPI) → [`db`] (kind descriptors, generic CRUD, migrations). [`effective`]
 //! is the pure config-layering logic; [`secrets`] the key material;
-//! [`first_start`] what a new install makes once. Only this crate touches the
+//! [`first_start`] what a new install makes once; [`tls`] the CA and the HTTPS
+//! certificate. Only this crate touches the
 //! database: every other component goes through the API (`mprov-api`).
 
 pub mod bootconfig;
@@ -17,3 +19,4 @@ pub mod first_start;
 pub mod fuzz;
 pub mod http;
 pub mod secrets;
+pub mod tls;

@@ -166,6 +166,7 @@ fn engine_run(
         .env("MPROV_STATE_DIR", home.join("var"))
         .env("MPROV_LISTEN", "127.0.0.1:0")
         .env("MPROV_LISTEN_FILE", &port_file)
+        .env("MPROV_HTTPS_LISTEN", "127.0.0.1:0")
         .env("MPROV_SUPERUSER_PASSWORD", "bench-password")
         .env("MPROV_LOG", "warn")
         .env_remove("MPROV_SKIP_VERSION_CHECK")

@@ -40,6 +40,7 @@ impl TestContext {
             // tests running at once.
             .env("MPROV_LISTEN", "127.0.0.1:0")
             .env("MPROV_LISTEN_FILE", &port_file)
+            .env("MPROV_HTTPS_LISTEN", "127.0.0.1:0")
             .env("MPROV_SUPERUSER_PASSWORD", PASSWORD)
             .env("MPROV_MPCC_HOSTNAME", "mpcc")
             .env("MPROV_LOG", "warn")

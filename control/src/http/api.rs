@@ -256,6 +256,16 @@ pub async fn revision(State(st): State<AppState>) -> Result<Json<mprov_api::Revi
     Ok(Json(mprov_api::Revision { revision }))
 }
 
+/// `GET /ca.crt`: this install's CA certificate (PEM), for anyone: clients
+/// need it before they can trust the HTTPS certificate. 404 when the service
+/// runs without TLS (in-process tests).
+pub async fn ca_cert(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let pem = st.ca_pem.clone().ok_or_else(|| {
+        ApiError::NotFound("this service runs without its certificate authority".into())
+    })?;
+    Ok(([(header::CONTENT_TYPE, "application/x-pem-file")], pem).into_response())
+}
+
 /// `GET /api/v1/systems/{key}/config`: the merged distro → groups → image →
 /// system configuration.
 pub async fn effective_config(

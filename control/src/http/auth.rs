@@ -204,7 +204,7 @@ const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$
 
 /// Whether a path is served to anyone.
 fn is_public(path: &str) -> bool {
-    path == "/api/v1/openapi.json"
+    path == "/api/v1/openapi.json" || path == "/ca.crt"
 }
 
 /// Authentication, authorisation and the version lock.

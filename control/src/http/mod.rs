@@ -41,6 +41,8 @@ pub struct Inner {
     pub passwords: auth::PasswordCache,
     /// Woken after every write through this process, for the long-polls.
     pub changed: tokio::sync::Notify,
+    /// The CA certificate (PEM) served at `/ca.crt`, once TLS is set up.
+    pub ca_pem: Option<String>,
 }
 
 impl Inner {
@@ -52,7 +54,15 @@ impl Inner {
             secrets,
             passwords: auth::PasswordCache::default(),
             changed: tokio::sync::Notify::new(),
+            ca_pem: None,
         }
+    }
+
+    /// Serves `ca_pem` at `/ca.crt`.
+    #[must_use]
+    pub fn with_ca(mut self, ca_pem: String) -> Inner {
+        self.ca_pem = Some(ca_pem);
+        self
     }
 }
 
@@ -65,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/", get(api::index))
         .route("/api/v1/openapi.json", get(api::openapi))
         .route("/api/v1/revision", get(api::revision))
+        .route("/ca.crt", get(api::ca_cert))
         .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
         .route("/api/v1/systems/{key}/config", get(api::effective_config));
     for kind in KINDS {
@@ -82,6 +93,36 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
+}
+
+/// How long HTTPS shutdown waits for requests in flight.
+const HTTPS_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves the API over HTTPS on `listener` with `tls` until `shutdown` is
+/// cancelled, then lets in-flight requests finish for a bounded time.
+/// Requests carry the client's certificates (if it sent any) as
+/// `Arc<axum_server::tls_rustls::TlsInfo>`... see [`auth`].
+pub async fn serve_tls(
+    listener: std::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        stopper.graceful_shutdown(Some(HTTPS_DRAIN));
+    });
+    listener.set_nonblocking(true)?;
+    axum_server::from_tcp_rustls(
+        listener,
+        axum_server::tls_rustls::RustlsConfig::from_config(tls),
+    )?
+    .handle(handle)
+    .serve(app)
+    .await
 }
 
 /// Serves the API on `listener` until `shutdown` is cancelled, then lets

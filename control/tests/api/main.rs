@@ -3,6 +3,7 @@
 
 mod common;
 mod process;
+mod tls;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};

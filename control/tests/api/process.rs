@@ -13,50 +13,102 @@ use serde_json::Value;
 
 use crate::common::TestDb;
 
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
+    pub(crate) https_port: u16,
     log: PathBuf,
 }
 
-impl Server {
-    fn start(dir: &Path, db_url: &str, run: usize, env: &[(&str, &str)]) -> Server {
-        let log = dir.join(format!("serve-{run}.log"));
-        let port_file = dir.join(format!("listen-{run}"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-control"));
-        cmd.arg("serve")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("MPROV_CONFIG_DIR", dir.join("etc"))
-            .env("MPROV_STATE_DIR", dir.join("var"))
-            // Port 0, and the bound address in a file: no port race.
-            .env("MPROV_LISTEN", "127.0.0.1:0")
-            .env("MPROV_LISTEN_FILE", &port_file)
-            .env("MPROV_DATABASE_URL", db_url)
-            .env("MPROV_MPCC_HOSTNAME", "mpcc")
-            .env("MPROV_MPCC_IPs", "10.0.0.1,fd00::1")
-            .env("MPROV_DOMAINNAME", "cluster")
-            .env("MPROV_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        for (k, v) in env {
-            cmd.env(k, v);
+/// `mprov-control serve` with the tests' environment plus `env`, not yet
+/// started; its log goes to `log`.
+fn serve_command(
+    dir: &Path,
+    db_url: &str,
+    run: usize,
+    log: &Path,
+    env: &[(&str, &str)],
+) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-control"));
+    cmd.arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("MPROV_CONFIG_DIR", dir.join("etc"))
+        .env("MPROV_STATE_DIR", dir.join("var"))
+        // Port 0, and the bound address in a file: no port race.
+        .env("MPROV_LISTEN", "127.0.0.1:0")
+        .env("MPROV_LISTEN_FILE", dir.join(format!("listen-{run}")))
+        .env("MPROV_HTTPS_LISTEN", "127.0.0.1:0")
+        .env("MPROV_HTTPS_LISTEN_FILE", dir.join(format!("https-{run}")))
+        .env("MPROV_DATABASE_URL", db_url)
+        .env("MPROV_MPCC_HOSTNAME", "mpcc")
+        .env("MPROV_MPCC_IPs", "10.0.0.1,fd00::1")
+        .env("MPROV_DOMAINNAME", "cluster")
+        .env("MPROV_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// The port written to `file`, once it is there.
+fn port_in(file: &Path) -> Option<u16> {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|a| a.trim().parse::<std::net::SocketAddr>().ok())
+        .map(|a| a.port())
+}
+
+/// Runs `serve` with `env` expecting it to refuse to start: its exit
+/// success and its log.
+pub(crate) fn serve_to_exit(dir: &Path, db_url: &str, env: &[(&str, &str)]) -> (bool, String) {
+    let log = dir.join("serve-exit.log");
+    let mut child = serve_command(dir, db_url, 0, &log, env)
+        .spawn()
+        .expect("start mprov-control");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (
+                status.success(),
+                std::fs::read_to_string(&log).unwrap_or_default(),
+            );
         }
-        let child = cmd.spawn().expect("start mprov-control");
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "mprov-control kept running:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Server {
+    pub(crate) fn start(dir: &Path, db_url: &str, run: usize, env: &[(&str, &str)]) -> Server {
+        let log = dir.join(format!("serve-{run}.log"));
+        let child = serve_command(dir, db_url, run, &log, env)
+            .spawn()
+            .expect("start mprov-control");
         let mut server = Server {
             child,
             port: 0,
+            https_port: 0,
             log,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(port) = std::fs::read_to_string(&port_file)
-                .ok()
-                .and_then(|a| a.trim().parse::<std::net::SocketAddr>().ok())
-                .map(|a| a.port())
-            {
+            if let (Some(port), Some(https)) = (
+                port_in(&dir.join(format!("listen-{run}"))),
+                port_in(&dir.join(format!("https-{run}"))),
+            ) {
                 server.port = port;
+                server.https_port = https;
                 break;
             }
             if let Ok(Some(status)) = server.child.try_wait() {
@@ -72,7 +124,7 @@ impl Server {
         server
     }
 
-    fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
@@ -100,7 +152,7 @@ impl Server {
     }
 
     /// Stops it with SIGTERM, as systemd would, and waits.
-    fn stop(&mut self) -> String {
+    pub(crate) fn stop(&mut self) -> String {
         let pid = self.child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -133,7 +185,7 @@ impl Drop for Server {
     }
 }
 
-fn mode(p: &Path) -> u32 {
+pub(crate) fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
 }
 

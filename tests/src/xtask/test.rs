@@ -27,6 +27,7 @@ pub const PACKAGES: &[&str] = &[
     "curl",
     "file",
     "tcpdump",
+    "ndisc6",
     "udhcpc",
     "isc-dhcp-client",
     "kea-admin",
@@ -38,6 +39,8 @@ pub const PACKAGES: &[&str] = &[
     "tftpd-hpa",
     "atftp",
     "nginx-light",
+    // TLS: the CA and HTTPS checked from outside
+    "openssl",
     // netbooting VMs
     "qemu-system-x86",
     "ipxe",

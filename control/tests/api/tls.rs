@@ -1,0 +1,355 @@
+//! The install's CA and the HTTPS listener, judged from the outside with
+//! openssl and curl: file modes, the certificate's names and validity, the
+//! chain, the optional client certificate, renewal when the names change, a
+//! site certificate, and the settings that must stop the start.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use mprov_control::db::Engine;
+
+use crate::common::TestDb;
+use crate::process::{Server, mode, serve_to_exit};
+
+/// Runs a tool that must be installed (`cargo xtask test` installs it).
+fn tool(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program} (is it installed?): {e}"))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn x509(cert: &Path, args: &[&str]) -> String {
+    let mut all = vec!["x509", "-in", cert.to_str().unwrap(), "-noout"];
+    all.extend_from_slice(args);
+    let out = tool("openssl", &all);
+    assert!(
+        out.status.success(),
+        "openssl x509 {args:?}: {}",
+        text(&out)
+    );
+    text(&out)
+}
+
+/// `openssl s_client` against the HTTPS port, trusting `ca`.
+fn s_client(port: u16, ca: &Path) -> String {
+    let connect = format!("127.0.0.1:{port}");
+    text(&tool(
+        "openssl",
+        &[
+            "s_client",
+            "-connect",
+            &connect,
+            "-CAfile",
+            ca.to_str().unwrap(),
+            "-verify_return_error",
+            "-servername",
+            "localhost",
+        ],
+    ))
+}
+
+fn curl(args: &[&str]) -> (bool, String) {
+    let out = tool("curl", args);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_certificates_from_outside() {
+    let db = TestDb::new(Engine::Sqlite).await;
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || check_https(&d, &url))
+        .await
+        .unwrap();
+    db.cleanup().await;
+}
+
+fn check_https(dir: &Path, url: &str) {
+    let mut s = Server::start(dir, url, 1, &[]);
+    let tls = dir.join("var/tls");
+    let (ca, crt) = (tls.join("ca.crt"), tls.join("server.crt"));
+    assert_eq!(mode(&tls), 0o700);
+    for (file, want) in [
+        ("ca.key", 0o600),
+        ("server.key", 0o600),
+        ("ca.crt", 0o644),
+        ("server.crt", 0o644),
+    ] {
+        assert_eq!(mode(&tls.join(file)), want, "{file}");
+    }
+
+    // The chain, the names, a year's validity, a CA that is a CA.
+    let verify = text(&tool(
+        "openssl",
+        &[
+            "verify",
+            "-CAfile",
+            ca.to_str().unwrap(),
+            crt.to_str().unwrap(),
+        ],
+    ));
+    assert!(verify.contains(": OK"), "{verify}");
+    let san = x509(&crt, &["-ext", "subjectAltName"]);
+    for name in [
+        "DNS:localhost",
+        "DNS:mpcc",
+        "DNS:mpcc.cluster",
+        "IP Address:10.0.0.1",
+        "IP Address:127.0.0.1",
+        "IP Address:FD00:0:0:0:0:0:0:1",
+    ] {
+        assert!(san.contains(name), "{name} missing from {san}");
+    }
+    assert!(
+        !san.contains("fd00::2") && !san.contains("10.0.0.2"),
+        "{san}"
+    );
+    let day = 86_400;
+    let ends_after = |secs: u64| {
+        tool(
+            "openssl",
+            &[
+                "x509",
+                "-in",
+                crt.to_str().unwrap(),
+                "-noout",
+                "-checkend",
+                &secs.to_string(),
+            ],
+        )
+        .status
+        .success()
+    };
+    assert!(ends_after(364 * day), "valid for about a year");
+    assert!(!ends_after(366 * day), "valid for no more than a year");
+    let ca_text = x509(&ca, &["-text"]);
+    assert!(ca_text.contains("CA:TRUE"), "{ca_text}");
+    assert!(x509(&crt, &["-text"]).contains("TLS Web Server Authentication"));
+
+    // A real TLS client: the chain verifies, and the server asks for an
+    // optional client certificate from our CA.
+    let hello = s_client(s.https_port, &ca);
+    assert!(hello.contains("Verify return code: 0 (ok)"), "{hello}");
+    let ca_subject = x509(&ca, &["-subject", "-nameopt", "RFC2253"]);
+    let ca_cn = ca_subject
+        .split("CN=")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(
+        hello.contains("Acceptable client certificate CA names") && hello.contains(&ca_cn),
+        "the server must ask for a client certificate from {ca_cn}:\n{hello}"
+    );
+
+    // curl without a client certificate: the CA is public, the API needs a key.
+    let base = format!("https://127.0.0.1:{}", s.https_port);
+    let ca_arg = ca.to_str().unwrap();
+    let (ok, body) = curl(&[
+        "-sS",
+        "--fail",
+        "--cacert",
+        ca_arg,
+        &format!("{base}/ca.crt"),
+    ]);
+    assert!(ok, "anonymous /ca.crt over HTTPS");
+    assert_eq!(body, std::fs::read_to_string(&ca).unwrap());
+    let (_, code) = curl(&[
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--cacert",
+        ca_arg,
+        &format!("{base}/api/v1/systems/"),
+    ]);
+    assert_eq!(code, "401");
+    let key = std::fs::read_to_string(dir.join("etc/apikey")).unwrap();
+    let key = key.trim().trim_start_matches("export MPROV_APIKEY=");
+    let (ok, body) = curl(&[
+        "-sS",
+        "--fail",
+        "--cacert",
+        ca_arg,
+        "-H",
+        &format!("Authorization: Api-Key {key}"),
+        "-H",
+        &format!("mProv-Version: {}", mprov_api::api_version()),
+        &format!("{base}/api/v1/systems/mpcc"),
+    ]);
+    assert!(ok && body.contains("\"mpcc\""), "{body}");
+    // Plain HTTP serves the same CA.
+    let (ok, plain) = curl(&[
+        "-sS",
+        "--fail",
+        &format!("http://127.0.0.1:{}/ca.crt", s.port),
+    ]);
+    assert!(ok && plain == body_of(&ca));
+    let serial = x509(&crt, &["-serial"]);
+    let fingerprint = x509(&ca, &["-fingerprint", "-sha256"]);
+    let log = s.stop();
+    assert!(
+        log.contains("made this install's certificate authority"),
+        "{log}"
+    );
+    let sha = fingerprint
+        .trim()
+        .rsplit('=')
+        .next()
+        .unwrap()
+        .replace(':', "")
+        .to_ascii_lowercase();
+    assert!(
+        log.contains(&sha),
+        "the log names the CA fingerprint {sha}:\n{log}"
+    );
+
+    // Second start, same names: the same certificate is kept.
+    let mut s = Server::start(dir, url, 2, &[]);
+    assert_eq!(x509(&crt, &["-serial"]), serial, "kept while names hold");
+    let log = s.stop();
+    assert!(
+        !log.contains("made this install's certificate authority"),
+        "{log}"
+    );
+
+    // Another address: made again at start, from the same CA.
+    let mut s = Server::start(dir, url, 3, &[("MPROV_MPCC_IPs", "10.0.0.2,fd00::1")]);
+    assert_ne!(
+        x509(&crt, &["-serial"]),
+        serial,
+        "renewed when the names change"
+    );
+    let san = x509(&crt, &["-ext", "subjectAltName"]);
+    assert!(
+        san.contains("IP Address:10.0.0.2") && !san.contains("IP Address:10.0.0.1,"),
+        "{san}"
+    );
+    assert_eq!(
+        x509(&ca, &["-fingerprint", "-sha256"]),
+        fingerprint,
+        "the CA stays"
+    );
+    assert!(s_client(s.https_port, &ca).contains("Verify return code: 0 (ok)"));
+    let log = s.stop();
+    assert!(log.contains("host names or addresses changed"), "{log}");
+}
+
+fn body_of(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn site_certificate_and_settings_that_stop_the_start() {
+    let db = TestDb::new(Engine::Sqlite).await;
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || check_site(&d, &url))
+        .await
+        .unwrap();
+    db.cleanup().await;
+}
+
+fn check_site(dir: &Path, url: &str) {
+    let site = dir.join("site");
+    std::fs::create_dir(&site).unwrap();
+    let (cert, key, other_key) = (site.join("c.pem"), site.join("k.pem"), site.join("o.pem"));
+    let out = tool(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "30",
+            "-subj",
+            "/CN=site.example",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = tool(
+        "openssl",
+        &[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+            other_key.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let (c, k, o) = (
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+        other_key.to_str().unwrap(),
+    );
+
+    // Half a site certificate: refused with the reason.
+    for (var, value, missing) in [
+        ("MPROV_TLS_CERT", c, "MPROV_TLS_KEY"),
+        ("MPROV_TLS_KEY", k, "MPROV_TLS_CERT"),
+    ] {
+        let (ok, log) = serve_to_exit(dir, url, &[(var, value)]);
+        assert!(!ok, "{log}");
+        assert!(
+            log.contains(&format!("{var} is set but {missing} is not")),
+            "{log}"
+        );
+    }
+    // A key that is not the certificate's.
+    let (ok, log) = serve_to_exit(dir, url, &[("MPROV_TLS_CERT", c), ("MPROV_TLS_KEY", o)]);
+    assert!(!ok && log.contains("cannot be used together"), "{log}");
+    // A TLS folder that cannot be made (under a regular file).
+    let blocker = dir.join("not-a-folder");
+    std::fs::write(&blocker, "x").unwrap();
+    let bad = blocker.join("tls");
+    let (ok, log) = serve_to_exit(dir, url, &[("MPROV_TLS_DIR", bad.to_str().unwrap())]);
+    assert!(
+        !ok && log.contains("cannot create the TLS folder") && log.contains("not-a-folder"),
+        "{log}"
+    );
+
+    // Both: the site certificate is served, and the CA is made all the same.
+    let mut s = Server::start(dir, url, 1, &[("MPROV_TLS_CERT", c), ("MPROV_TLS_KEY", k)]);
+    let hello = s_client(s.https_port, &cert);
+    assert!(
+        hello.contains("site.example") && hello.contains("Verify return code: 0 (ok)"),
+        "{hello}"
+    );
+    assert!(dir.join("var/tls/ca.crt").exists() && dir.join("var/tls/ca.key").exists());
+    assert!(
+        !dir.join("var/tls/server.crt").exists(),
+        "no own HTTPS certificate needed"
+    );
+    let log = s.stop();
+    assert!(log.contains("site certificate"), "{log}");
+}
