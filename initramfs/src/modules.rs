@@ -95,6 +95,15 @@ pub enum ModuleError {
         /// The module file.
         path: PathBuf,
     },
+    /// The folder is not a module tree.
+    #[error(
+        "{path} is not a kernel module tree: it has no modules.dep and no .ko files \
+         (give lib/modules/<release>)"
+    )]
+    NotATree {
+        /// The folder.
+        path: PathBuf,
+    },
     /// A wanted module is neither in the tree nor built in.
     #[error("no module {name} in {tree}")]
     NotFound {
@@ -115,14 +124,13 @@ pub enum ModuleError {
         #[source]
         source: io::Error,
     },
-    /// The folder is not a module tree.
-    #[error(
-        "{path} is not a kernel module tree: it has no modules.dep and no .ko files \
-         (give lib/modules/<release>)"
-    )]
-    NotATree {
+    /// The folder holds `lib/modules/` with several releases (or none).
+    #[error("{path}/lib/modules holds {} kernel releases; give lib/modules/<release>", releases.len())]
+    Releases {
         /// The folder.
         path: PathBuf,
+        /// The releases found.
+        releases: Vec<String>,
     },
 }
 
@@ -695,10 +703,16 @@ fn find_root(dir: &Path) -> Result<PathBuf, ModuleError> {
             releases.push(entry.path());
         }
     }
+    releases.sort();
     match releases.as_slice() {
         [one] => Ok(one.clone()),
-        _ => Err(ModuleError::NotATree {
+        _ => Err(ModuleError::Releases {
             path: dir.to_path_buf(),
+            releases: releases
+                .iter()
+                .filter_map(|r| r.file_name())
+                .map(|r| r.to_string_lossy().into_owned())
+                .collect(),
         }),
     }
 }

@@ -392,6 +392,15 @@ fn bad_trees_and_files_are_reported() {
     assert!(matches!(err, ModuleError::Index { line: 1, .. }), "{err:?}");
 
     let dir = tempfile::tempdir().expect("tempdir");
+    fs::create_dir_all(dir.path().join("lib/modules/6.1.0-a")).expect("mkdir");
+    fs::create_dir_all(dir.path().join("lib/modules/6.1.0-b")).expect("mkdir");
+    let err = ModuleTree::open(dir.path()).expect_err("two releases");
+    assert!(
+        matches!(&err, ModuleError::Releases { releases, .. } if releases == &["6.1.0-a", "6.1.0-b"]),
+        "{err:?}"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
     write(&dir.path().join("kernel/junk.ko"), b"not an ELF file");
     write(&dir.path().join("kernel/bare.ko"), &elf_with_modinfo(&[]));
     let tree = ModuleTree::open(dir.path()).expect("open");
