@@ -14,6 +14,8 @@
 //! - [`server`]: the UDP listener; commits leases, then replies.
 //! - [`store`]: the append-only lease log with group commit.
 //! - [`table`]: who holds which address, in memory.
+//! - [`ra`]: IPv6 router advertisements (no default route), so that iPXE
+//!   does not wait for IPv6 autoconfiguration; its own socket and loop.
 //! - [`inventory`]: the boot config snapshot, indexed by MAC and address.
 //! - [`config`], [`metrics`].
 //!
@@ -25,6 +27,7 @@ pub mod config;
 pub mod handler;
 pub mod inventory;
 pub mod metrics;
+pub mod ra;
 pub mod server;
 pub mod store;
 pub mod table;

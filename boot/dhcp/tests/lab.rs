@@ -1,6 +1,7 @@
 //! Integration tests: real clients nobody here wrote (busybox udhcpc, ISC
 //! dhclient) against our server in network namespaces; lease durability
-//! across `kill -9`; the ACK-after-fsync ordering; metrics.
+//! across `kill -9`; the ACK-after-fsync ordering; metrics. Module `ra`: the
+//! IPv6 router advertisements against rdisc6 and the Linux kernel.
 //!
 //! The namespace tests need root (CAP_NET_ADMIN); they always run.
 
@@ -22,6 +23,9 @@ use mprov_tests::netns::{Netns, veth};
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+#[path = "lab/ra.rs"]
+mod ra;
 
 const RESERVED_MAC: &str = "02:00:5e:10:00:01";
 const UNKNOWN_MAC: &str = "02:00:5e:10:00:99";
