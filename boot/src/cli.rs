@@ -62,6 +62,17 @@ pub struct Cli {
     /// server (also listens on port 4011).
     #[arg(long)]
     proxy_dhcp: bool,
+    /// Do not send IPv6 router advertisements.
+    ///
+    /// By default the job server sends them on the provisioning interfaces:
+    /// the --dhcp-interface, or else every interface that is up and has an
+    /// IPv4 address in one of the boot config's networks. They say "no
+    /// default router, no DHCPv6" and offer each /64 prefix of the interface
+    /// for SLAAC (none if it has none). Without an RA on the link, iPXE waits
+    /// about 13 s for IPv6 autoconfiguration before it runs its script.
+    /// Needs CAP_NET_RAW.
+    #[arg(long, env = "MPROV_NO_RA")]
+    no_ra: bool,
     /// TFTP listen address.
     #[arg(long, default_value = "0.0.0.0:69")]
     tftp: SocketAddr,
@@ -210,6 +221,18 @@ async fn run(cli: Cli) -> Result<()> {
         tasks.spawn(async move { server.run(socket, stop).await.context("DHCP server") });
     }
 
+    if !cli.no_ra {
+        let metrics = mprov_dhcp::ra::RaMetrics::register(&mut registry);
+        let named = cli.dhcp_interface.clone();
+        let snapshot = rx.clone();
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            router_advertisements(named, snapshot, metrics, stop)
+                .await
+                .context("IPv6 router advertisements")
+        });
+    }
+
     if !cli.no_tftp {
         let server =
             mprov_tftp::Server::new(mprov_tftp::TftpConfig::new(&cli.tftp_root), &mut registry);
@@ -292,6 +315,89 @@ async fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// Sends IPv6 router advertisements until `stop`: on `named` (the DHCP
+/// interface) if given, or else on the provisioning interfaces of the first
+/// boot config (which may still be on its way from the control service, so
+/// this waits for it). Finding no interface is a warning, not a failure:
+/// RAs only save iPXE some seconds.
+async fn router_advertisements(
+    named: Option<String>,
+    mut snapshot: watch::Receiver<Arc<BootConfig>>,
+    metrics: mprov_dhcp::ra::RaMetrics,
+    stop: CancellationToken,
+) -> Result<()> {
+    use mprov_dhcp::ra::{self, Interface};
+    let chosen = match named {
+        Some(name) => {
+            let iface = Interface::list()
+                .context("listing the network interfaces")?
+                .into_iter()
+                .find(|i| i.name == name)
+                .with_context(|| format!("no network interface {name}"))?;
+            if !iface.up || !iface.multicast {
+                tracing::warn!("{name} is down or cannot multicast: RAs may not reach anyone");
+            }
+            vec![iface]
+        }
+        None => {
+            let config = tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                c = snapshot.wait_for(|c| c.revision >= 0) => match c {
+                    Ok(c) => Arc::clone(&c),
+                    // The snapshot's sender is gone: we are shutting down.
+                    Err(_) => return Ok(()),
+                },
+            };
+            let networks: Vec<(Ipv4Addr, u8)> = config
+                .networks
+                .iter()
+                .map(|n| (n.subnet, n.prefix))
+                .collect();
+            let all = Interface::list().context("listing the network interfaces")?;
+            ra::provisioning_interfaces(&all, &networks)
+        }
+    };
+    if chosen.is_empty() {
+        tracing::warn!(
+            "no IPv6 router advertisements: no interface is up with an IPv4 address in the boot config's networks; name one with --dhcp-interface, or give --no-ra"
+        );
+        stop.cancelled().await;
+        return Ok(());
+    }
+    let mut links = Vec::new();
+    let mut described = Vec::new();
+    for iface in chosen {
+        if iface.link_local().is_none() {
+            tracing::warn!(
+                "{} has no IPv6 link-local address (yet): hosts ignore RAs from any other source address",
+                iface.name
+            );
+        }
+        let prefixes: Vec<String> = iface.prefixes().iter().map(|p| format!("{p}/64")).collect();
+        described.push(if prefixes.is_empty() {
+            format!("{} (no IPv6 prefix)", iface.name)
+        } else {
+            format!("{} (prefix {})", iface.name, prefixes.join(", "))
+        });
+        let socket = ra::open_socket(&iface).with_context(|| {
+            format!(
+                "cannot open a raw ICMPv6 socket on {} (needs CAP_NET_RAW; --no-ra turns RAs off)",
+                iface.name
+            )
+        })?;
+        links.push((iface, socket));
+    }
+    tracing::info!(
+        "IPv6 router advertisements (router lifetime 0: no default route) on {}",
+        described.join(", ")
+    );
+    ra::Server::new(ra::RaConfig::default())
+        .with_metrics(metrics)
+        .run(links, stop)
+        .await?;
+    Ok(())
+}
+
 /// A DHCP socket: broadcast allowed, address reusable (a proxyDHCP and a
 /// site's server may share the host), bound to one interface when asked.
 fn dhcp_socket(addr: SocketAddr, interface: Option<&str>) -> Result<UdpSocket> {
@@ -321,5 +427,26 @@ async fn wait_for_signal() {
         Err(_) => {
             let _ = ctrl_c.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::Cli;
+
+    #[test]
+    fn command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn router_advertisements_are_on_unless_no_ra() {
+        let on = Cli::try_parse_from(["mprov-jobserver", "--boot-config", "b.json"]).unwrap();
+        assert!(!on.no_ra);
+        let off =
+            Cli::try_parse_from(["mprov-jobserver", "--boot-config", "b.json", "--no-ra"]).unwrap();
+        assert!(off.no_ra);
     }
 }

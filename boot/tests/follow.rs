@@ -1,6 +1,10 @@
 //! The job server follows a real control service: a new node shows up in its
 //! snapshot without a restart, and a control outage leaves the last snapshot
-//! serving until the service is back.
+//! serving until the service is back. Module `ra`: the job server's IPv6
+//! router advertisements, in network namespaces.
+
+#[path = "jobserver/ra.rs"]
+mod ra;
 
 use std::sync::Arc;
 use std::time::Duration;
