@@ -18,7 +18,9 @@ use crate::db::crud::{self, ListQuery, Mode};
 use crate::db::{Db, kinds};
 use crate::first_start;
 use crate::http;
+use crate::privileges;
 use crate::secrets::{self, SecretBox};
+use crate::signer::{SignerClient, SpawnSpec};
 use crate::tls;
 
 /// The mProv control service: inventory, REST API and boot configuration of an
@@ -61,6 +63,22 @@ enum Command {
         action: SuperuserAction,
         #[command(flatten)]
         settings: Settings,
+    },
+    /// The signing helper: the only process that reads the CA key. `serve`
+    /// starts it; it answers on its standard input and output and is not
+    /// meant to be run by hand.
+    #[command(hide = true)]
+    Signer {
+        /// The TLS folder holding the CA.
+        #[arg(long)]
+        tls_dir: std::path::PathBuf,
+        /// The control host's name, for a new CA's name.
+        #[arg(long, default_value = "mprov")]
+        hostname: String,
+        /// The system user to become once the CA key is read (when started
+        /// as root).
+        #[arg(long)]
+        user: Option<String>,
     },
     /// Create, list or revoke API keys.
     Apikey {
@@ -180,6 +198,11 @@ async fn run(command: Command) -> Result<()> {
             let (_, db, sb) = open(settings).await?;
             superuser(&db, &sb, action).await
         }
+        Command::Signer {
+            tls_dir,
+            hostname,
+            user,
+        } => run_signer(&tls_dir, &hostname, user.as_deref()),
         Command::Apikey { action, settings } => {
             let (_, db, sb) = open(settings).await?;
             apikey(&db, &sb, action).await
@@ -201,10 +224,32 @@ async fn serve(settings: Settings) -> Result<()> {
         );
     }
     let report = first_start::run(&config, &db, &sb).await?;
-    let tls = tls::prepare(&config).context("cannot set up TLS")?;
+    tls::site_cert(&config).context("cannot set up TLS")?;
+    tls::ensure_dir(&config.tls_dir).context("cannot set up TLS")?;
+    // Started as root, the helper and this service each become their own
+    // system user; MPROV_USER=root keeps this service root (not advised).
+    let root = privileges::is_root();
+    let web_user = match &config.user {
+        Some(name) if root => Some(privileges::system_user(name)?),
+        _ => None,
+    };
+    let signer = SignerClient::spawn(SpawnSpec {
+        exe: std::env::current_exe().context("cannot find this program's path")?,
+        tls_dir: config.tls_dir.clone(),
+        hostname: config.hostname.clone(),
+        user: if root {
+            config.signer_user.clone()
+        } else {
+            None
+        },
+    })
+    .await?;
+    let tls = tls::prepare(&config, &signer)
+        .await
+        .context("cannot set up TLS")?;
     match &tls.server {
         tls::ServerCert::Site => {
-            tracing::info!("HTTPS serves the site certificate from MPROV_TLS_CERT")
+            tracing::info!("HTTPS serves the site certificate from MPROV_TLS_CERT");
         }
         tls::ServerCert::Kept => tracing::debug!("the HTTPS certificate is still good"),
         tls::ServerCert::Made(_) => {}
@@ -245,7 +290,39 @@ async fn serve(settings: Settings) -> Result<()> {
     if let Some(p) = report.password_file {
         tracing::info!("the admin password is in {}", p.display());
     }
-    let state = Arc::new(http::Inner::new(db, Arc::new(config), sb).with_ca(tls.ca_pem.clone()));
+    match &web_user {
+        Some(user) => {
+            hand_over(&config, user)?;
+            privileges::drop_to(user)?;
+            if let Some(db) = crate::db::sqlite_path(&config.database_url) {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&db)
+                    .with_context(|| {
+                        format!(
+                            "the web service's user {} cannot open {}: make the folders above it searchable by that user (chmod o+x), or set MPROV_USER=root",
+                            user.name,
+                            db.display()
+                        )
+                    })?;
+            }
+            tracing::info!(
+                "running as {}; the signing helper as {}",
+                user.name,
+                config.signer_user.as_deref().unwrap_or("root")
+            );
+        }
+        None if root => tracing::warn!("MPROV_USER=root: the web service keeps running as root"),
+        None => tracing::info!(
+            "not started as root: the web service and the signing helper share this user"
+        ),
+    }
+    let state = Arc::new(
+        http::Inner::new(db, Arc::new(config), sb)
+            .with_ca(tls.ca_pem.clone())
+            .with_signer(signer),
+    );
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     tokio::spawn(async move {
@@ -263,6 +340,54 @@ async fn serve(settings: Settings) -> Result<()> {
         }
         None => plain.await.context("HTTP server failed"),
     }
+}
+
+/// Gives the web service's user what it keeps writing after the switch:
+/// the config folder and its files, the state folder (not the TLS folder
+/// inside it) and an SQLite database's files.
+fn hand_over(config: &Config, user: &nix::unistd::User) -> Result<()> {
+    let mut paths = vec![config.config_dir.clone(), config.state_dir.clone()];
+    for dir in [&config.config_dir, &config.state_dir] {
+        for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let path = entry?.path();
+            if path != config.tls_dir && path.is_file() {
+                paths.push(path);
+            }
+        }
+    }
+    if let Some(db) = crate::db::sqlite_path(&config.database_url) {
+        if let Some(parent) = db.parent() {
+            paths.push(parent.to_owned());
+        }
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = db.clone().into_os_string();
+            p.push(suffix);
+            let p = std::path::PathBuf::from(p);
+            if p.exists() {
+                paths.push(p);
+            }
+        }
+    }
+    for p in &paths {
+        privileges::give(p, user)?;
+    }
+    Ok(())
+}
+
+/// `mprov-control signer`: make or load the CA, become `user`, then sign
+/// what `serve` asks over standard input and output.
+fn run_signer(tls_dir: &std::path::Path, hostname: &str, user: Option<&str>) -> Result<()> {
+    let signer = crate::signer::Signer::open(tls_dir, hostname).context("signer")?;
+    if let Some(name) = user
+        && privileges::is_root()
+    {
+        let user = privileges::system_user(name)?;
+        privileges::drop_to(&user)?;
+        tracing::debug!("signer: running as {name}");
+    }
+    crate::signer::announce(&signer, std::io::stdout().lock()).context("signer: hand-shake")?;
+    crate::signer::serve(&signer, std::io::stdin().lock(), std::io::stdout().lock())
+        .context("signer")
 }
 
 /// Writes `addr` to `path` whole, then renames it, so a reader never sees

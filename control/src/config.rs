@@ -53,6 +53,13 @@ pub struct Settings {
     /// The site certificate's key (PEM); needs MPROV_TLS_CERT.
     #[arg(long, env = "MPROV_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
+    /// The system user the web service becomes when started as root (made
+    /// if missing); `root` keeps it root.
+    #[arg(long, env = "MPROV_USER", default_value = "mprov")]
+    pub user: String,
+    /// The system user the signing helper becomes when started as root.
+    #[arg(long, env = "MPROV_SIGNER_USER", default_value = "mprov-signer")]
+    pub signer_user: String,
     /// Config folder (secret key, admin password, job server API key).
     #[arg(long, env = "MPROV_CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
     pub config_dir: PathBuf,
@@ -159,6 +166,10 @@ pub struct Config {
     pub https_listen_file: Option<PathBuf>,
     /// The TLS folder.
     pub tls_dir: PathBuf,
+    /// The web service's system user; `None`: stay as started.
+    pub user: Option<String>,
+    /// The signing helper's system user; `None`: stay as started.
+    pub signer_user: Option<String>,
     /// A site certificate to serve instead of the install's own.
     pub tls_cert: Option<PathBuf>,
     /// The site certificate's key.
@@ -317,6 +328,8 @@ impl Config {
             https_listen,
             https_listen_file: s.https_listen_file,
             tls_dir,
+            user: Some(s.user).filter(|u| !u.is_empty() && u != "root"),
+            signer_user: Some(s.signer_user).filter(|u| !u.is_empty() && u != "root"),
             tls_cert: nonempty(s.tls_cert),
             tls_key: nonempty(s.tls_key),
             config_dir: s.config_dir,

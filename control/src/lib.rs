@@ -7,7 +7,8 @@
 //! OpenAPI) → [`db`] (kind descriptors, generic CRUD, migrations). [`effective`]
 //! is the pure config-layering logic; [`secrets`] the key material;
 //! [`first_start`] what a new install makes once; [`tls`] the CA and the HTTPS
-//! certificate. Only this crate touches the
+//! certificate; [`signer`] the helper process that alone reads the CA key;
+//! [`privileges`] the switch from root to the service's own users. Only this crate touches the
 //! database: every other component goes through the API (`mprov-api`).
 
 pub mod bootconfig;
@@ -18,5 +19,7 @@ pub mod effective;
 pub mod first_start;
 pub mod fuzz;
 pub mod http;
+pub mod privileges;
 pub mod secrets;
+pub mod signer;
 pub mod tls;

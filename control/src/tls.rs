@@ -31,14 +31,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,
+    SerialNumber,
 };
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::{Digest as _, Sha256};
 
 use crate::config::Config;
+use crate::signer::{Profile, SignReply, SignRequest, SignerClient};
 
 /// The CA certificate's file name in the TLS folder.
 pub const CA_CERT: &str = "ca.crt";
@@ -106,6 +107,9 @@ pub enum TlsError {
     /// The operating system gave no randomness.
     #[error("no randomness from the operating system: {0}")]
     Random(String),
+    /// The signing helper refused or failed.
+    #[error("the signing helper did not sign the HTTPS certificate: {0}")]
+    Signer(String),
     /// The client-certificate verifier cannot be built from the CA.
     #[error("the CA certificate cannot verify client certificates")]
     Verifier(#[source] rustls::server::VerifierBuilderError),
@@ -131,8 +135,6 @@ pub struct Tls {
     pub ca_pem: String,
     /// The CA certificate, DER.
     pub ca_der: CertificateDer<'static>,
-    /// Whether the CA was made by this start.
-    pub ca_made: bool,
     /// What happened to the HTTPS certificate.
     pub server: ServerCert,
     /// The HTTPS certificate chain, leaf first.
@@ -171,28 +173,30 @@ pub fn wanted_names(config: &Config) -> (BTreeSet<String>, BTreeSet<IpAddr>) {
     (dns, ips)
 }
 
-/// Sets up the TLS folder (see the module documentation) and returns what
-/// the HTTPS listener serves.
-pub fn prepare(config: &Config) -> Result<Tls, TlsError> {
-    let site = match (&config.tls_cert, &config.tls_key) {
-        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
-        (Some(_), None) => {
-            return Err(TlsError::HalfSiteCert {
-                set: "MPROV_TLS_CERT",
-                missing: "MPROV_TLS_KEY",
-            });
-        }
-        (None, Some(_)) => {
-            return Err(TlsError::HalfSiteCert {
-                set: "MPROV_TLS_KEY",
-                missing: "MPROV_TLS_CERT",
-            });
-        }
-        (None, None) => None,
-    };
+/// The site certificate's files, if configured; only one of them is an
+/// error that stops the start.
+pub fn site_cert(config: &Config) -> Result<Option<(PathBuf, PathBuf)>, TlsError> {
+    match (&config.tls_cert, &config.tls_key) {
+        (Some(c), Some(k)) => Ok(Some((c.clone(), k.clone()))),
+        (Some(_), None) => Err(TlsError::HalfSiteCert {
+            set: "MPROV_TLS_CERT",
+            missing: "MPROV_TLS_KEY",
+        }),
+        (None, Some(_)) => Err(TlsError::HalfSiteCert {
+            set: "MPROV_TLS_KEY",
+            missing: "MPROV_TLS_CERT",
+        }),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Returns what the HTTPS listener serves (see the module documentation):
+/// the CA certificate `ca_pem` that the signer made or loaded, and the HTTPS
+/// certificate, which the signer signs again when it must be renewed.
+pub async fn prepare(config: &Config, signer: &SignerClient) -> Result<Tls, TlsError> {
+    let site = site_cert(config)?;
     let dir = config.tls_dir.clone();
-    make_dir(&dir)?;
-    let (ca_pem, ca_made) = ensure_ca(&dir, &config.hostname)?;
+    let ca_pem = signer.ca_pem().to_owned();
     let ca_der = CertificateDer::from_pem_slice(ca_pem.as_bytes()).map_err(|_| TlsError::Pem {
         what: "certificate",
         path: dir.join(CA_CERT),
@@ -204,8 +208,7 @@ pub fn prepare(config: &Config) -> Result<Tls, TlsError> {
             (ServerCert::Site, chain, key)
         }
         None => {
-            let (dns, ips) = wanted_names(config);
-            let server = ensure_server_cert(&dir, &ca_der, &dns, &ips)?;
+            let server = ensure_server_cert(&dir, &ca_der, config, signer).await?;
             let chain = read_chain(&dir.join(SERVER_CERT))?;
             let key = read_key(&dir.join(SERVER_KEY))?;
             (server, chain, key)
@@ -215,7 +218,6 @@ pub fn prepare(config: &Config) -> Result<Tls, TlsError> {
         dir,
         ca_pem,
         ca_der,
-        ca_made,
         server,
         chain,
         key,
@@ -245,7 +247,8 @@ pub fn server_config(tls: &Tls) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     Ok(Arc::new(config))
 }
 
-fn make_dir(dir: &Path) -> Result<(), TlsError> {
+/// Creates the TLS folder (mode 0700) and checks it can be written.
+pub(crate) fn ensure_dir(dir: &Path) -> Result<(), TlsError> {
     fs::create_dir_all(dir).map_err(|err| TlsError::Io {
         what: "cannot create the TLS folder",
         path: dir.to_owned(),
@@ -270,7 +273,7 @@ fn make_dir(dir: &Path) -> Result<(), TlsError> {
 
 /// Loads the CA certificate, making the CA first if the folder has none.
 /// Returns its PEM and whether it was made now.
-fn ensure_ca(dir: &Path, hostname: &str) -> Result<(String, bool), TlsError> {
+pub(crate) fn ensure_ca(dir: &Path, hostname: &str) -> Result<(String, bool), TlsError> {
     let cert_path = dir.join(CA_CERT);
     let key_path = dir.join(CA_KEY);
     match (cert_path.exists(), key_path.exists()) {
@@ -336,68 +339,64 @@ fn ca_params(hostname: &str) -> Result<CertificateParams, TlsError> {
     Ok(params)
 }
 
-/// Makes the HTTPS certificate again unless the one on disk is good.
-fn ensure_server_cert(
+/// Has the HTTPS certificate made again, by the signer, unless the one on
+/// disk is good.
+async fn ensure_server_cert(
     dir: &Path,
     ca_der: &CertificateDer<'_>,
-    dns: &BTreeSet<String>,
-    ips: &BTreeSet<IpAddr>,
+    config: &Config,
+    signer: &SignerClient,
 ) -> Result<ServerCert, TlsError> {
+    let (dns, ips) = wanted_names(config);
     let cert_path = dir.join(SERVER_CERT);
     let key_path = dir.join(SERVER_KEY);
     let reason = if !cert_path.exists() || !key_path.exists() {
         Some("none yet".to_owned())
     } else {
         let pem = read_text(&cert_path, "cannot read the HTTPS certificate")?;
-        renew_reason(&pem, ca_der, dns, ips, SystemTime::now())
+        renew_reason(&pem, ca_der, &dns, &ips, SystemTime::now())
     };
     let Some(reason) = reason else {
         return Ok(ServerCert::Kept);
     };
-    let ca_key_pem = read_text(&dir.join(CA_KEY), "cannot read the CA key")?;
-    let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|err| TlsError::Cert {
-        what: format!("{} is not a usable key", dir.join(CA_KEY).display()),
-        err,
-    })?;
-    let issuer = Issuer::from_ca_cert_der(ca_der, ca_key).map_err(|err| TlsError::Cert {
-        what: "cannot read the CA certificate".into(),
-        err,
-    })?;
     let key = KeyPair::generate().map_err(|err| TlsError::Cert {
         what: "cannot make the HTTPS key".into(),
         err,
     })?;
-    let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::OrganizationName, "mProv");
-    dn.push(
-        DnType::CommonName,
-        dns.iter()
-            .find(|n| *n != "localhost")
-            .cloned()
-            .unwrap_or_else(|| "localhost".into()),
-    );
-    params.distinguished_name = dn;
-    params.subject_alt_names = dns
+    let host = dns
         .iter()
-        .filter_map(|n| n.clone().try_into().ok().map(SanType::DnsName))
-        .chain(ips.iter().map(|ip| SanType::IpAddress(*ip)))
-        .collect();
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.use_authority_key_identifier_extension = true;
-    let now = SystemTime::now();
-    params.not_before = (now - BACKDATE).into();
-    params.not_after = (now + SERVER_VALIDITY).into();
-    params.serial_number = Some(serial()?);
-    let cert = params
-        .signed_by(&key, &issuer)
+        .find(|n| *n != "localhost")
+        .cloned()
+        .unwrap_or_else(|| "localhost".into());
+    let mut params = CertificateParams::default();
+    params.distinguished_name = DistinguishedName::new();
+    let csr = params
+        .serialize_request(&key)
+        .and_then(|csr| csr.pem())
         .map_err(|err| TlsError::Cert {
-            what: "cannot sign the HTTPS certificate".into(),
+            what: "cannot make the HTTPS certificate request".into(),
             err,
         })?;
+    let names = dns
+        .iter()
+        .cloned()
+        .chain(ips.iter().map(IpAddr::to_string))
+        .collect();
+    let days = u32::try_from(SERVER_VALIDITY.as_secs() / 86_400).unwrap_or(365);
+    let request = SignRequest {
+        profile: Profile::Server,
+        identity: host,
+        names,
+        csr_pem: csr,
+        days,
+    };
+    let cert_pem = match signer.sign(&request).await {
+        Ok(SignReply::Signed { cert_pem, .. }) => cert_pem,
+        Ok(SignReply::Refused { reason }) => return Err(TlsError::Signer(reason)),
+        Err(err) => return Err(TlsError::Signer(err.to_string())),
+    };
     write_file(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
-    write_file(&cert_path, cert.pem().as_bytes(), 0o644)?;
+    write_file(&cert_path, cert_pem.as_bytes(), 0o644)?;
     tracing::info!(%reason, "made the HTTPS certificate, valid for a year");
     Ok(ServerCert::Made(reason))
 }
@@ -501,7 +500,7 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 
 /// Writes `bytes` to `path` with `mode`, through a temporary file renamed
 /// over it, so a crash never leaves half a key.
-fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
+pub(crate) fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
     let tmp = path.with_extension("tmp");
     let io = |err| TlsError::Io {
         what: "cannot write",
@@ -529,7 +528,7 @@ fn random_bytes<const N: usize>() -> Result<[u8; N], TlsError> {
 }
 
 /// A random, positive 16-byte serial number (RFC 5280 §4.1.2.2).
-fn serial() -> Result<SerialNumber, TlsError> {
+pub(crate) fn serial() -> Result<SerialNumber, TlsError> {
     let mut s = random_bytes::<16>()?;
     s[0] &= 0x7f;
     s[0] |= 0x01;
@@ -552,18 +551,32 @@ mod tests {
         CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
     }
 
+    /// An HTTPS certificate for `names`, signed by the CA in `dir`.
+    fn server_cert(dir: &Path, names: &[&str]) -> String {
+        let signer = crate::signer::Signer::open(dir, "mpcc").unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        let csr = params.serialize_request(&key).unwrap().pem().unwrap();
+        let req = SignRequest {
+            profile: Profile::Server,
+            identity: "mpcc".into(),
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+            csr_pem: csr,
+            days: 365,
+        };
+        match signer.sign(&req).unwrap() {
+            SignReply::Signed { cert_pem, .. } => cert_pem,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn renewal_rules() {
         let dir = tempfile::tempdir().unwrap();
         let ca = ca_der(dir.path());
         let (dns, ips) = names();
-        let made = ensure_server_cert(dir.path(), &ca, &dns, &ips).unwrap();
-        assert_eq!(made, ServerCert::Made("none yet".into()));
-        assert_eq!(
-            ensure_server_cert(dir.path(), &ca, &dns, &ips).unwrap(),
-            ServerCert::Kept
-        );
-        let pem = std::fs::read_to_string(dir.path().join(SERVER_CERT)).unwrap();
+        let pem = server_cert(dir.path(), &["localhost", "mpcc", "127.0.0.1"]);
         let now = SystemTime::now();
         assert_eq!(renew_reason(&pem, &ca, &dns, &ips, now), None);
         // 340 days on, under 30 days are left.

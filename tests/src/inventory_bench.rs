@@ -82,6 +82,12 @@ pub fn run(smoke: bool) -> Result<()> {
 
     let mut results = Vec::new();
     let dir = tempfile::tempdir()?;
+    // The service becomes the `mprov` user when started as root: it must
+    // reach its folders.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
     results.push(engine_run(&bin, dir.path(), "sqlite", None, sizes)?);
     {
         let maria = MariaDb::start()?;

@@ -29,6 +29,12 @@ impl TestContext {
     fn start() -> Result<TestContext> {
         let bin = server_binary()?;
         let dir = tempfile::tempdir()?;
+        // The service becomes the `mprov` user when started as root: it must
+        // reach its folders.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )?;
         let log = std::fs::File::create(dir.path().join("server.log"))?;
         let port_file = dir.path().join("listen");
         let server = Command::new(&bin)

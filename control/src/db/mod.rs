@@ -228,6 +228,15 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// The file of an SQLite URL (`sqlite://PATH?...` or `sqlite:PATH`), if it
+/// names one (not `:memory:`).
+pub fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let path = rest.split('?').next()?;
+    (!path.is_empty() && !path.starts_with(":memory:")).then(|| path.into())
+}
+
 impl Db {
     /// Connects to `url` (no migrations).
     pub async fn connect(url: &str) -> Result<Db, OpenError> {
@@ -432,6 +441,13 @@ mod tests {
             Some(Engine::Postgres)
         );
         assert_eq!(Engine::from_url("sqlite:///x.db"), Some(Engine::Sqlite));
+        assert_eq!(
+            sqlite_path("sqlite:///s/mprov.sqlite3?mode=rwc"),
+            Some("/s/mprov.sqlite3".into())
+        );
+        assert_eq!(sqlite_path("sqlite:rel.db"), Some("rel.db".into()));
+        assert_eq!(sqlite_path("sqlite::memory:"), None);
+        assert_eq!(sqlite_path("postgres://h/db"), None);
         assert_eq!(Engine::from_url("oracle://x"), None);
     }
 

@@ -43,6 +43,8 @@ pub struct Inner {
     pub changed: tokio::sync::Notify,
     /// The CA certificate (PEM) served at `/ca.crt`, once TLS is set up.
     pub ca_pem: Option<String>,
+    /// The signing helper, once TLS is set up.
+    pub signer: Option<crate::signer::SignerClient>,
 }
 
 impl Inner {
@@ -55,7 +57,15 @@ impl Inner {
             passwords: auth::PasswordCache::default(),
             changed: tokio::sync::Notify::new(),
             ca_pem: None,
+            signer: None,
         }
+    }
+
+    /// Signs agents' certificates through `signer`.
+    #[must_use]
+    pub fn with_signer(mut self, signer: crate::signer::SignerClient) -> Inner {
+        self.signer = Some(signer);
+        self
     }
 
     /// Serves `ca_pem` at `/ca.crt`.

@@ -29,6 +29,9 @@ fn serve_command(
     log: &Path,
     env: &[(&str, &str)],
 ) -> Command {
+    // Started as root, the service becomes the `mprov` user, which must be
+    // able to reach its folders.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-control"));
     cmd.arg("serve")
         .env_clear()
@@ -122,6 +125,11 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         server
+    }
+
+    /// The service's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub(crate) fn log_text(&self) -> String {

@@ -92,6 +92,40 @@ fn check_https(dir: &Path, url: &str) {
         assert_eq!(mode(&tls.join(file)), want, "{file}");
     }
 
+    // Privilege separation: the web service and the signing helper run as
+    // their own users, and the web service's user cannot open the CA key.
+    let web_uid = uid_of(s.pid());
+    let helper = children(s.pid());
+    assert_eq!(helper.len(), 1, "one signing helper: {helper:?}");
+    let helper_uid = uid_of(helper[0]);
+    assert_eq!(web_uid, user_id("mprov"), "the web service runs as mprov");
+    assert_eq!(
+        helper_uid,
+        user_id("mprov-signer"),
+        "the helper runs as mprov-signer"
+    );
+    let as_web = tool(
+        "setpriv",
+        &[
+            &format!("--reuid={web_uid}"),
+            &format!("--regid={web_uid}"),
+            "--clear-groups",
+            "cat",
+            tls.join("ca.key").to_str().unwrap(),
+        ],
+    );
+    assert!(
+        !as_web.status.success() && text(&as_web).contains("Permission denied"),
+        "the web service's user must not read the CA key: {}",
+        text(&as_web)
+    );
+    let owner = std::fs::metadata(tls.join("ca.key")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&owner),
+        0,
+        "ca.key stays root's"
+    );
+
     // The chain, the names, a year's validity, a CA that is a CA.
     let verify = text(&tool(
         "openssl",
@@ -249,6 +283,38 @@ fn check_https(dir: &Path, url: &str) {
     assert!(s_client(s.https_port, &ca).contains("Verify return code: 0 (ok)"));
     let log = s.stop();
     assert!(log.contains("host names or addresses changed"), "{log}");
+}
+
+/// The real user id of process `pid`.
+fn uid_of(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// The child processes of `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let path = task.unwrap().path().join("children");
+        if let Ok(list) = std::fs::read_to_string(path) {
+            out.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+fn user_id(name: &str) -> u32 {
+    let out = tool("id", &["-u", name]);
+    assert!(out.status.success(), "no user {name}: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
 fn body_of(p: &Path) -> String {
