@@ -7,34 +7,42 @@
 //! §4.1.1), or one with the QR bit set (a response, never answered) is
 //! dropped and counted. Then a semaphore permit bounds the requests in flight
 //! (UDP drops when none is free; TCP waits, bounded by the request timeout),
-//! and each request runs under a timeout. The lookup itself is hickory's
-//! [`Catalog`]. On UDP, queries for our own zones are answered inline in the
-//! receive loop (a memory lookup and a send); only forwarded queries, which
-//! wait on upstream resolvers, get a task of their own.
+//! and each request runs under a timeout.
+//!
+//! Plain A, AAAA and PTR queries for names we hold are answered first by
+//! `src/fast.rs` from precomputed wire-format answers, with no allocation;
+//! everything else is parsed by hickory and answered by its [`Catalog`]. On
+//! UDP, queries for our own zones are answered inline in the receive loop
+//! (a memory lookup and a send); only forwarded queries, which wait on
+//! upstream resolvers, get a task of their own. The UDP loop drains the
+//! socket with non-blocking receives and goes back to the reactor only when
+//! it is empty, yielding every [`UDP_BATCH`] packets so that the zone swap
+//! and the TCP tasks on the same thread still run.
 //!
 //! Zones are rebuilt off the runtime threads whenever the snapshot changes
 //! and swapped in under a `std::sync::RwLock<Arc<Zones>>` held only to clone
 //! the `Arc`: requests already running finish on the zones they started with.
+//! A generation counter, bumped after each swap, lets the UDP loop keep its
+//! own `Arc` and check one atomic per packet instead of taking the lock; a
+//! new snapshot is therefore served from the next packet on.
 
-use std::collections::HashMap;
+use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::{io, iter};
 
 use hickory_server::net::NetError;
 use hickory_server::net::runtime::TokioTime;
 use hickory_server::net::xfer::Protocol;
 use hickory_server::proto::op::{
-    Edns, Header, HeaderCounts, MessageType, Metadata, OpCode, ResponseCode,
+    Header, HeaderCounts, MessageType, Metadata, OpCode, ResponseCode,
 };
-use hickory_server::proto::rr::{DNSClass, LowerName, Record, RecordType};
+use hickory_server::proto::rr::{LowerName, Record};
 use hickory_server::proto::serialize::binary::{BinEncodable, BinEncoder};
 use hickory_server::resolver::config::NameServerConfig;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
 use hickory_server::store::forwarder::{ForwardConfig, ForwardZoneHandler};
-use hickory_server::zone_handler::{
-    Catalog, MessageResponse, MessageResponseBuilder, ZoneHandler, ZoneType,
-};
+use hickory_server::zone_handler::{Catalog, MessageResponse, ZoneHandler, ZoneType};
 use mprov_api::boot::BootConfig;
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -45,6 +53,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use crate::fast::FastAnswers;
 use crate::metrics::Metrics;
 use crate::{DnsConfig, ServeError, zones};
 
@@ -52,6 +61,10 @@ use crate::{DnsConfig, ServeError, zones};
 /// a query is never that large, so anything longer is truncated by the kernel
 /// and then fails to parse.
 const UDP_BUFFER: usize = 4096;
+
+/// Datagrams the UDP loop handles before it yields to the other tasks on
+/// its thread.
+const UDP_BATCH: usize = 64;
 
 /// The authoritative-plus-forwarding DNS server.
 ///
@@ -101,6 +114,7 @@ impl Server {
         let zones = Zones::build(first, &config, &mut upstream).await?;
         let shared = Arc::new(Shared {
             zones: RwLock::new(Arc::new(zones)),
+            generation: AtomicU64::new(0),
             metrics,
             permits: Arc::new(Semaphore::new(config.max_in_flight.max(1))),
             config,
@@ -135,9 +149,11 @@ impl Server {
 }
 
 /// What every task shares.
-struct Shared {
+pub(crate) struct Shared {
     config: DnsConfig,
     zones: RwLock<Arc<Zones>>,
+    /// Bumped after every swap of `zones`.
+    generation: AtomicU64,
     metrics: Metrics,
     permits: Arc<Semaphore>,
 }
@@ -149,8 +165,16 @@ impl Shared {
         self.zones.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The current zones and their generation. The generation is read
+    /// first, so a swap in between only causes one more refresh.
+    fn current(&self) -> (u64, Arc<Zones>) {
+        let generation = self.generation.load(Ordering::Acquire);
+        (generation, self.zones())
+    }
+
     fn swap(&self, zones: Zones) {
         *self.zones.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(zones);
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Parses and answers one request. Returns without sending anything if
@@ -197,35 +221,7 @@ impl Shared {
         })
     }
 
-    async fn answer<R: ResponseHandler>(&self, parsed: Parsed, mut responder: R) {
-        if let Some(records) = parsed.zones.exact_answer(&parsed.request) {
-            // Same header and EDNS handling as hickory's catalog for an
-            // authoritative answer (RFC 1035 §4.1.1, RFC 6891 §6.1.1).
-            let mut metadata = Metadata::response_from_request(&parsed.request.metadata);
-            metadata.authoritative = true;
-            let edns = parsed.request.edns.as_ref().map(|req| {
-                let mut edns = Edns::new();
-                edns.set_max_payload(req.max_payload().max(512));
-                edns.set_version(0);
-                edns
-            });
-            let response = MessageResponseBuilder::new(&parsed.request.queries, edns.as_ref())
-                .build(
-                    metadata,
-                    records.iter(),
-                    iter::empty(),
-                    iter::empty(),
-                    iter::empty(),
-                );
-            match responder.send_response(response).await {
-                Ok(info) => self.metrics.response(info.response_code),
-                Err(error) => {
-                    debug!(%error, "cannot send DNS response");
-                    self.metrics.drop("send");
-                }
-            }
-            return;
-        }
+    async fn answer<R: ResponseHandler>(&self, parsed: Parsed, responder: R) {
         let info = parsed
             .zones
             .catalog
@@ -245,16 +241,16 @@ struct Parsed {
     forwarded: bool,
 }
 
-/// One generation of zones: the catalog, the exact-match table and whether
+/// One generation of zones: the catalog, the fast-path answers and whether
 /// it forwards.
-struct Zones {
+pub(crate) struct Zones {
     catalog: Catalog,
-    /// A, AAAA and PTR sets by name and type. hickory's in-memory zone keeps
-    /// records in a `BTreeMap` ordered label by label, which showed as the
-    /// largest user-space cost under dnsperf; a hash lookup answers the
-    /// common queries and everything else (CNAME chasing, NXDOMAIN, NODATA,
-    /// SOA, NS) still goes through the catalog.
-    exact: HashMap<(LowerName, RecordType), Vec<Record>>,
+    /// A, AAAA and PTR sets, precomputed in wire format. hickory's in-memory
+    /// zone keeps records in a `BTreeMap` ordered label by label, and its
+    /// message codec allocates per query; both showed as the largest
+    /// user-space costs under dnsperf. Everything else (CNAME chasing,
+    /// NXDOMAIN, NODATA, SOA, NS) still goes through the catalog.
+    fast: FastAnswers,
     origins: Vec<LowerName>,
     forwarding: bool,
 }
@@ -269,42 +265,31 @@ impl Zones {
     ) -> Result<Self, ServeError> {
         let forwarder = upstream.forwarder(&snapshot.upstream_resolvers, config.upstream_port);
         let ttl = config.ttl;
-        let build = tokio::task::spawn_blocking(move || {
-            let set = zones::build(&snapshot, ttl);
-            let origins = set.origins().map(LowerName::new).collect();
-            let exact = set.exact();
-            (
-                exact,
-                set.into_catalog(zones::serial(&snapshot), forwarder.clone()),
-                origins,
-                forwarder.is_some(),
-            )
-        });
-        let (exact, catalog, origins, forwarding) = build.await.map_err(ServeError::Build)?;
-        Ok(Self {
-            catalog,
-            exact,
-            origins,
-            forwarding,
-        })
+        let build =
+            tokio::task::spawn_blocking(move || Self::from_snapshot(&snapshot, ttl, forwarder));
+        build.await.map_err(ServeError::Build)
     }
 
-    /// The records answering `request` from the exact-match table, if it is
-    /// a plain single-question IN query for an A, AAAA or PTR set we hold.
-    fn exact_answer(&self, request: &Request) -> Option<&[Record]> {
-        let edns_ok = request.edns.as_ref().is_none_or(|e| e.version() == 0);
-        let [query] = request.queries.queries() else {
-            return None;
-        };
-        if request.metadata.op_code != OpCode::Query
-            || !edns_ok
-            || query.query_class() != DNSClass::IN
-        {
-            return None;
+    /// Builds the zones for `snapshot` on the calling thread.
+    pub(crate) fn from_snapshot(
+        snapshot: &BootConfig,
+        ttl: u32,
+        forwarder: Option<Arc<dyn ZoneHandler>>,
+    ) -> Self {
+        let set = zones::build(snapshot, ttl);
+        let origins = set.origins().map(LowerName::new).collect();
+        let exact = set.exact();
+        let fast = FastAnswers::new(
+            exact
+                .iter()
+                .map(|((name, rtype), records)| ((&**name, *rtype), records.as_slice())),
+        );
+        Self {
+            forwarding: forwarder.is_some(),
+            catalog: set.into_catalog(zones::serial(snapshot), forwarder),
+            fast,
+            origins,
         }
-        self.exact
-            .get(&(query.name().clone(), query.query_type()))
-            .map(Vec::as_slice)
     }
 
     fn is_forwarded(&self, name: &LowerName) -> bool {
@@ -422,63 +407,119 @@ async fn udp_listener(
     shutdown: &CancellationToken,
 ) -> Result<(), ServeError> {
     let mut buf = vec![0u8; UDP_BUFFER];
+    let mut out = Vec::with_capacity(UDP_BUFFER);
+    let (mut generation, mut zones) = shared.current();
     loop {
-        let (len, src) = tokio::select! {
-            received = socket.recv_from(&mut buf) => match received {
+        // Drain what is queued, at most a batch, without the reactor.
+        let mut handled = 0;
+        while handled < UDP_BATCH {
+            let (len, src) = match socket.try_recv_from(&mut buf) {
                 Ok(r) => r,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
                 Err(err) if transient(&err) => {
                     debug!(%err, "UDP receive error");
+                    handled += 1;
                     continue;
                 }
                 Err(err) => return Err(ServeError::Udp(err)),
-            },
+            };
+            handled += 1;
+            if shared.generation.load(Ordering::Acquire) != generation {
+                (generation, zones) = shared.current();
+            }
+            udp_datagram(shared, &zones, &socket, &buf[..len], src, &mut out, tracker).await;
+        }
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        if handled == UDP_BATCH {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        tokio::select! {
+            ready = socket.readable() => ready.map_err(ServeError::Udp)?,
             () = shutdown.cancelled() => return Ok(()),
-        };
-        if !answerable(src) {
-            shared.metrics.drop("source");
-            continue;
         }
-        let packet = &buf[..len];
-        if let Err(reason) = precheck(packet) {
-            shared.metrics.drop(reason);
-            continue;
-        }
-        let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
-            shared.metrics.drop("overload");
-            continue;
-        };
-        let Some(parsed) = shared.parse(packet.to_vec(), src, Protocol::Udp) else {
-            continue;
-        };
-        let responder = UdpResponder {
-            socket: socket.clone(),
-            dst: src,
-        };
-        let timeout = shared.config.request_timeout;
-        if !parsed.forwarded {
-            // Our own zones are answered from memory without waiting on
-            // anything but the send, so we answer inline: a task per
-            // query would cost more than the lookup (see tests/bench/dns.sh).
-            if tokio::time::timeout(timeout, shared.answer(parsed, responder))
-                .await
-                .is_err()
-            {
-                shared.metrics.drop("timeout");
-            }
-            drop(permit);
-            continue;
-        }
-        let shared = shared.clone();
-        tracker.spawn(async move {
-            let _permit = permit;
-            if tokio::time::timeout(timeout, shared.answer(parsed, responder))
-                .await
-                .is_err()
-            {
-                shared.metrics.drop("timeout");
-            }
-        });
     }
+}
+
+/// Handles one datagram from `src`: dropped, answered inline, or handed to
+/// a task if it is forwarded. `out` is a reusable response buffer.
+async fn udp_datagram(
+    shared: &Arc<Shared>,
+    zones: &Zones,
+    socket: &Arc<UdpSocket>,
+    packet: &[u8],
+    src: SocketAddr,
+    out: &mut Vec<u8>,
+    tracker: &TaskTracker,
+) {
+    if !answerable(src) {
+        shared.metrics.drop("source");
+        return;
+    }
+    if let Err(reason) = precheck(packet) {
+        shared.metrics.drop(reason);
+        return;
+    }
+    let timeout = shared.config.request_timeout;
+    if zones.fast.answer(packet, Protocol::Udp, out) {
+        shared.metrics.queries.inc();
+        let sent = match socket.try_send_to(out, src) {
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                match tokio::time::timeout(timeout, socket.send_to(out, src)).await {
+                    Ok(sent) => sent,
+                    Err(_) => {
+                        shared.metrics.drop("timeout");
+                        return;
+                    }
+                }
+            }
+            sent => sent,
+        };
+        match sent {
+            Ok(_) => shared.metrics.response(ResponseCode::NoError),
+            Err(error) => {
+                debug!(%error, "cannot send DNS response");
+                shared.metrics.drop("send");
+            }
+        }
+        return;
+    }
+    let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
+        shared.metrics.drop("overload");
+        return;
+    };
+    let Some(parsed) = shared.parse(packet.to_vec(), src, Protocol::Udp) else {
+        return;
+    };
+    let responder = UdpResponder {
+        socket: socket.clone(),
+        dst: src,
+    };
+    if !parsed.forwarded {
+        // Our own zones are answered from memory without waiting on
+        // anything but the send, so we answer inline: a task per
+        // query would cost more than the lookup (see tests/bench/dns.sh).
+        if tokio::time::timeout(timeout, shared.answer(parsed, responder))
+            .await
+            .is_err()
+        {
+            shared.metrics.drop("timeout");
+        }
+        drop(permit);
+        return;
+    }
+    let shared = shared.clone();
+    tracker.spawn(async move {
+        let _permit = permit;
+        if tokio::time::timeout(timeout, shared.answer(parsed, responder))
+            .await
+            .is_err()
+        {
+            shared.metrics.drop("timeout");
+        }
+    });
 }
 
 /// Errors after which the UDP socket is still usable (ICMP errors reported
@@ -538,6 +579,7 @@ async fn tcp_connection(shared: &Arc<Shared>, stream: TcpStream, src: SocketAddr
     let (mut reader, writer) = stream.into_split();
     let writer = Arc::new(tokio::sync::Mutex::new(writer));
     let idle = shared.config.tcp_idle_timeout;
+    let mut out = Vec::new();
     loop {
         let len = match tokio::time::timeout(idle, reader.read_u16()).await {
             Ok(Ok(len)) => usize::from(len),
@@ -550,6 +592,21 @@ async fn tcp_connection(shared: &Arc<Shared>, stream: TcpStream, src: SocketAddr
         }
         if let Err(reason) = precheck(&raw) {
             shared.metrics.drop(reason);
+            continue;
+        }
+        if shared.zones().fast.answer(&raw, Protocol::Tcp, &mut out) {
+            shared.metrics.queries.inc();
+            // The fast path never exceeds the TCP limit of 65535 bytes.
+            let len = u16::try_from(out.len()).unwrap_or(u16::MAX);
+            out.splice(0..0, len.to_be_bytes());
+            let write = async { writer.lock().await.write_all(&out).await };
+            match tokio::time::timeout(idle, write).await {
+                Ok(Ok(())) => shared.metrics.response(ResponseCode::NoError),
+                _ => {
+                    shared.metrics.drop("send");
+                    return;
+                }
+            }
             continue;
         }
         let timeout = shared.config.request_timeout;
@@ -660,6 +717,85 @@ impl ResponseHandler for TcpResponder {
         framed.extend_from_slice(&len.to_be_bytes());
         framed.extend_from_slice(&bytes);
         self.writer.lock().await.write_all(&framed).await?;
+        Ok(info)
+    }
+}
+
+/// The two paths' responses to one request, as bytes (without the TCP
+/// length prefix); `None` where the request is dropped or not taken.
+#[derive(Debug)]
+pub(crate) struct Responses {
+    /// The fast path's response, if it takes the request.
+    pub(crate) fast: Option<Vec<u8>>,
+    /// The general path's (hickory's catalog), run whether or not the fast
+    /// path took the request.
+    pub(crate) general: Option<Vec<u8>>,
+}
+
+impl Shared {
+    /// A server state over `snapshot`'s zones, with no forwarder and no
+    /// registered metrics: the fixture of the fuzz target and of tests.
+    pub(crate) fn fixture(snapshot: &BootConfig) -> Self {
+        let config = DnsConfig::default();
+        Self {
+            zones: RwLock::new(Arc::new(Zones::from_snapshot(snapshot, config.ttl, None))),
+            generation: AtomicU64::new(0),
+            metrics: Metrics::default(),
+            permits: Arc::new(Semaphore::new(config.max_in_flight)),
+            config,
+        }
+    }
+
+    /// Runs `raw`, as received over `protocol`, through the same checks and
+    /// both answering paths the listeners use, collecting the bytes each
+    /// would send.
+    pub(crate) async fn responses(&self, raw: &[u8], protocol: Protocol) -> Responses {
+        if precheck(raw).is_err() {
+            return Responses {
+                fast: None,
+                general: None,
+            };
+        }
+        let mut out = Vec::new();
+        let fast = self
+            .zones()
+            .fast
+            .answer(raw, protocol, &mut out)
+            .then_some(out);
+        let collected = Arc::new(std::sync::Mutex::new(None));
+        let responder = CollectResponder {
+            protocol,
+            sent: collected.clone(),
+        };
+        let src = SocketAddr::from(([127, 0, 0, 1], 5353));
+        self.handle(raw.to_vec(), src, protocol, responder).await;
+        let general = collected.lock().unwrap_or_else(|e| e.into_inner()).take();
+        Responses { fast, general }
+    }
+}
+
+/// Keeps the encoded response instead of sending it.
+#[derive(Clone)]
+struct CollectResponder {
+    protocol: Protocol,
+    sent: Arc<std::sync::Mutex<Option<Vec<u8>>>>,
+}
+
+#[async_trait::async_trait]
+impl ResponseHandler for CollectResponder {
+    async fn send_response<'a>(
+        &mut self,
+        response: MessageResponse<
+            '_,
+            'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+            impl Iterator<Item = &'a Record> + Send + 'a,
+        >,
+    ) -> Result<ResponseInfo, NetError> {
+        let (info, bytes) = encode(response, self.protocol)?;
+        *self.sent.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
         Ok(info)
     }
 }
