@@ -52,6 +52,12 @@ pub const PACKAGES: &[&str] = &[
     // initramfs: the archives we write, decompressed by the system's tools
     "gzip",
     "zstd",
+    // image builder: GNU tar and attr check what we pack, umoci makes OCI
+    // images we did not, mmdebstrap bootstraps a real Debian root
+    "tar",
+    "attr",
+    "umoci",
+    "mmdebstrap",
 ];
 
 /// The rustup components that the checks need.

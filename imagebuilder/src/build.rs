@@ -1,0 +1,725 @@
+//! Building one image version: the root from its source, the image-gen
+//! scripts in it, the optional agent hook, then `rootfs.tar.zst`, the kernel
+//! and `manifest.json` in `<out>/<slug>/<version>/`.
+//!
+//! Invariant: a version folder either is complete or does not exist. All work
+//! happens in a temporary folder beside it (`<out>/<slug>/.build-<version>-*`,
+//! same file system) and the finished version folder is renamed into place as
+//! the last step, after its files are synced. A failed build removes its
+//! temporary folder and leaves every existing version untouched; an existing
+//! version is never overwritten.
+
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::{PermissionsExt, lchown, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::manifest::{self, Artifact, FORMAT, KERNEL, MANIFEST, Manifest, ROOTFS};
+use crate::oci::{self, OciError};
+use crate::pack::{self, PackError, PackOptions};
+use crate::recipe::{Bootstrap, BootstrapTool, Recipe, RecipeError, Script, Source};
+use crate::unpack::UnpackOptions;
+
+/// Where the `--agent` hook installs the agent binary in the image.
+pub const AGENT_PATH: &str = "usr/libexec/mprov/mprov-agent";
+/// The agent's systemd unit in the image.
+pub const AGENT_UNIT: &str = "etc/systemd/system/mprov-agent.service";
+/// The symlink that enables the unit.
+pub const AGENT_WANTS: &str = "etc/systemd/system/multi-user.target.wants/mprov-agent.service";
+
+const UNIT: &str = "\
+[Unit]
+Description=mProv node agent: post-boot scripts
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/libexec/mprov/mprov-agent script-runner -s -b
+
+[Install]
+WantedBy=multi-user.target
+";
+
+/// Lines of a failing command's output kept in the error.
+const OUTPUT_TAIL: usize = 20;
+
+/// Which kernel the image gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelChoice {
+    /// This file.
+    File(PathBuf),
+    /// The newest `/boot/vmlinuz-*` of the root; none is an error.
+    FromRoot,
+    /// No kernel (a container-style root, or tests).
+    Without,
+}
+
+/// How to build.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// The images folder: versions go to `<out>/<slug>/<version>/`.
+    pub out: PathBuf,
+    /// The version number; default one more than the highest present.
+    pub version: Option<u64>,
+    /// Which kernel the image gets.
+    pub kernel: KernelChoice,
+    /// Install this agent binary and its enabled unit (see [`AGENT_PATH`]).
+    pub agent: Option<PathBuf>,
+    /// How to pack the root.
+    pub pack: PackOptions,
+}
+
+/// A built version.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// Its folder.
+    pub dir: PathBuf,
+    /// Its manifest, as written.
+    pub manifest: Manifest,
+    /// Paths left out of the archive (sockets).
+    pub skipped: Vec<PathBuf>,
+}
+
+/// Why a build failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// Installing the agent hook failed.
+    #[error("installing the agent {path}")]
+    Agent {
+        /// The agent binary given.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        err: io::Error,
+    },
+    /// The distro bootstrap failed.
+    #[error("{tool} failed ({status}):\n{output}")]
+    Bootstrap {
+        /// The tool.
+        tool: &'static str,
+        /// Its exit status.
+        status: String,
+        /// The end of its output.
+        output: String,
+    },
+    /// A file or folder of the build could not be handled.
+    #[error("{what} {path}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        err: io::Error,
+    },
+    /// The root has no kernel and none was given.
+    #[error(
+        "no /boot/vmlinuz-* in the root; give one with --kernel, or build without with --no-kernel"
+    )]
+    NoKernel,
+    /// The container image could not be applied.
+    #[error("reading the container image")]
+    Oci(#[source] OciError),
+    /// Packing the root failed.
+    #[error("packing the root")]
+    Pack(#[source] PackError),
+    /// The recipe is unusable.
+    #[error("checking the recipe")]
+    Recipe(#[source] RecipeError),
+    /// An image-gen script failed.
+    #[error("image-gen script {slug} failed ({status}):\n{output}")]
+    Script {
+        /// The script.
+        slug: String,
+        /// Its exit status.
+        status: String,
+        /// The end of its output.
+        output: String,
+    },
+    /// The slug cannot name a folder.
+    #[error(
+        "{slug:?} is not a valid image slug (letters, digits, `-`, `_`, `.`; not starting with `.`)"
+    )]
+    Slug {
+        /// The slug.
+        slug: String,
+    },
+    /// A tool the build needs is not installed.
+    #[error("{tool} is not installed (it is needed for {why})")]
+    ToolMissing {
+        /// The tool.
+        tool: &'static str,
+        /// What needs it.
+        why: &'static str,
+    },
+    /// The version already exists.
+    #[error("{} already exists; versions are never overwritten", dir.display())]
+    VersionExists {
+        /// Its folder.
+        dir: PathBuf,
+    },
+}
+
+fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> BuildError + use<> {
+    let path = path.to_path_buf();
+    move |err| BuildError::Io { what, path, err }
+}
+
+/// Builds one version of `recipe`'s image.
+pub fn build(recipe: &Recipe, options: &BuildOptions) -> Result<Built, BuildError> {
+    let scripts = recipe.script_order().map_err(BuildError::Recipe)?;
+    check_slug(&recipe.slug)?;
+    let image_dir = options.out.join(&recipe.slug);
+    fs::create_dir_all(&image_dir).map_err(io_err("creating", &image_dir))?;
+    let version = match options.version {
+        Some(v) => v,
+        None => next_version(&image_dir)?,
+    };
+    let final_dir = image_dir.join(version.to_string());
+    if fs::symlink_metadata(&final_dir).is_ok() {
+        return Err(BuildError::VersionExists { dir: final_dir });
+    }
+    let staging = tempfile::Builder::new()
+        .prefix(&format!(".build-{version}-"))
+        .tempdir_in(&image_dir)
+        .map_err(io_err("creating a temporary folder in", &image_dir))?;
+    let work_root = staging.path().join("root");
+    let out_dir = staging.path().join("out");
+    fs::create_dir(&out_dir).map_err(io_err("creating", &out_dir))?;
+
+    let changes = !scripts.is_empty() || options.agent.is_some();
+    let (root, source) = match &recipe.source {
+        Source::Dir(dir) => {
+            if !dir.is_dir() {
+                return Err(BuildError::Pack(PackError::NotADirectory {
+                    path: dir.clone(),
+                }));
+            }
+            if changes {
+                copy_tree(dir, &work_root)?;
+                (work_root.clone(), format!("dir:{}", dir.display()))
+            } else {
+                // Nothing will change the tree: pack it where it is.
+                (dir.clone(), format!("dir:{}", dir.display()))
+            }
+        }
+        Source::Oci { path, reference } => {
+            let scratch = staging.path().join("scratch");
+            fs::create_dir(&scratch).map_err(io_err("creating", &scratch))?;
+            fs::create_dir(&work_root).map_err(io_err("creating", &work_root))?;
+            let unpack = UnpackOptions {
+                whiteouts: true,
+                preserve_owner: nix::unistd::geteuid().is_root(),
+            };
+            oci::apply(
+                path,
+                reference.as_deref(),
+                &work_root,
+                &scratch,
+                unpack,
+                options.pack.progress,
+            )
+            .map_err(BuildError::Oci)?;
+            fs::remove_dir_all(&scratch).map_err(io_err("removing", &scratch))?;
+            let mut source = format!("oci:{}", path.display());
+            if let Some(r) = reference {
+                source.push('@');
+                source.push_str(r);
+            }
+            (work_root.clone(), source)
+        }
+        Source::Bootstrap(bootstrap) => {
+            bootstrap_root(bootstrap, &work_root)?;
+            let tool = match bootstrap.tool {
+                BootstrapTool::Dnf => "dnf",
+                BootstrapTool::Mmdebstrap => "mmdebstrap",
+            };
+            (work_root.clone(), format!("{tool}:{}", bootstrap.suite))
+        }
+    };
+
+    if !scripts.is_empty() {
+        run_scripts(&root, &scripts, &recipe.slug, version)?;
+    }
+    if let Some(agent) = &options.agent {
+        install_agent(&root, agent).map_err(|err| BuildError::Agent {
+            path: agent.clone(),
+            err,
+        })?;
+    }
+    let kernel = match &options.kernel {
+        KernelChoice::Without => None,
+        KernelChoice::File(path) => {
+            let version = kernel_release(path).map_err(io_err("reading the kernel", path))?;
+            Some((path.clone(), version))
+        }
+        KernelChoice::FromRoot => Some(find_kernel(&root)?.ok_or(BuildError::NoKernel)?),
+    };
+
+    let rootfs = out_dir.join(ROOTFS);
+    let packed = pack::pack(&root, &rootfs, &options.pack).map_err(BuildError::Pack)?;
+    let mut artifacts = vec![Artifact {
+        name: ROOTFS.to_string(),
+        size: packed.size,
+        sha256: packed.sha256.clone(),
+    }];
+    let mut kernel_version = None;
+    if let Some((path, release)) = kernel {
+        let dest = out_dir.join(KERNEL);
+        fs::copy(&path, &dest).map_err(io_err("copying the kernel", &path))?;
+        let (size, sha256) = manifest::hash_file(&dest).map_err(io_err("reading", &dest))?;
+        artifacts.push(Artifact {
+            name: KERNEL.to_string(),
+            size,
+            sha256,
+        });
+        kernel_version = release;
+    }
+    let manifest = Manifest {
+        format: FORMAT,
+        slug: recipe.slug.clone(),
+        version,
+        created: jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .unwrap_or(jiff::Timestamp::now())
+            .to_string(),
+        source,
+        kernel_version,
+        uncompressed_size: packed.uncompressed_size,
+        file_count: packed.entries,
+        artifacts,
+    };
+    let manifest_path = out_dir.join(MANIFEST);
+    write_synced(&manifest_path, manifest.to_json().as_bytes())?;
+    // The archive was synced by the packer, the manifest above; the kernel
+    // copy still needs it.
+    let kernel_copy = out_dir.join(KERNEL);
+    if kernel_copy.exists() {
+        File::open(&kernel_copy)
+            .and_then(|f| f.sync_all())
+            .map_err(io_err("syncing", &kernel_copy))?;
+    }
+    sync_dir(&out_dir)?;
+    fs::rename(&out_dir, &final_dir).map_err(io_err("renaming into place", &final_dir))?;
+    sync_dir(&image_dir)?;
+    drop(staging);
+    Ok(Built {
+        dir: final_dir,
+        manifest,
+        skipped: packed.skipped,
+    })
+}
+
+fn check_slug(slug: &str) -> Result<(), BuildError> {
+    let ok = !slug.is_empty()
+        && !slug.starts_with('.')
+        && slug
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(BuildError::Slug {
+            slug: slug.to_string(),
+        })
+    }
+}
+
+/// One more than the highest numbered version folder, or 1.
+fn next_version(image_dir: &Path) -> Result<u64, BuildError> {
+    let mut highest = 0;
+    for entry in fs::read_dir(image_dir).map_err(io_err("listing", image_dir))? {
+        let entry = entry.map_err(io_err("listing", image_dir))?;
+        if let Some(v) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            highest = highest.max(v);
+        }
+    }
+    Ok(highest + 1)
+}
+
+/// Copies a tree with everything a root holds (GNU `cp -a`: owners, modes,
+/// hard links, devices, xattrs; reflinks where the file system has them).
+fn copy_tree(from: &Path, to: &Path) -> Result<(), BuildError> {
+    fs::create_dir(to).map_err(io_err("creating", to))?;
+    let mut cmd = Command::new("cp");
+    cmd.args(["-a", "--reflink=auto", "--"])
+        .arg(from.join("."))
+        .arg(to);
+    let output = run(&mut cmd, "cp", "copying the root")?;
+    if !output.status.success() {
+        return Err(BuildError::Io {
+            what: "copying the root to",
+            path: to.to_path_buf(),
+            err: io::Error::other(tail(&output)),
+        });
+    }
+    Ok(())
+}
+
+/// Runs the distro bootstrap into `root` (which must not exist yet).
+fn bootstrap_root(bootstrap: &Bootstrap, root: &Path) -> Result<(), BuildError> {
+    let (tool, mut cmd) = match bootstrap.tool {
+        BootstrapTool::Mmdebstrap => {
+            let mut cmd = Command::new("mmdebstrap");
+            cmd.arg(format!(
+                "--variant={}",
+                bootstrap.variant.as_deref().unwrap_or("minbase")
+            ));
+            if !bootstrap.include.is_empty() {
+                cmd.arg(format!("--include={}", bootstrap.include.join(",")));
+            }
+            cmd.arg(&bootstrap.suite).arg(root).args(&bootstrap.mirrors);
+            ("mmdebstrap", cmd)
+        }
+        BootstrapTool::Dnf => {
+            let mut cmd = Command::new("dnf");
+            cmd.arg(format!("--installroot={}", root.display()))
+                .arg(format!("--releasever={}", bootstrap.suite))
+                .args(["-y", "--setopt=install_weak_deps=False", "install"]);
+            if bootstrap.include.is_empty() {
+                cmd.arg("@core");
+            } else {
+                cmd.args(&bootstrap.include);
+            }
+            ("dnf", cmd)
+        }
+    };
+    let output = run(&mut cmd, tool, "the distro bootstrap")?;
+    if !output.status.success() {
+        return Err(BuildError::Bootstrap {
+            tool,
+            status: output.status.to_string(),
+            output: tail(&output),
+        });
+    }
+    Ok(())
+}
+
+/// Runs a command to completion, its output captured; a missing program is
+/// [`BuildError::ToolMissing`].
+fn run(cmd: &mut Command, tool: &'static str, why: &'static str) -> Result<Output, BuildError> {
+    cmd.stdin(Stdio::null()).output().map_err(|err| {
+        if err.kind() == io::ErrorKind::NotFound {
+            BuildError::ToolMissing { tool, why }
+        } else {
+            BuildError::Io {
+                what: "running",
+                path: PathBuf::from(tool),
+                err,
+            }
+        }
+    })
+}
+
+/// The last lines of a command's stdout and stderr.
+fn tail(output: &Output) -> String {
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(OUTPUT_TAIL)..].join("\n")
+}
+
+/// Runs the image-gen scripts in `root` with `chroot`, in the given order,
+/// with `/proc`, `/sys` and `/dev` mounted for them where the root has those
+/// folders. The first failure stops the build.
+fn run_scripts(
+    root: &Path,
+    scripts: &[&Script],
+    slug: &str,
+    version: u64,
+) -> Result<(), BuildError> {
+    let tmp = root.join("tmp");
+    if !tmp.is_dir() {
+        fs::create_dir_all(&tmp).map_err(io_err("creating", &tmp))?;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o1777))
+            .map_err(io_err("setting the mode of", &tmp))?;
+    }
+    let _mounts = Mounts::new(root)?;
+    for script in scripts {
+        let content = script.content.as_deref().unwrap_or_default();
+        let name = format!(".mprov-image-gen-{}", script.slug);
+        let host_path = tmp.join(&name);
+        fs::write(&host_path, content).map_err(io_err("writing", &host_path))?;
+        fs::set_permissions(&host_path, fs::Permissions::from_mode(0o700))
+            .map_err(io_err("setting the mode of", &host_path))?;
+        let inside = format!("/tmp/{name}");
+        let mut cmd = Command::new("chroot");
+        cmd.arg(root);
+        if !content.starts_with("#!") {
+            cmd.arg("/bin/sh");
+        }
+        cmd.arg(&inside)
+            .env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .env("HOME", "/root")
+            .env("LC_ALL", "C")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .env("MPROV_IMAGE_SLUG", slug)
+            .env("MPROV_IMAGE_VERSION", version.to_string());
+        let result = run(&mut cmd, "chroot", "image-gen scripts");
+        let removed = fs::remove_file(&host_path);
+        let output = result?;
+        if !output.status.success() {
+            return Err(BuildError::Script {
+                slug: script.slug.clone(),
+                status: output.status.to_string(),
+                output: tail(&output),
+            });
+        }
+        removed.map_err(io_err("removing", &host_path))?;
+    }
+    Ok(())
+}
+
+/// `/proc`, `/sys` and `/dev` mounted inside a root while scripts run;
+/// unmounted (lazily, should a script leave a process behind) on drop. The
+/// packer does not descend into mount points, so a leftover mount could not
+/// leak into the archive either.
+#[derive(Debug)]
+struct Mounts {
+    mounted: Vec<PathBuf>,
+}
+
+impl Mounts {
+    fn new(root: &Path) -> Result<Mounts, BuildError> {
+        let mut mounts = Mounts {
+            mounted: Vec::new(),
+        };
+        let plan: [(&str, &[&str]); 3] = [
+            ("proc", &["-t", "proc", "proc"]),
+            ("sys", &["-t", "sysfs", "sysfs"]),
+            ("dev", &["--bind", "/dev"]),
+        ];
+        for (dir, args) in plan {
+            let target = root.join(dir);
+            if !target.is_dir() || target.is_symlink() {
+                continue;
+            }
+            let output = run(
+                Command::new("mount").args(args).arg(&target),
+                "mount",
+                "image-gen scripts",
+            )?;
+            if !output.status.success() {
+                return Err(BuildError::Io {
+                    what: "mounting",
+                    path: target,
+                    err: io::Error::other(tail(&output)),
+                });
+            }
+            mounts.mounted.push(target);
+        }
+        Ok(mounts)
+    }
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        for target in self.mounted.iter().rev() {
+            let status = Command::new("umount")
+                .arg("-l")
+                .arg(target)
+                .stdin(Stdio::null())
+                .status();
+            if !status.is_ok_and(|s| s.success()) {
+                eprintln!("warning: could not unmount {}", target.display());
+            }
+        }
+    }
+}
+
+/// The `--agent` hook: the binary at [`AGENT_PATH`], its unit at
+/// [`AGENT_UNIT`], enabled by the [`AGENT_WANTS`] symlink.
+fn install_agent(root: &Path, agent: &Path) -> io::Result<()> {
+    let bin = root.join(AGENT_PATH);
+    let unit = root.join(AGENT_UNIT);
+    let wants = root.join(AGENT_WANTS);
+    for path in [&bin, &unit, &wants] {
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)?;
+        }
+    }
+    fs::copy(agent, &bin)?;
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755))?;
+    fs::write(&unit, UNIT)?;
+    fs::set_permissions(&unit, fs::Permissions::from_mode(0o644))?;
+    if fs::symlink_metadata(&wants).is_ok() {
+        fs::remove_file(&wants)?;
+    }
+    symlink(Path::new("/").join(AGENT_UNIT), &wants)?;
+    if nix::unistd::geteuid().is_root() {
+        for path in [&bin, &unit, &wants] {
+            lchown(path, Some(0), Some(0))?;
+        }
+    }
+    Ok(())
+}
+
+/// The newest `/boot/vmlinuz-<release>` of the root (a symlink is followed
+/// inside the root) and its release.
+fn find_kernel(root: &Path) -> Result<Option<(PathBuf, Option<String>)>, BuildError> {
+    let boot = root.join("boot");
+    let entries = match fs::read_dir(&boot) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(io_err("listing", &boot)(err)),
+    };
+    let mut found: Vec<String> = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io_err("listing", &boot))?;
+        if let Some(release) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix("vmlinuz-"))
+        {
+            found.push(release.to_string());
+        }
+    }
+    found.sort_by(|a, b| version_cmp(a, b));
+    let Some(release) = found.pop() else {
+        return Ok(None);
+    };
+    let mut path = boot.join(format!("vmlinuz-{release}"));
+    // Debian's /boot holds files, but a symlink must not lead out of the root.
+    for _ in 0..8 {
+        match fs::read_link(&path) {
+            Ok(target) if target.is_absolute() => {
+                path = root.join(target.strip_prefix("/").unwrap_or(&target));
+            }
+            Ok(target) => path = path.parent().unwrap_or(root).join(target),
+            Err(_) => break,
+        }
+    }
+    Ok(Some((path, Some(release))))
+}
+
+/// Compares kernel releases: runs of digits numerically, the rest as bytes.
+fn version_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn chunks(s: &str) -> Vec<(bool, &str)> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let bytes = s.as_bytes();
+        for i in 1..=bytes.len() {
+            if i == bytes.len() || bytes[i].is_ascii_digit() != bytes[start].is_ascii_digit() {
+                out.push((bytes[start].is_ascii_digit(), &s[start..i]));
+                start = i;
+            }
+        }
+        out
+    }
+    let (ca, cb) = (chunks(a), chunks(b));
+    for ((da, xa), (db, xb)) in ca.iter().zip(&cb) {
+        let ord = if *da && *db {
+            let (na, nb) = (xa.trim_start_matches('0'), xb.trim_start_matches('0'));
+            na.len().cmp(&nb.len()).then(na.cmp(nb))
+        } else {
+            xa.cmp(xb)
+        };
+        if ord.is_ne() {
+            return ord;
+        }
+    }
+    ca.len().cmp(&cb.len())
+}
+
+/// The release of a given kernel file: from its name (`vmlinuz-<release>`),
+/// else from the x86 boot protocol header (the `kernel_version` string that
+/// `file` prints), else unknown.
+pub fn kernel_release(path: &Path) -> io::Result<Option<String>> {
+    let mut head = Vec::new();
+    File::open(path)?.take(64 * 1024).read_to_end(&mut head)?;
+    if let Some(release) = path
+        .file_name()
+        .and_then(OsStr::to_str)
+        .and_then(|n| n.strip_prefix("vmlinuz-"))
+    {
+        return Ok(Some(release.to_string()));
+    }
+    Ok(bzimage_release(&head))
+}
+
+/// The release from a bzImage's setup header: "HdrS" at 0x202, and at 0x20e
+/// the offset (from 0x200) of a NUL-terminated version string.
+fn bzimage_release(head: &[u8]) -> Option<String> {
+    if head.get(0x202..0x206)? != b"HdrS" {
+        return None;
+    }
+    let offset = u16::from_le_bytes([*head.get(0x20e)?, *head.get(0x20f)?]) as usize;
+    if offset == 0 {
+        return None;
+    }
+    let text = head.get(0x200 + offset..)?;
+    let end = text.iter().position(|b| *b == 0)?;
+    let version = std::str::from_utf8(&text[..end]).ok()?;
+    version.split_whitespace().next().map(str::to_string)
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
+    let mut file = File::create(path).map_err(io_err("writing", path))?;
+    io::Write::write_all(&mut file, bytes).map_err(io_err("writing", path))?;
+    file.sync_all().map_err(io_err("syncing", path))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), BuildError> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err("syncing", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_releases_sort_numerically() {
+        let mut v = vec![
+            "6.1.0-9-amd64",
+            "6.1.0-10-amd64",
+            "5.10.0-28-amd64",
+            "6.1.0-10-rt-amd64",
+        ];
+        v.sort_by(|a, b| version_cmp(a, b));
+        assert_eq!(
+            v,
+            [
+                "5.10.0-28-amd64",
+                "6.1.0-9-amd64",
+                "6.1.0-10-amd64",
+                "6.1.0-10-rt-amd64"
+            ]
+        );
+    }
+
+    #[test]
+    fn bzimage_header_gives_the_release() {
+        let mut head = vec![0u8; 0x400];
+        head[0x202..0x206].copy_from_slice(b"HdrS");
+        head[0x20e..0x210].copy_from_slice(&0x100u16.to_le_bytes());
+        head[0x300..0x300 + 29].copy_from_slice(b"6.1.0-57-amd64 (debian@x) #1\0");
+        assert_eq!(bzimage_release(&head).as_deref(), Some("6.1.0-57-amd64"));
+        head[0x202] = b'X';
+        assert_eq!(bzimage_release(&head), None);
+    }
+
+    #[test]
+    fn slugs_name_one_folder() {
+        for good in ["compute", "nads", "gpu-node_2.1"] {
+            assert!(check_slug(good).is_ok(), "{good}");
+        }
+        for bad in ["", ".hidden", "a/b", "..", "a b"] {
+            assert!(check_slug(bad).is_err(), "{bad:?}");
+        }
+    }
+}
