@@ -80,6 +80,18 @@ enum Command {
         #[arg(long)]
         user: Option<String>,
     },
+    /// Make a one-time enrollment token for a job server; it is printed once
+    /// and only its hash is kept.
+    EnrollToken {
+        /// What the token is for.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Hours until it expires.
+        #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=720))]
+        hours: u32,
+        #[command(flatten)]
+        settings: Settings,
+    },
     /// Create, list or revoke API keys.
     Apikey {
         #[command(subcommand)]
@@ -203,6 +215,21 @@ async fn run(command: Command) -> Result<()> {
             hostname,
             user,
         } => run_signer(&tls_dir, &hostname, user.as_deref()),
+        Command::EnrollToken {
+            name,
+            hours,
+            settings,
+        } => {
+            let (_, db, _) = open(settings).await?;
+            let ttl = std::time::Duration::from_secs(u64::from(hours) * 3600);
+            let token = crate::enroll::create_token(&db, &name, ttl).await?;
+            eprintln!(
+                "enrollment token (single use, expires {}; it cannot be shown again):",
+                token.expires_at
+            );
+            println!("{}", token.token);
+            Ok(())
+        }
         Command::Apikey { action, settings } => {
             let (_, db, sb) = open(settings).await?;
             apikey(&db, &sb, action).await
@@ -224,6 +251,7 @@ async fn serve(settings: Settings) -> Result<()> {
         );
     }
     let report = first_start::run(&config, &db, &sb).await?;
+    local_enroll_token(&config, &db).await?;
     tls::site_cert(&config).context("cannot set up TLS")?;
     tls::ensure_dir(&config.tls_dir).context("cannot set up TLS")?;
     // Started as root, the helper and this service each become their own
@@ -340,6 +368,34 @@ async fn serve(settings: Settings) -> Result<()> {
         }
         None => plain.await.context("HTTP server failed"),
     }
+}
+
+/// Until a job server has enrolled, leaves a fresh one-time token in the
+/// config folder for the job server on this host; afterwards removes it.
+async fn local_enroll_token(config: &Config, db: &Db) -> Result<()> {
+    let path = config.config_dir.join(crate::enroll::TOKEN_FILE);
+    if crate::enroll::jobserver_enrolled(db).await? {
+        if path.exists() {
+            std::fs::remove_file(&path)
+                .with_context(|| format!("cannot remove {}", path.display()))?;
+        }
+        return Ok(());
+    }
+    if let Ok(kept) = std::fs::read_to_string(&path)
+        && crate::enroll::token_usable(db, kept.trim()).await?
+    {
+        return Ok(());
+    }
+    let token =
+        crate::enroll::create_token(db, "local job server", crate::enroll::DEFAULT_TOKEN_TTL)
+            .await?;
+    tls::write_file(&path, format!("{}\n", token.token).as_bytes(), 0o600)?;
+    tracing::info!(
+        "no job server has enrolled yet: a one-time token for the local one is in {} (expires {})",
+        path.display(),
+        token.expires_at
+    );
+    Ok(())
 }
 
 /// Gives the web service's user what it keeps writing after the switch:

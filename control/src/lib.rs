@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod effective;
+pub mod enroll;
 pub mod first_start;
 pub mod fuzz;
 pub mod http;

@@ -36,6 +36,8 @@ pub enum Principal {
         /// Its name.
         name: String,
     },
+    /// A node or job server with a client certificate from enrollment.
+    Agent(crate::enroll::Agent),
     /// A user who sent a password (HTTP Basic).
     User {
         /// The user's name.
@@ -49,7 +51,7 @@ impl Principal {
     /// Whether this principal may write to the inventory.
     pub fn is_admin(&self) -> bool {
         match self {
-            Principal::Anonymous => false,
+            Principal::Anonymous | Principal::Agent(_) => false,
             Principal::ApiKey { .. } => true,
             Principal::User { is_admin, .. } => *is_admin,
         }
@@ -96,10 +98,20 @@ impl PasswordCache {
     }
 }
 
-/// Reads the credentials of a request, if any, and checks them.
-pub async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
+/// Reads the credentials of a request, if any, and checks them: the
+/// `Authorization` header, else a client certificate presented over TLS.
+pub async fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    tls: Option<&axum_server::tls::TlsInfo>,
+) -> Result<Principal, ApiError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Ok(Principal::Anonymous);
+        return match tls.and_then(|t| t.peer_certificates.first()) {
+            Some(der) => Ok(Principal::Agent(
+                crate::enroll::check_certificate(&state.db, der).await?,
+            )),
+            None => Ok(Principal::Anonymous),
+        };
     };
     let value = value
         .to_str()
@@ -204,12 +216,16 @@ const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$
 
 /// Whether a path is served to anyone.
 fn is_public(path: &str) -> bool {
-    path == "/api/v1/openapi.json" || path == "/ca.crt"
+    path == "/api/v1/openapi.json" || path == "/ca.crt" || path == "/enroll/jobserver/"
 }
 
 /// Authentication, authorisation and the version lock.
 pub async fn auth_layer(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let principal = match authenticate(&state, req.headers()).await {
+    let tls = req
+        .extensions()
+        .get::<std::sync::Arc<axum_server::tls::TlsInfo>>()
+        .cloned();
+    let principal = match authenticate(&state, req.headers(), tls.as_deref()).await {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };

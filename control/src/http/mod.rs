@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -86,6 +86,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/openapi.json", get(api::openapi))
         .route("/api/v1/revision", get(api::revision))
         .route("/ca.crt", get(api::ca_cert))
+        .route("/enroll/jobserver/", post(crate::enroll::enroll_jobserver))
+        .route("/api/v1/enroll-tokens/", post(crate::enroll::new_token))
         .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
         .route("/api/v1/systems/{key}/config", get(api::effective_config));
     for kind in KINDS {

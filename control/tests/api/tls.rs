@@ -419,3 +419,323 @@ fn check_site(dir: &Path, url: &str) {
     let log = s.stop();
     assert!(log.contains("site certificate"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_server_enrollment_and_mtls() {
+    let db = TestDb::new(Engine::Sqlite).await;
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || check_enrollment(&d, &url))
+        .await
+        .unwrap();
+    db.cleanup().await;
+}
+
+/// A key and CSR made by openssl; `extra` adds `-addext` arguments.
+fn openssl_csr(dir: &Path, name: &str, subject: &str, extra: &[&str]) -> String {
+    let key = dir.join(format!("{name}.key"));
+    let csr = dir.join(format!("{name}.csr"));
+    let mut args = vec![
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-subj",
+        subject,
+        "-keyout",
+        key.to_str().unwrap(),
+        "-out",
+        csr.to_str().unwrap(),
+    ];
+    for e in extra {
+        args.extend_from_slice(&["-addext", e]);
+    }
+    let out = tool("openssl", &args);
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::read_to_string(csr).unwrap()
+}
+
+/// POSTs JSON to `path` over HTTPS; the status and the body.
+fn post_json(
+    port: u16,
+    ca: &Path,
+    path: &str,
+    body: &serde_json::Value,
+    dir: &Path,
+) -> (String, String) {
+    let file = dir.join("body.json");
+    std::fs::write(&file, body.to_string()).unwrap();
+    let out = tool(
+        "curl",
+        &[
+            "-sS",
+            "-w",
+            "\n%{http_code}",
+            "--cacert",
+            ca.to_str().unwrap(),
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            &format!("@{}", file.display()),
+            &format!("https://127.0.0.1:{port}{path}"),
+        ],
+    );
+    let all = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = all.rsplit_once('\n').unwrap_or((&all, ""));
+    (code.to_owned(), body.to_owned())
+}
+
+/// A GET over HTTPS with a client certificate; the status code.
+fn get_with_cert(
+    port: u16,
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+    path: &str,
+    version: bool,
+) -> String {
+    let v = format!("mProv-Version: {}", mprov_api::api_version());
+    let mut args = vec![
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--cacert",
+        ca.to_str().unwrap(),
+        "--cert",
+        cert.to_str().unwrap(),
+        "--key",
+        key.to_str().unwrap(),
+    ];
+    if version {
+        args.extend_from_slice(&["-H", &v]);
+    }
+    let url = format!("https://127.0.0.1:{port}{path}");
+    args.push(&url);
+    let out = tool("curl", &args);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn check_enrollment(dir: &Path, url: &str) {
+    let mut s = Server::start(dir, url, 1, &[]);
+    let ca = dir.join("var/tls/ca.crt");
+    let work = dir.join("js");
+    std::fs::create_dir(&work).unwrap();
+
+    // The local job server's token, owner-only, kept across a restart.
+    let token_file = dir.join("etc/enroll_token");
+    assert_eq!(mode(&token_file), 0o600);
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+
+    let csr = openssl_csr(&work, "js1", "/CN=js1", &[]);
+    let enroll = |token: &str, name: &str, csr: &str| {
+        post_json(
+            s.https_port,
+            &ca,
+            "/enroll/jobserver/",
+            &serde_json::json!({"token": token, "name": name, "csr": csr}),
+            &work,
+        )
+    };
+    // A CSR asking for CA rights or for another name: refused, and the
+    // token is not spent.
+    let ca_csr = openssl_csr(
+        &work,
+        "bad",
+        "/CN=js1",
+        &["basicConstraints=critical,CA:TRUE"],
+    );
+    let (code, body) = enroll(&token, "js1", &ca_csr);
+    assert!(code == "400" && body.contains("CA rights"), "{code} {body}");
+    let other = openssl_csr(&work, "other", "/CN=js2", &[]);
+    let (code, body) = enroll(&token, "js1", &other);
+    assert!(code == "400" && body.contains("js2"), "{code} {body}");
+
+    let (code, body) = enroll(&token, "js1", &csr);
+    assert_eq!(code, "200", "{body}");
+    let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let cert = work.join("js1.crt");
+    std::fs::write(&cert, reply["certificate"].as_str().unwrap()).unwrap();
+    assert_eq!(reply["ca"].as_str().unwrap(), body_of(&ca));
+    let verify = text(&tool(
+        "openssl",
+        &[
+            "verify",
+            "-CAfile",
+            ca.to_str().unwrap(),
+            cert.to_str().unwrap(),
+        ],
+    ));
+    assert!(verify.contains(": OK"), "{verify}");
+    let ext = x509(
+        &cert,
+        &["-ext", "subjectAltName,extendedKeyUsage,basicConstraints"],
+    );
+    assert!(ext.contains("URI:urn:mprov:jobserver:js1"), "{ext}");
+    assert!(
+        ext.contains("TLS Web Client Authentication") && !ext.contains("Server"),
+        "{ext}"
+    );
+    assert!(ext.contains("CA:FALSE"), "{ext}");
+
+    // The token is single-use.
+    let (code, body) = enroll(&token, "js1", &csr);
+    assert!(
+        code == "401" && body.contains("already used"),
+        "{code} {body}"
+    );
+    let (code, body) = enroll("mpe00000000.nope", "js1", &csr);
+    assert!(code == "401" && body.contains("not valid"), "{code} {body}");
+
+    // mTLS: reads with the version header; no version is 426; writes are 403.
+    let key = work.join("js1.key");
+    assert_eq!(
+        get_with_cert(s.https_port, &ca, &cert, &key, "/api/v1/systems/", true),
+        "200"
+    );
+    assert_eq!(
+        get_with_cert(s.https_port, &ca, &cert, &key, "/api/v1/systems/", false),
+        "426"
+    );
+    let out = tool(
+        "curl",
+        &[
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--cacert",
+            ca.to_str().unwrap(),
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+            "-H",
+            &format!("mProv-Version: {}", mprov_api::api_version()),
+            "-H",
+            "Content-Type: application/json",
+            "--data",
+            "{\"name\":\"x\"}",
+            &format!("https://127.0.0.1:{}/api/v1/systems/", s.https_port),
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
+
+    // An expired token, made by the CLI and aged in the database.
+    let out = Command::new(env!("CARGO_BIN_EXE_mprov-control"))
+        .args(["enroll-token", "--name", "second", "--hours", "2"])
+        .env("MPROV_CONFIG_DIR", dir.join("etc"))
+        .env("MPROV_STATE_DIR", dir.join("var"))
+        .env("MPROV_DATABASE_URL", url)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let second = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(second.starts_with("mpe") && text(&out).contains("cannot be shown again"));
+    let db_file = mprov_control::db::sqlite_path(url).unwrap();
+    let prefix = second.split('.').next().unwrap();
+    let aged = tool(
+        "sqlite3",
+        &[
+            db_file.to_str().unwrap(),
+            &format!(
+                "UPDATE enroll_tokens SET expires_at = '2000-01-01T00:00:00Z' WHERE prefix = '{prefix}'"
+            ),
+        ],
+    );
+    assert!(aged.status.success(), "{}", text(&aged));
+    let (code, body) = enroll(&second, "js1", &csr);
+    assert!(code == "401" && body.contains("expired"), "{code} {body}");
+    let aged = tool(
+        "sqlite3",
+        &[
+            db_file.to_str().unwrap(),
+            &format!(
+                "UPDATE enroll_tokens SET expires_at = '2999-01-01T00:00:00Z' WHERE prefix = '{prefix}'"
+            ),
+        ],
+    );
+    assert!(aged.status.success());
+
+    // Enrolling again revokes the old certificate.
+    let csr2 = openssl_csr(&work, "js1b", "/CN=js1", &[]);
+    let (code, body) = enroll(&second, "js1", &csr2);
+    assert_eq!(code, "200", "{body}");
+    let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let cert2 = work.join("js1b.crt");
+    std::fs::write(&cert2, reply["certificate"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        get_with_cert(s.https_port, &ca, &cert, &key, "/api/v1/systems/", true),
+        "401"
+    );
+    assert_eq!(
+        get_with_cert(
+            s.https_port,
+            &ca,
+            &cert2,
+            &work.join("js1b.key"),
+            "/api/v1/systems/",
+            true
+        ),
+        "200"
+    );
+
+    // A certificate from another CA never gets past the handshake.
+    let foreign = work.join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    let out = tool(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=js1",
+            "-addext",
+            "subjectAltName=URI:urn:mprov:jobserver:js1",
+            "-keyout",
+            foreign.join("k").to_str().unwrap(),
+            "-out",
+            foreign.join("c").to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let code = get_with_cert(
+        s.https_port,
+        &ca,
+        &foreign.join("c"),
+        &foreign.join("k"),
+        "/api/v1/systems/",
+        true,
+    );
+    assert_ne!(code, "200", "a foreign certificate must be refused");
+    assert!(
+        code.is_empty() || code == "000",
+        "refused in the TLS handshake, got HTTP {code}"
+    );
+
+    // Once a job server has enrolled, the local token file is gone.
+    let log = s.stop();
+    assert!(log.contains("job server enrolled"), "{log}");
+    let mut s = Server::start(dir, url, 2, &[]);
+    assert!(
+        !token_file.exists(),
+        "no token file once a job server enrolled"
+    );
+    s.stop();
+}

@@ -1,0 +1,356 @@
+//! Enrollment: how a job server gets its own client certificate, and the
+//! allow-list every certificate-authenticated request is checked against.
+//!
+//! - An admin makes a one-time token (`mprov-control enroll-token`, or
+//!   `POST /api/v1/enroll-tokens/`): printed once, stored as a SHA-256,
+//!   single-use, 24 h by default. Until a job server has enrolled, every start
+//!   of the service leaves a fresh one in `/etc/mprov/enroll_token` for the
+//!   job server on the same host.
+//! - The job server makes its own key and posts `{token, name, csr}` to
+//!   `POST /enroll/jobserver/`. The signing helper signs the CSR for that
+//!   name only; the reply carries the certificate and the CA certificate.
+//! - Every issued certificate is recorded in `credentials`. A request with a
+//!   client certificate is accepted only if its serial is there, unrevoked,
+//!   for the identity the certificate names; enrolling again revokes the
+//!   identity's older certificates.
+//!
+//! A token is consumed only after the signature succeeded, so a bad CSR does
+//! not burn it; two racing uses of one token cannot both be recorded (the
+//! consuming UPDATE is conditional), and an unrecorded certificate is
+//! refused by the allow-list, so the loser gets nothing usable.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use sqlx::Row as _;
+
+use crate::db::crud::{format_ts, now};
+use crate::db::{Db, Val};
+use crate::http::AppState;
+use crate::http::error::ApiError;
+use crate::secrets;
+use crate::signer::{Profile, SignReply, SignRequest};
+
+/// How long a job-server certificate is valid.
+pub const JOBSERVER_DAYS: u32 = 90;
+/// How long an enrollment token is valid unless said otherwise.
+pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The file a fresh token is left in for the local job server.
+pub const TOKEN_FILE: &str = "enroll_token";
+
+/// A token just made: shown once.
+#[derive(Debug, Clone, Serialize)]
+pub struct NewToken {
+    /// The token itself (`<prefix>.<secret>`).
+    pub token: String,
+    /// When it stops working.
+    pub expires_at: String,
+}
+
+/// Makes a one-time enrollment token named `name`, valid for `ttl`.
+pub async fn create_token(db: &Db, name: &str, ttl: Duration) -> Result<NewToken, sqlx::Error> {
+    let key = secrets::new_api_key();
+    let prefix = format!("mpe{}", &key.prefix[2..]);
+    let token = format!("{prefix}{}", &key.key[key.prefix.len()..]);
+    let expires = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::try_from(ttl).unwrap_or(jiff::SignedDuration::ZERO))
+        .unwrap_or(jiff::Timestamp::MAX);
+    let expires_at = format_ts(expires);
+    let mut sql = db.sql();
+    sql.push("INSERT INTO enroll_tokens (name, prefix, hash, created_at, expires_at) VALUES ")
+        .bind_list([
+            Val::Text(Some(name.to_owned())),
+            Val::Text(Some(prefix)),
+            Val::Text(Some(key.hash)),
+            Val::Text(Some(now())),
+            Val::Text(Some(expires_at.clone())),
+        ]);
+    sql.query().execute(db.pool()).await?;
+    Ok(NewToken { token, expires_at })
+}
+
+/// Whether `token` is known, unused, and good for at least another hour.
+pub async fn token_usable(db: &Db, token: &str) -> Result<bool, sqlx::Error> {
+    let Some((prefix, secret)) = secrets::split_api_key(token) else {
+        return Ok(false);
+    };
+    let mut sql = db.sql();
+    sql.push("SELECT hash, expires_at, used_at FROM enroll_tokens WHERE prefix = ");
+    sql.bind(Val::Text(Some(prefix.to_owned())));
+    let Some(row) = sql.query().fetch_optional(db.pool()).await? else {
+        return Ok(false);
+    };
+    let hash: String = row.try_get("hash")?;
+    let used: Option<String> = row.try_get("used_at").unwrap_or(None);
+    let expires: String = row.try_get("expires_at")?;
+    let soon = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_hours(1))
+        .map(format_ts)
+        .unwrap_or_default();
+    Ok(
+        secrets::hashes_equal(&secrets::hash_api_secret(secret), &hash)
+            && used.is_none()
+            && expires > soon,
+    )
+}
+
+/// Whether any job server holds a certificate that is not revoked.
+pub async fn jobserver_enrolled(db: &Db) -> Result<bool, sqlx::Error> {
+    let mut sql = db.sql();
+    sql.push("SELECT COUNT(*) AS n FROM credentials WHERE kind = ");
+    sql.bind(Val::Text(Some("jobserver".into())));
+    sql.push(" AND revoked_at IS NULL");
+    let row = sql.query().fetch_one(db.pool()).await?;
+    Ok(crate::db::int(&row, "n")? > 0)
+}
+
+/// `POST /enroll/jobserver/`: what a job server sends.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobserverEnrollment {
+    /// The one-time token.
+    pub token: String,
+    /// The job server's name (its certificate names only this).
+    pub name: String,
+    /// Its certificate signing request, PEM.
+    pub csr: String,
+}
+
+/// What an enrolled agent gets back.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Enrolled {
+    /// Its certificate, PEM.
+    pub certificate: String,
+    /// The CA certificate, PEM (the chain to trust the service by).
+    pub ca: String,
+    /// When the certificate ends (RFC 3339).
+    pub not_after: String,
+}
+
+/// `POST /enroll/jobserver/`.
+pub async fn enroll_jobserver(
+    State(st): State<AppState>,
+    Json(body): Json<JobserverEnrollment>,
+) -> Result<Json<Enrolled>, ApiError> {
+    let refused = |m: &str| ApiError::Unauthorized(m.to_owned());
+    let (prefix, secret) = secrets::split_api_key(body.token.trim())
+        .ok_or_else(|| refused("the enrollment token is not valid"))?;
+    let db = &st.db;
+    let mut sql = db.sql();
+    sql.push("SELECT hash, expires_at, used_at FROM enroll_tokens WHERE prefix = ");
+    sql.bind(Val::Text(Some(prefix.to_owned())));
+    let row = sql
+        .query()
+        .fetch_optional(db.pool())
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| refused("the enrollment token is not valid"))?;
+    let hash: String = row.try_get("hash").map_err(internal)?;
+    if !secrets::hashes_equal(&secrets::hash_api_secret(secret), &hash) {
+        return Err(refused("the enrollment token is not valid"));
+    }
+    let used: Option<String> = row.try_get("used_at").unwrap_or(None);
+    if let Some(at) = used {
+        tracing::warn!(prefix, "enrollment: a used token was presented again");
+        return Err(refused(&format!(
+            "this enrollment token was already used at {at}; make a new one"
+        )));
+    }
+    let expires: String = row.try_get("expires_at").map_err(internal)?;
+    if expires <= now() {
+        return Err(refused(&format!(
+            "this enrollment token expired at {expires}; make a new one"
+        )));
+    }
+    let signer = st
+        .signer
+        .as_ref()
+        .ok_or_else(|| ApiError::Internal("no signing helper".into()))?;
+    let request = SignRequest {
+        profile: Profile::Jobserver,
+        identity: body.name.clone(),
+        names: Vec::new(),
+        csr_pem: body.csr,
+        days: JOBSERVER_DAYS,
+    };
+    let (cert_pem, serial, not_after) = match signer.sign(&request).await {
+        Ok(SignReply::Signed {
+            cert_pem,
+            serial,
+            not_after,
+        }) => (cert_pem, serial, not_after),
+        Ok(SignReply::Refused { reason }) => {
+            return Err(ApiError::bad_request("csr_refused", reason));
+        }
+        Err(err) => return Err(ApiError::Internal(err.to_string())),
+    };
+    let not_after = jiff::Timestamp::from_second(not_after)
+        .map(format_ts)
+        .unwrap_or_default();
+
+    // Consume the token and record the certificate in one transaction.
+    let mut tx = db.pool().begin().await.map_err(internal)?;
+    let mut sql = db.sql();
+    sql.push("UPDATE enroll_tokens SET used_at = ");
+    sql.bind(Val::Text(Some(now())));
+    sql.push(", used_by = ");
+    sql.bind(Val::Text(Some(body.name.clone())));
+    sql.push(" WHERE prefix = ");
+    sql.bind(Val::Text(Some(prefix.to_owned())));
+    sql.push(" AND used_at IS NULL");
+    let consumed = sql.query().execute(&mut *tx).await.map_err(internal)?;
+    if consumed.rows_affected() != 1 {
+        return Err(refused(
+            "this enrollment token was used by another request at the same time",
+        ));
+    }
+    revoke_identity(db, &mut tx, "jobserver", &body.name, "enrolled again").await?;
+    let mut sql = db.sql();
+    sql.push("INSERT INTO credentials (serial, kind, identity, not_after, created_at) VALUES ")
+        .bind_list([
+            Val::Text(Some(serial.clone())),
+            Val::Text(Some("jobserver".into())),
+            Val::Text(Some(body.name.clone())),
+            Val::Text(Some(not_after.clone())),
+            Val::Text(Some(now())),
+        ]);
+    sql.query().execute(&mut *tx).await.map_err(internal)?;
+    tx.commit().await.map_err(internal)?;
+    tracing::info!(name = %body.name, %serial, "enrollment: job server enrolled");
+    Ok(Json(Enrolled {
+        certificate: cert_pem,
+        ca: signer.ca_pem().to_owned(),
+        not_after,
+    }))
+}
+
+async fn revoke_identity(
+    db: &Db,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    kind: &str,
+    identity: &str,
+    reason: &str,
+) -> Result<(), ApiError> {
+    let mut sql = db.sql();
+    sql.push("UPDATE credentials SET revoked_at = ");
+    sql.bind(Val::Text(Some(now())));
+    sql.push(", revoke_reason = ");
+    sql.bind(Val::Text(Some(reason.to_owned())));
+    sql.push(" WHERE kind = ");
+    sql.bind(Val::Text(Some(kind.to_owned())));
+    sql.push(" AND identity = ");
+    sql.bind(Val::Text(Some(identity.to_owned())));
+    sql.push(" AND revoked_at IS NULL");
+    sql.query().execute(&mut **tx).await.map_err(internal)?;
+    Ok(())
+}
+
+/// Revokes the certificate with `serial`; whether one was revoked.
+pub async fn revoke_serial(db: &Db, serial: &str, reason: &str) -> Result<bool, sqlx::Error> {
+    let mut sql = db.sql();
+    sql.push("UPDATE credentials SET revoked_at = ");
+    sql.bind(Val::Text(Some(now())));
+    sql.push(", revoke_reason = ");
+    sql.bind(Val::Text(Some(reason.to_owned())));
+    sql.push(" WHERE serial = ");
+    sql.bind(Val::Text(Some(serial.to_ascii_lowercase())));
+    sql.push(" AND revoked_at IS NULL");
+    Ok(sql.query().execute(db.pool()).await?.rows_affected() == 1)
+}
+
+/// Who a client certificate names, once checked against the allow-list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agent {
+    /// `node` or `jobserver`.
+    pub kind: String,
+    /// The node's or job server's name.
+    pub identity: String,
+    /// The certificate's serial, hex.
+    pub serial: String,
+}
+
+/// Checks a client certificate (DER, already verified to chain to the CA
+/// by the TLS layer) against the allow-list.
+pub async fn check_certificate(db: &Db, der: &[u8]) -> Result<Agent, ApiError> {
+    use x509_parser::prelude::{FromDer as _, GeneralName, X509Certificate};
+    let bad = |m: &str| ApiError::Unauthorized(m.to_owned());
+    let (_, cert) =
+        X509Certificate::from_der(der).map_err(|_| bad("the client certificate cannot be read"))?;
+    let serial = hex::encode(cert.raw_serial());
+    let uri = cert
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .and_then(|san| {
+            san.value.general_names.iter().find_map(|n| match n {
+                GeneralName::URI(u) => Some((*u).to_owned()),
+                _ => None,
+            })
+        })
+        .ok_or_else(|| bad("the client certificate names no mProv identity"))?;
+    let (kind, identity) = uri
+        .strip_prefix("urn:mprov:")
+        .and_then(|r| r.split_once(':'))
+        .ok_or_else(|| bad("the client certificate names no mProv identity"))?;
+    let mut sql = db.sql();
+    sql.push("SELECT kind, identity, revoked_at FROM credentials WHERE serial = ");
+    sql.bind(Val::Text(Some(serial.clone())));
+    let row = sql
+        .query()
+        .fetch_optional(db.pool())
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| bad("this client certificate was not issued by enrollment"))?;
+    let revoked: Option<String> = row.try_get("revoked_at").unwrap_or(None);
+    if let Some(at) = revoked {
+        return Err(bad(&format!(
+            "this client certificate was revoked at {at}; enroll again"
+        )));
+    }
+    let (k, i): (String, String) = (
+        row.try_get("kind").map_err(internal)?,
+        row.try_get("identity").map_err(internal)?,
+    );
+    if k != kind || i != identity {
+        return Err(bad("the client certificate does not match its record"));
+    }
+    Ok(Agent {
+        kind: k,
+        identity: i,
+        serial,
+    })
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::Internal(e.to_string())
+}
+
+/// `POST /api/v1/enroll-tokens/` (admin): a new token, shown once.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    /// What the token is for.
+    #[serde(default)]
+    pub name: String,
+    /// Hours until it expires (default 24).
+    #[serde(default)]
+    pub hours: Option<u32>,
+}
+
+/// `POST /api/v1/enroll-tokens/`.
+pub async fn new_token(
+    State(st): State<AppState>,
+    Json(body): Json<TokenRequest>,
+) -> Result<Json<NewToken>, ApiError> {
+    let hours = body.hours.unwrap_or(24);
+    if hours == 0 || hours > 24 * 30 {
+        return Err(ApiError::invalid("hours", "between 1 and 720 hours"));
+    }
+    let ttl = Duration::from_secs(u64::from(hours) * 3600);
+    let token = create_token(&st.db, &body.name, ttl)
+        .await
+        .map_err(internal)?;
+    Ok(Json(token))
+}
