@@ -1,8 +1,38 @@
 //! The node side of mProv (`mprov-agent`).
 //!
-//! As `/init` in the initramfs it loads the NIC drivers, runs DHCP, enrolls with
-//! the one-time nonce, streams and verifies the compressed root image and
-//! `switch_root`s into it. After boot it runs the post-boot scripts, renews its
-//! certificate and, on unknown nodes, discovers the switch port over LLDP (NADS).
+//! As `/init` in the initramfs it will load the NIC drivers, run DHCP, enroll
+//! with the one-time nonce, stream and verify the compressed root image and
+//! `switch_root` into it. After boot it will run the post-boot scripts, renew
+//! its certificate and, on unknown nodes, discover the switch port over LLDP
+//! (NADS). See `shared/DESIGN.md`, "A node's boot, end to end", step 5.
 //!
-//! Status: skeleton. Nothing here runs yet; issue 5 starts the `/init` steps.
+//! Status: the first real steps of `/init` ([`init`]): mount the pseudo
+//! filesystems, load the NIC modules the initramfs lists, report the kernel
+//! command line, the network interfaces and the `mprov_*` parameters
+//! ([`cmdline`]), then power off. Nothing talks to the network yet.
+//!
+//! - [`init`]: PID 1. Never panics on purpose, never exits: every failure is
+//!   printed on the console and the machine is powered off (a PID 1 that exits
+//!   or panics is a kernel panic, which tells the operator nothing).
+//! - [`cmdline`]: the kernel command line, split the way the kernel splits it,
+//!   and the typed `mprov_*` parameters. The line is untrusted input (anyone on
+//!   the provisioning network can serve a node an iPXE script), so the parser
+//!   takes any bytes and is fuzzed ([`fuzz`]).
+//! - [`cli`]: what the binary does when it is not PID 1 (`--help`, `version`,
+//!   `cmdline`).
+//!
+//! The binary is built static (musl, or glibc with `+crt-static`) with the
+//! workspace's `agent` profile, so it needs nothing else in the initramfs;
+//! `mprov_tests::agent::build_static` builds it. Keep its dependencies few: no
+//! async runtime at this stage.
+
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod cmdline;
+#[doc(hidden)]
+pub mod fuzz;
+pub mod init;
+
+/// The agent's version: the workspace version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod db;
 pub mod inventory_bench;
 pub mod netns;

@@ -8,7 +8,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -196,32 +196,51 @@ pub struct VmSpec {
     pub run_dir: PathBuf,
 }
 
+/// What a VM boots with when QEMU loads the kernel itself (`-kernel`,
+/// `-initrd`, `-append`): no firmware network boot, no netns. Its NICs sit on
+/// a QEMU hub of their own with no host side, so the guest sees real devices
+/// and nothing it sends leaves QEMU.
+#[derive(Debug, Clone)]
+pub struct DirectBoot {
+    /// The kernel image.
+    pub kernel: PathBuf,
+    /// The initramfs.
+    pub initrd: PathBuf,
+    /// The kernel command line.
+    pub append: String,
+    /// The NICs: `(QEMU device model, MAC)`, e.g. `("e1000", "52:54:00:…")`.
+    pub nics: Vec<(String, String)>,
+    /// A folder for its serial log.
+    pub run_dir: PathBuf,
+}
+
+/// QEMU under TCG with the lab's common options: no default devices (no
+/// SLIRP NIC), serial console to `serial`, and an exit instead of a reboot.
+fn qemu(cmd: &mut Command, serial: &Path) {
+    cmd.args([
+        "-accel",
+        "tcg",
+        "-m",
+        "512",
+        "-smp",
+        "1",
+        "-nodefaults",
+        "-nographic",
+        "-monitor",
+        "none",
+        "-no-reboot",
+    ]);
+    cmd.arg("-serial").arg(format!("file:{}", serial.display()));
+}
+
 impl Vm {
     /// Starts QEMU (TCG) network-booting from `spec.tap`.
     pub fn boot(spec: &VmSpec) -> Result<Vm> {
         fs::create_dir_all(&spec.run_dir)?;
         let serial = spec.run_dir.join("serial.log");
         let mut cmd = Command::new("ip");
-        cmd.args([
-            "netns",
-            "exec",
-            &spec.netns,
-            "qemu-system-x86_64",
-            "-accel",
-            "tcg",
-            "-m",
-            "512",
-            "-smp",
-            "1",
-        ]);
-        cmd.args([
-            "-nodefaults",
-            "-nographic",
-            "-monitor",
-            "none",
-            "-no-reboot",
-        ]);
-        cmd.arg("-serial").arg(format!("file:{}", serial.display()));
+        cmd.args(["netns", "exec", &spec.netns, "qemu-system-x86_64"]);
+        qemu(&mut cmd, &serial);
         cmd.args([
             "-netdev",
             &format!("tap,id=n0,ifname={},script=no,downscript=no", spec.tap),
@@ -248,8 +267,33 @@ impl Vm {
             "-device",
             &format!("{},netdev=n0,mac={},bootindex=1", spec.nic, spec.mac),
         ]);
+        Vm::spawn(cmd, &spec.run_dir, serial)
+    }
+
+    /// Starts QEMU (TCG, SeaBIOS) loading `spec.kernel` and `spec.initrd`
+    /// itself. Needs no root.
+    pub fn boot_kernel(spec: &DirectBoot) -> Result<Vm> {
+        fs::create_dir_all(&spec.run_dir)?;
+        let serial = spec.run_dir.join("serial.log");
+        let mut cmd = Command::new("qemu-system-x86_64");
+        qemu(&mut cmd, &serial);
+        cmd.args(["-machine", "pc", "-kernel"]).arg(&spec.kernel);
+        cmd.arg("-initrd").arg(&spec.initrd);
+        cmd.arg("-append").arg(&spec.append);
+        for (i, (model, mac)) in spec.nics.iter().enumerate() {
+            cmd.args(["-netdev", &format!("hubport,id=n{i},hubid=0")]);
+            // No option ROM: nothing boots from the network here.
+            cmd.args([
+                "-device",
+                &format!("{model},netdev=n{i},mac={mac},romfile="),
+            ]);
+        }
+        Vm::spawn(cmd, &spec.run_dir, serial)
+    }
+
+    fn spawn(mut cmd: Command, run_dir: &Path, serial: PathBuf) -> Result<Vm> {
         cmd.stdin(Stdio::null()).stdout(Stdio::null());
-        cmd.stderr(fs::File::create(spec.run_dir.join("qemu.log"))?);
+        cmd.stderr(fs::File::create(run_dir.join("qemu.log"))?);
         let child = cmd
             .spawn()
             .context("starting qemu-system-x86_64 (install qemu-system-x86)")?;
@@ -284,16 +328,19 @@ impl Vm {
         }
     }
 
-    /// Waits for the VM to power itself off.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Result<()> {
+    /// Waits for the VM to power itself off; QEMU's exit status.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus> {
         let deadline = Instant::now() + timeout;
-        while self.process.try_wait()?.is_none() {
+        loop {
+            if let Some(status) = self.process.try_wait()? {
+                return Ok(status);
+            }
             ensure!(
                 Instant::now() < deadline,
-                "the VM did not power off within {timeout:?}"
+                "the VM did not power off within {timeout:?}; console:\n{}",
+                self.console()
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        Ok(())
     }
 }

@@ -362,3 +362,110 @@ fn initramfs_resolves_the_lab_kernels_nic_modules() -> Result<()> {
     }
     Ok(())
 }
+
+/// The static agent as `/init` of an initramfs from `mprov-initramfs`, the
+/// lab kernel booted directly by QEMU with an e1000 and a virtio-net NIC (on
+/// a QEMU hub of their own: no host networking): the agent mounts, loads the
+/// NIC modules, reports what it sees and powers the VM off by itself.
+#[test]
+fn agent_boots_as_init_in_qemu() -> Result<()> {
+    use std::time::Duration;
+
+    use mprov_initramfs::{Compression, Initramfs};
+    use mprov_tests::vm::{self, DirectBoot, Vm};
+
+    const CA: &str = "4f3c2b1a00112233445566778899aabbccddeeff0123456789abcdef01234567";
+    const URL: &str = "http://10.99.0.1:8080";
+    const NONCE: &str = "abc123";
+    let nics = [
+        ("e1000", "52:54:00:12:34:01"),
+        ("virtio-net-pci", "52:54:00:12:34:02"),
+    ];
+
+    let agent = mprov_tests::agent::build_static()?;
+    eprintln!(
+        "static agent: {} ({}, {} bytes): {}",
+        agent.path.display(),
+        agent.target,
+        agent.size,
+        agent.file_type
+    );
+
+    let root = mprov_tests::xtask::workspace_root();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let cache = target.join("lab-cache");
+    let kernel = vm::lab_kernel(&cache)?;
+    let built = Initramfs::builder()
+        .init(agent.path.clone())
+        .modules(cache.join(&kernel.release), ["e1000", "virtio_net"])
+        .extra_dependency("virtio_net", "virtio_pci")
+        .build(Compression::Gzip)?;
+    let run = tempfile::tempdir()?;
+    let initrd = run.path().join("initrd.gz");
+    std::fs::write(&initrd, &built.image)?;
+
+    // `quiet` keeps the kernel's own log (which would echo the command line,
+    // nonce included) off the console, so the agent's lines are what we see.
+    let append =
+        format!("console=ttyS0 panic=-1 quiet mprov_enroll={NONCE} mprov_ca={CA} mprov_url={URL}");
+    let mut machine = Vm::boot_kernel(&DirectBoot {
+        kernel: kernel.vmlinuz.clone(),
+        initrd,
+        append: append.clone(),
+        nics: nics
+            .iter()
+            .map(|(model, mac)| ((*model).to_owned(), (*mac).to_owned()))
+            .collect(),
+        run_dir: run.path().join("vm"),
+    })?;
+    let status = machine.wait_exit(Duration::from_secs(180))?;
+    let console = machine.console();
+    assert!(
+        status.success(),
+        "QEMU exited with {status}; console:\n{console}"
+    );
+
+    let banner = format!("mprov-agent {} starting", env!("CARGO_PKG_VERSION"));
+    let expected = [
+        banner,
+        format!(
+            "kernel command line: console=ttyS0 panic=-1 quiet mprov_enroll=a… (6 characters) mprov_ca={CA} mprov_url={URL}"
+        ),
+        "modules: loaded e1000, virtio_ring, virtio, virtio_pci_legacy_dev, \
+         virtio_pci_modern_dev, virtio_pci, failover, net_failover, virtio_net; failed none"
+            .to_owned(),
+        "network interfaces: 2".to_owned(),
+        format!("eth0 mac {} driver e1000", nics[0].1),
+        format!("eth1 mac {} driver virtio_net", nics[1].1),
+        "parameters:".to_owned(),
+        "mprov_enroll: a… (6 characters)".to_owned(),
+        format!("mprov_ca: {CA}"),
+        format!("mprov_url: {URL}"),
+        "mprov-agent: nothing more to do yet; powering off".to_owned(),
+    ];
+    // Each line, in this order.
+    let mut rest = console.as_str();
+    for want in &expected {
+        let at = rest
+            .find(want.as_str())
+            .with_context(|| format!("{want:?} (in order) on the console:\n{console}"))?;
+        rest = &rest[at + want.len()..];
+    }
+    // Nothing failed on the way: no mount, module or parameter complaint.
+    for bad in [
+        "mprov-agent: mounting",
+        "mprov-agent: module",
+        "refused:",
+        "BUG:",
+    ] {
+        assert!(!console.contains(bad), "{bad:?} on the console:\n{console}");
+    }
+    // The kernel powered off (no panic and reboot, which -no-reboot also
+    // turns into an exit 0), and the nonce never reached the console whole.
+    assert!(console.contains("reboot: Power down"), "{console}");
+    assert!(!console.contains("Kernel panic"), "{console}");
+    assert!(!console.contains(&format!("={NONCE}")), "{console}");
+    Ok(())
+}

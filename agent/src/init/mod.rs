@@ -1,0 +1,119 @@
+//! PID 1: the agent as the initramfs's `/init`.
+//!
+//! The steps so far, each reported on the console (`console=ttyS0` puts it on
+//! the serial port; the initramfs holds `/dev/console`, so our stdout is there
+//! before anything is mounted):
+//!
+//! 1. the banner, `mprov-agent <version> starting`;
+//! 2. [`mounts`]: proc, sysfs, devtmpfs, tmpfs on `/run` and `/tmp`;
+//! 3. the kernel command line, the nonce redacted ([`crate::cmdline`]);
+//! 4. [`modules`]: the NIC modules listed in `/etc/mprov/modules`, in order;
+//! 5. [`network`]: the interfaces the kernel now has, with MAC and driver;
+//! 6. the `mprov_*` parameters;
+//! 7. sync and power off.
+//!
+//! Invariant: PID 1 never exits and never panics on purpose. An exit or a
+//! panic of PID 1 is a kernel panic, which says nothing useful and, without
+//! `panic=`, hangs the node. So every failure is printed and the agent goes on
+//! or powers off; a panic hook (which runs even with `panic = "abort"`) prints
+//! the panic and powers off too; if powering off fails, PID 1 sleeps forever.
+
+pub mod modules;
+pub mod mounts;
+pub mod network;
+
+use std::fmt;
+use std::io::Write;
+use std::time::Duration;
+
+use nix::sys::reboot::{RebootMode, reboot};
+
+use crate::cmdline::{self, BootParams};
+
+/// Where the kernel command line is read from.
+const PROC_CMDLINE: &str = "/proc/cmdline";
+
+/// Prints one line on the console. Write errors are ignored: with no console
+/// there is no one to tell, and PID 1 must not stop for it.
+pub(crate) fn say_line(line: fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_fmt(line);
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
+/// `say!("...", args)`: [`say_line`] with `format!` syntax.
+macro_rules! say {
+    ($($arg:tt)*) => { $crate::init::say_line(format_args!($($arg)*)) };
+}
+pub(crate) use say;
+
+/// An error and its sources, `: `-separated (what `{:#}` is to anyhow).
+pub fn chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(err) = source {
+        out.push_str(": ");
+        out.push_str(&err.to_string());
+        source = err.source();
+    }
+    out
+}
+
+/// Runs the `/init` steps and powers the machine off. Never returns.
+pub fn run() -> ! {
+    std::panic::set_hook(Box::new(|info| {
+        say!("mprov-agent: BUG: {info}");
+        power_off()
+    }));
+    say!("mprov-agent {} starting", crate::VERSION);
+
+    for (mount, result) in mounts::mount_all() {
+        if let Err(err) = result {
+            say!("mprov-agent: mounting {mount}: {}", chain(&err));
+        }
+    }
+
+    let line = match std::fs::read(PROC_CMDLINE) {
+        Ok(line) => line,
+        Err(err) => {
+            say!("mprov-agent: reading {PROC_CMDLINE}: {err}");
+            Vec::new()
+        }
+    };
+    say!("kernel command line: {}", cmdline::redacted(&line));
+
+    let loaded = modules::load_listed(modules::MODULE_LIST);
+    say!("modules: {}", modules::summary(&loaded));
+
+    match network::interfaces() {
+        Ok(interfaces) if interfaces.is_empty() => say!("network interfaces: none"),
+        Ok(interfaces) => {
+            say!("network interfaces: {}", interfaces.len());
+            for interface in interfaces {
+                say!("  {interface}");
+            }
+        }
+        Err(err) => say!("mprov-agent: listing network interfaces: {err}"),
+    }
+
+    let params = BootParams::parse(&line);
+    say!("parameters:");
+    for param in params.report() {
+        say!("  {param}");
+    }
+
+    say!("mprov-agent: nothing more to do yet; powering off");
+    power_off()
+}
+
+/// Syncs and powers off; if that fails, says so and sleeps forever (PID 1
+/// must not exit).
+pub fn power_off() -> ! {
+    nix::unistd::sync();
+    let Err(err) = reboot(RebootMode::RB_POWER_OFF);
+    say!("mprov-agent: powering off: {err}; halting here");
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
