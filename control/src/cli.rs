@@ -251,6 +251,11 @@ async fn serve(settings: Settings) -> Result<()> {
         );
     }
     let report = first_start::run(&config, &db, &sb).await?;
+    if config.shared_key_mode == crate::http::scope::SharedKeyMode::All {
+        tracing::warn!(
+            "MPROV_SHARED_KEY_MODE=all: the shared API key still works everywhere; enroll job servers and nodes with certificates, then set it to nodes or off"
+        );
+    }
     local_enroll_token(&config, &db).await?;
     tls::site_cert(&config).context("cannot set up TLS")?;
     tls::ensure_dir(&config.tls_dir).context("cannot set up TLS")?;

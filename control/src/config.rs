@@ -60,6 +60,11 @@ pub struct Settings {
     /// The system user the signing helper becomes when started as root.
     #[arg(long, env = "MPROV_SIGNER_USER", default_value = "mprov-signer")]
     pub signer_user: String,
+    /// Where the old shared API key (the job server key made at first start)
+    /// is still accepted: all (default, warned about), nodes (only what a node
+    /// does to itself) or off.
+    #[arg(long, env = "MPROV_SHARED_KEY_MODE", default_value = "all")]
+    pub shared_key_mode: crate::http::scope::SharedKeyMode,
     /// Config folder (secret key, admin password, job server API key).
     #[arg(long, env = "MPROV_CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
     pub config_dir: PathBuf,
@@ -166,6 +171,8 @@ pub struct Config {
     pub https_listen_file: Option<PathBuf>,
     /// The TLS folder.
     pub tls_dir: PathBuf,
+    /// Where the shared API key is accepted.
+    pub shared_key_mode: crate::http::scope::SharedKeyMode,
     /// The web service's system user; `None`: stay as started.
     pub user: Option<String>,
     /// The signing helper's system user; `None`: stay as started.
@@ -328,6 +335,7 @@ impl Config {
             https_listen,
             https_listen_file: s.https_listen_file,
             tls_dir,
+            shared_key_mode: s.shared_key_mode,
             user: Some(s.user).filter(|u| !u.is_empty() && u != "root"),
             signer_user: Some(s.signer_user).filter(|u| !u.is_empty() && u != "root"),
             tls_cert: nonempty(s.tls_cert),

@@ -164,32 +164,14 @@ pub async fn enroll_jobserver(
             "this enrollment token expired at {expires}; make a new one"
         )));
     }
-    let signer = st
-        .signer
-        .as_ref()
-        .ok_or_else(|| ApiError::Internal("no signing helper".into()))?;
-    let request = SignRequest {
-        profile: Profile::Jobserver,
-        identity: body.name.clone(),
-        names: Vec::new(),
-        csr_pem: body.csr,
-        days: JOBSERVER_DAYS,
-    };
-    let (cert_pem, serial, not_after) = match signer.sign(&request).await {
-        Ok(SignReply::Signed {
-            cert_pem,
-            serial,
-            not_after,
-        }) => (cert_pem, serial, not_after),
-        Ok(SignReply::Refused { reason }) => {
-            return Err(ApiError::bad_request("csr_refused", reason));
-        }
-        Err(err) => return Err(ApiError::Internal(err.to_string())),
-    };
-    let not_after = jiff::Timestamp::from_second(not_after)
-        .map(format_ts)
-        .unwrap_or_default();
-
+    let (cert_pem, serial, not_after) = sign(
+        &st,
+        Profile::Jobserver,
+        &body.name,
+        body.csr,
+        JOBSERVER_DAYS,
+    )
+    .await?;
     // Consume the token and record the certificate in one transaction.
     let mut tx = db.pool().begin().await.map_err(internal)?;
     let mut sql = db.sql();
@@ -206,22 +188,16 @@ pub async fn enroll_jobserver(
             "this enrollment token was used by another request at the same time",
         ));
     }
-    revoke_identity(db, &mut tx, "jobserver", &body.name, "enrolled again").await?;
-    let mut sql = db.sql();
-    sql.push("INSERT INTO credentials (serial, kind, identity, not_after, created_at) VALUES ")
-        .bind_list([
-            Val::Text(Some(serial.clone())),
-            Val::Text(Some("jobserver".into())),
-            Val::Text(Some(body.name.clone())),
-            Val::Text(Some(not_after.clone())),
-            Val::Text(Some(now())),
-        ]);
-    sql.query().execute(&mut *tx).await.map_err(internal)?;
+    record(db, &mut tx, "jobserver", &body.name, &serial, &not_after).await?;
     tx.commit().await.map_err(internal)?;
     tracing::info!(name = %body.name, %serial, "enrollment: job server enrolled");
     Ok(Json(Enrolled {
         certificate: cert_pem,
-        ca: signer.ca_pem().to_owned(),
+        ca: st
+            .signer
+            .as_ref()
+            .map(|s| s.ca_pem().to_owned())
+            .unwrap_or_default(),
         not_after,
     }))
 }
@@ -325,6 +301,219 @@ pub async fn check_certificate(db: &Db, der: &[u8]) -> Result<Agent, ApiError> {
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(e.to_string())
+}
+
+/// How long a node's enrollment nonce is good for.
+pub const NONCE_TTL: Duration = Duration::from_secs(15 * 60);
+/// How long a node's certificate is valid.
+pub const NODE_DAYS: u32 = 30;
+
+/// Mints a one-time enrollment nonce bound to `system_id`; only its hash
+/// is kept.
+pub async fn mint_nonce(db: &Db, system_id: i64) -> Result<String, ApiError> {
+    let nonce = secrets::random_token(24);
+    let expires = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::try_from(NONCE_TTL).unwrap_or_default())
+        .map(format_ts)
+        .map_err(internal)?;
+    let mut sql = db.sql();
+    sql.push("INSERT INTO enroll_nonces (system_id, hash, created_at, expires_at) VALUES ")
+        .bind_list([
+            Val::Int(Some(system_id)),
+            Val::Text(Some(secrets::hash_api_secret(&nonce))),
+            Val::Text(Some(now())),
+            Val::Text(Some(expires)),
+        ]);
+    sql.query().execute(db.pool()).await.map_err(internal)?;
+    Ok(nonce)
+}
+
+/// `POST /enroll/node/`: what a booting node's agent sends.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeEnrollment {
+    /// The nonce from its kernel command line (`mprov_enroll=`).
+    pub nonce: String,
+    /// Its certificate signing request, PEM (its key never leaves it).
+    pub csr: String,
+}
+
+/// `POST /enroll/node/`: a certificate naming the system the nonce was
+/// minted for, and only it.
+pub async fn enroll_node(
+    State(st): State<AppState>,
+    Json(body): Json<NodeEnrollment>,
+) -> Result<Json<Enrolled>, ApiError> {
+    let refused = |m: &str| ApiError::Unauthorized(m.to_owned());
+    let db = &st.db;
+    let hash = secrets::hash_api_secret(body.nonce.trim());
+    let mut sql = db.sql();
+    sql.push("SELECT n.system_id AS system_id, n.expires_at AS expires_at, n.used_at AS used_at, s.hostname AS hostname FROM enroll_nonces n JOIN systems s ON s.id = n.system_id WHERE n.hash = ");
+    sql.bind(Val::Text(Some(hash.clone())));
+    let row = sql
+        .query()
+        .fetch_optional(db.pool())
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| {
+            refused("the enrollment nonce is not valid; boot the node again for a new one")
+        })?;
+    let used: Option<String> = row.try_get("used_at").unwrap_or(None);
+    if let Some(at) = used {
+        tracing::warn!("enrollment: a used nonce was presented again");
+        return Err(refused(&format!(
+            "this enrollment nonce was already used at {at}; boot the node again for a new one"
+        )));
+    }
+    let expires: String = row.try_get("expires_at").map_err(internal)?;
+    if expires <= now() {
+        return Err(refused(&format!(
+            "this enrollment nonce expired at {expires}; boot the node again for a new one"
+        )));
+    }
+    let hostname: String = row.try_get("hostname").map_err(internal)?;
+    let (cert_pem, serial, not_after) =
+        sign(&st, Profile::Node, &hostname, body.csr, NODE_DAYS).await?;
+    let mut tx = db.pool().begin().await.map_err(internal)?;
+    let mut sql = db.sql();
+    sql.push("UPDATE enroll_nonces SET used_at = ");
+    sql.bind(Val::Text(Some(now())));
+    sql.push(" WHERE hash = ");
+    sql.bind(Val::Text(Some(hash)));
+    sql.push(" AND used_at IS NULL");
+    if sql
+        .query()
+        .execute(&mut *tx)
+        .await
+        .map_err(internal)?
+        .rows_affected()
+        != 1
+    {
+        return Err(refused(
+            "this enrollment nonce was used by another request at the same time",
+        ));
+    }
+    record(db, &mut tx, "node", &hostname, &serial, &not_after).await?;
+    tx.commit().await.map_err(internal)?;
+    tracing::info!(%hostname, %serial, "enrollment: node enrolled");
+    Ok(Json(Enrolled {
+        certificate: cert_pem,
+        ca: st
+            .signer
+            .as_ref()
+            .map(|s| s.ca_pem().to_owned())
+            .unwrap_or_default(),
+        not_after,
+    }))
+}
+
+/// `POST /enroll/renew/`: over mTLS, a new certificate for the same
+/// identity; the one presented is revoked.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Renewal {
+    /// A new CSR, PEM.
+    pub csr: String,
+}
+
+/// `POST /enroll/renew/`.
+pub async fn renew(
+    State(st): State<AppState>,
+    axum::Extension(principal): axum::Extension<crate::http::auth::Principal>,
+    Json(body): Json<Renewal>,
+) -> Result<Json<Enrolled>, ApiError> {
+    let crate::http::auth::Principal::Agent(agent) = principal else {
+        return Err(ApiError::Forbidden(
+            "renewal needs the client certificate being renewed".into(),
+        ));
+    };
+    let (profile, days) = match agent.kind.as_str() {
+        "node" => (Profile::Node, NODE_DAYS),
+        _ => (Profile::Jobserver, JOBSERVER_DAYS),
+    };
+    let (cert_pem, serial, not_after) = sign(&st, profile, &agent.identity, body.csr, days).await?;
+    let db = &st.db;
+    let mut tx = db.pool().begin().await.map_err(internal)?;
+    record(
+        db,
+        &mut tx,
+        &agent.kind,
+        &agent.identity,
+        &serial,
+        &not_after,
+    )
+    .await?;
+    tx.commit().await.map_err(internal)?;
+    tracing::info!(kind = %agent.kind, identity = %agent.identity, %serial, "enrollment: renewed");
+    Ok(Json(Enrolled {
+        certificate: cert_pem,
+        ca: st
+            .signer
+            .as_ref()
+            .map(|s| s.ca_pem().to_owned())
+            .unwrap_or_default(),
+        not_after,
+    }))
+}
+
+/// Has the helper sign `csr` for `identity`; a refusal is a 400 with the
+/// helper's reason.
+async fn sign(
+    st: &AppState,
+    profile: Profile,
+    identity: &str,
+    csr: String,
+    days: u32,
+) -> Result<(String, String, String), ApiError> {
+    let signer = st
+        .signer
+        .as_ref()
+        .ok_or_else(|| ApiError::Internal("no signing helper".into()))?;
+    let request = SignRequest {
+        profile,
+        identity: identity.to_owned(),
+        names: Vec::new(),
+        csr_pem: csr,
+        days,
+    };
+    match signer.sign(&request).await {
+        Ok(SignReply::Signed {
+            cert_pem,
+            serial,
+            not_after,
+        }) => Ok((
+            cert_pem,
+            serial,
+            jiff::Timestamp::from_second(not_after)
+                .map(format_ts)
+                .unwrap_or_default(),
+        )),
+        Ok(SignReply::Refused { reason }) => Err(ApiError::bad_request("csr_refused", reason)),
+        Err(err) => Err(ApiError::Internal(err.to_string())),
+    }
+}
+
+/// Records a new certificate of `identity`, revoking its older ones.
+async fn record(
+    db: &Db,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    kind: &str,
+    identity: &str,
+    serial: &str,
+    not_after: &str,
+) -> Result<(), ApiError> {
+    revoke_identity(db, tx, kind, identity, "enrolled again").await?;
+    let mut sql = db.sql();
+    sql.push("INSERT INTO credentials (serial, kind, identity, not_after, created_at) VALUES ")
+        .bind_list([
+            Val::Text(Some(serial.to_owned())),
+            Val::Text(Some(kind.to_owned())),
+            Val::Text(Some(identity.to_owned())),
+            Val::Text(Some(not_after.to_owned())),
+            Val::Text(Some(now())),
+        ]);
+    sql.query().execute(&mut **tx).await.map_err(internal)?;
+    Ok(())
 }
 
 /// `POST /api/v1/enroll-tokens/` (admin): a new token, shown once.

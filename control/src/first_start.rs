@@ -32,6 +32,9 @@ pub const SECRET_KEY_FILE: &str = "secret_key";
 pub const SUPERUSER_PASSWORD_FILE: &str = "superuser_password";
 /// The file with the local job server's API key, as `export MPROV_APIKEY=...`.
 pub const APIKEY_FILE: &str = "apikey";
+/// The setting naming the prefix of the shared API key made at first start
+/// (the one `MPROV_SHARED_KEY_MODE` narrows).
+pub const SHARED_KEY_SETTING: &str = "shared_api_key_prefix";
 /// The superuser's name.
 pub const SUPERUSER: &str = "admin";
 
@@ -280,6 +283,9 @@ async fn apikey_file(config: &Config, db: &Db, report: &mut Report) -> Result<()
     db.create(keys, prepared, extra)
         .await
         .context("creating the job server's API key")?;
+    db.set_setting(SHARED_KEY_SETTING, &key.prefix)
+        .await
+        .context("recording the shared API key")?;
     write_private(&path, &format!("export MPROV_APIKEY={}\n", key.key))?;
     tracing::info!("wrote the local job server's API key to {}", path.display());
     report.wrote_apikey = true;

@@ -2,5 +2,174 @@
 //! iPXE binary each firmware needs.
 //!
 //! Architecture invariant: this is a pure library. No async runtime, no sockets.
+//! Every function turns its inputs into the script's text; the control
+//! service's `/ipxe/` endpoint decides which one a node gets.
 //!
-//! Status: skeleton. Nothing here runs yet; the boot flow issues build it.
+//! Values that come from the inventory (host names, URLs, kernel arguments)
+//! are checked by [`safe_word`] before they enter a script: iPXE expands
+//! `${...}` and splits on spaces, so a stray character could change what a
+//! node boots.
+
+use std::fmt::Write as _;
+
+/// What a node that should boot from the network gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Boot<'a> {
+    /// The node's host name (shown on its console).
+    pub hostname: &'a str,
+    /// The kernel's URL.
+    pub kernel_url: &'a str,
+    /// The agent initramfs' URL.
+    pub initrd_url: &'a str,
+    /// Kernel arguments, each one word (`key=value` or a flag).
+    pub args: &'a [String],
+}
+
+/// A value that cannot go into a script.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{what} {value:?} cannot go into an iPXE script (spaces, quotes, `$` and control characters are not allowed)"
+)]
+pub struct UnsafeValue {
+    /// Which value.
+    pub what: &'static str,
+    /// The value.
+    pub value: String,
+}
+
+/// Whether `s` is one iPXE word that expands to itself: printable ASCII,
+/// no space, quote, backslash, `$` (expansion) or `#` (comment).
+pub fn safe_word(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'$' | b'"' | b'\'' | b'\\' | b'#'))
+}
+
+fn check<'a>(what: &'static str, value: &'a str) -> Result<&'a str, UnsafeValue> {
+    if safe_word(value) {
+        Ok(value)
+    } else {
+        Err(UnsafeValue {
+            what,
+            value: value.to_owned(),
+        })
+    }
+}
+
+/// The script that boots a node's kernel and the agent initramfs.
+///
+/// `initrd=` names the initramfs on the kernel command line: the EFI stub
+/// loads it by that name from iPXE's file system (BIOS ignores it).
+pub fn boot_script(boot: &Boot<'_>) -> Result<String, UnsafeValue> {
+    let hostname = check("host name", boot.hostname)?;
+    let kernel = check("kernel URL", boot.kernel_url)?;
+    let initrd = check("initramfs URL", boot.initrd_url)?;
+    let initrd_name = initrd.rsplit('/').next().unwrap_or(initrd);
+    let mut line = format!("kernel {kernel} initrd={initrd_name}");
+    for arg in boot.args {
+        line.push(' ');
+        line.push_str(check("kernel argument", arg)?);
+    }
+    let mut s = String::from("#!ipxe\n");
+    let _ = writeln!(s, "echo mProv: booting {hostname}");
+    let _ = writeln!(s, "{line}");
+    let _ = writeln!(s, "initrd {initrd}");
+    s.push_str("boot\n");
+    Ok(s)
+}
+
+/// The script for a node the inventory does not know: it says so on the
+/// console and asks `ipxe_url` again (with its MAC) after `retry_secs`, so
+/// adding the node to the inventory is enough for it to boot.
+pub fn discovery_script(ipxe_url: &str, retry_secs: u32) -> Result<String, UnsafeValue> {
+    let url = check("chain URL", ipxe_url)?;
+    Ok(format!(
+        "#!ipxe\necho mProv: this node (${{net0/mac}}) is not in the inventory; add it, it boots on the next try\nsleep {retry_secs}\nchain {url}?mac=${{net0/mac}}\n"
+    ))
+}
+
+/// The script for a node set not to boot from the network: boot the next
+/// device in the firmware's order.
+pub fn local_boot_script() -> String {
+    "#!ipxe\necho mProv: booting from the local disk\nexit\n".to_owned()
+}
+
+/// The script that waits for something (an image not yet on any job
+/// server) and asks `ipxe_url` again.
+pub fn retry_script(message: &str, ipxe_url: &str, retry_secs: u32) -> Result<String, UnsafeValue> {
+    let url = check("chain URL", ipxe_url)?;
+    let message: String = message
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '$' || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    Ok(format!(
+        "#!ipxe\necho mProv: {message}\nsleep {retry_secs}\nchain {url}?mac=${{net0/mac}}\n"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_boot_script_loads_kernel_and_initramfs_with_the_arguments() {
+        let args = vec![
+            "console=ttyS0".to_owned(),
+            "mprov_enroll=n0nce".to_owned(),
+            "mprov_ca=ab12".to_owned(),
+        ];
+        let s = boot_script(&Boot {
+            hostname: "c01",
+            kernel_url: "http://10.0.0.2:8081/images/compute/3/vmlinuz",
+            initrd_url: "http://10.0.0.2:8081/agent/initramfs.img",
+            args: &args,
+        })
+        .unwrap();
+        assert_eq!(
+            s,
+            "#!ipxe\necho mProv: booting c01\nkernel http://10.0.0.2:8081/images/compute/3/vmlinuz initrd=initramfs.img console=ttyS0 mprov_enroll=n0nce mprov_ca=ab12\ninitrd http://10.0.0.2:8081/agent/initramfs.img\nboot\n"
+        );
+    }
+
+    #[test]
+    fn values_that_could_change_the_script_are_refused() {
+        for bad in ["a b", "x${net0/mac}", "q\"", "a\nb", "", "#c", "é"] {
+            let args = vec![bad.to_owned()];
+            let err = boot_script(&Boot {
+                hostname: "c01",
+                kernel_url: "http://h/k",
+                initrd_url: "http://h/i",
+                args: &args,
+            })
+            .unwrap_err();
+            assert_eq!(err.what, "kernel argument", "{bad:?}");
+        }
+        assert!(discovery_script("http://h/ipxe/?mac=${net0/mac}", 10).is_err());
+        assert!(safe_word("http://h/ipxe/?mac=aa:bb"));
+    }
+
+    #[test]
+    fn discovery_local_and_retry() {
+        let d = discovery_script("http://h:8080/ipxe/", 15).unwrap();
+        assert!(
+            d.starts_with("#!ipxe\n")
+                && d.contains("sleep 15\nchain http://h:8080/ipxe/?mac=${net0/mac}\n"),
+            "{d}"
+        );
+        assert_eq!(
+            local_boot_script(),
+            "#!ipxe\necho mProv: booting from the local disk\nexit\n"
+        );
+        let r = retry_script("image x: no job server ${yet}", "http://h/ipxe/", 30).unwrap();
+        assert!(
+            r.contains("echo mProv: image x: no job server ?{yet}\n"),
+            "{r}"
+        );
+    }
+}

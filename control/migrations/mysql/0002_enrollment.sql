@@ -23,3 +23,14 @@ CREATE TABLE credentials (
     revoke_reason VARCHAR(255)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE INDEX credentials_identity ON credentials (kind, identity);
+
+-- One-time nonces /ipxe/ puts on a booting node's kernel command line.
+CREATE TABLE enroll_nonces (
+    id BIGINT AUTO_INCREMENT PRIMARY KEY,
+    system_id BIGINT NOT NULL,
+    hash VARCHAR(64) NOT NULL UNIQUE,
+    created_at VARCHAR(32) NOT NULL,
+    expires_at VARCHAR(32) NOT NULL,
+    used_at VARCHAR(32),
+    FOREIGN KEY (system_id) REFERENCES systems (id) ON DELETE CASCADE
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -23,3 +23,13 @@ CREATE TABLE credentials (
     revoke_reason VARCHAR(255)
 );
 CREATE INDEX credentials_identity ON credentials (kind, identity);
+
+-- One-time nonces /ipxe/ puts on a booting node's kernel command line.
+CREATE TABLE enroll_nonces (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    system_id BIGINT NOT NULL REFERENCES systems (id) ON DELETE CASCADE,
+    hash VARCHAR(64) NOT NULL UNIQUE,
+    created_at VARCHAR(32) NOT NULL,
+    expires_at VARCHAR(32) NOT NULL,
+    used_at VARCHAR(32)
+);

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
@@ -29,12 +29,15 @@ use crate::secrets;
 pub enum Principal {
     /// No credentials.
     Anonymous,
-    /// An API key (admin rights for now; narrower scopes come with certificates).
+    /// An API key: admin rights, except the old shared key, which
+    /// `MPROV_SHARED_KEY_MODE` narrows (see [`super::scope`]).
     ApiKey {
         /// The key's row id.
         id: i64,
         /// Its name.
         name: String,
+        /// Whether it is the shared key made at first start.
+        shared: bool,
     },
     /// A node or job server with a client certificate from enrollment.
     Agent(crate::enroll::Agent),
@@ -52,7 +55,7 @@ impl Principal {
     pub fn is_admin(&self) -> bool {
         match self {
             Principal::Anonymous | Principal::Agent(_) => false,
-            Principal::ApiKey { .. } => true,
+            Principal::ApiKey { shared, .. } => !shared,
             Principal::User { is_admin, .. } => *is_admin,
         }
     }
@@ -163,7 +166,13 @@ async fn api_key(state: &AppState, key: &str) -> Result<Principal, ApiError> {
     }
     let id = crate::db::int(&row, "id").map_err(|e| ApiError::Internal(e.to_string()))?;
     let name: String = row.try_get("name").unwrap_or_default();
-    Ok(Principal::ApiKey { id, name })
+    let shared = state
+        .db
+        .setting(crate::first_start::SHARED_KEY_SETTING)
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .is_some_and(|p| p == prefix);
+    Ok(Principal::ApiKey { id, name, shared })
 }
 
 async fn basic(state: &AppState, cred: &str) -> Result<Principal, ApiError> {
@@ -215,8 +224,11 @@ async fn basic(state: &AppState, cred: &str) -> Result<Principal, ApiError> {
 const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$W2M7YV0R6Rk3dn1rRRwT0ZbXJc8nKOWkqf5NjVj2b3s";
 
 /// Whether a path is served to anyone.
-fn is_public(path: &str) -> bool {
-    path == "/api/v1/openapi.json" || path == "/ca.crt" || path == "/enroll/jobserver/"
+pub(crate) fn is_public(path: &str) -> bool {
+    matches!(
+        path,
+        "/api/v1/openapi.json" | "/ca.crt" | "/ipxe/" | "/enroll/jobserver/" | "/enroll/node/"
+    )
 }
 
 /// Authentication, authorisation and the version lock.
@@ -253,12 +265,10 @@ pub async fn auth_layer(State(state): State<AppState>, mut req: Request, next: N
                 return ApiError::UpgradeRequired { client: sent }.into_response();
             }
         }
-        let read = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        if !read && !principal.is_admin() {
-            return ApiError::Forbidden(
-                "this account may read the inventory but not change it".into(),
-            )
-            .into_response();
+        if let Err(e) =
+            super::scope::check(&state, &principal, req.method(), &path, req.uri().query()).await
+        {
+            return e.into_response();
         }
     }
     req.extensions_mut().insert(principal);

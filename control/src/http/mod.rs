@@ -8,7 +8,9 @@
 pub mod api;
 pub mod auth;
 pub mod error;
+pub mod ipxe;
 pub mod openapi;
+pub mod scope;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -86,7 +88,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/openapi.json", get(api::openapi))
         .route("/api/v1/revision", get(api::revision))
         .route("/ca.crt", get(api::ca_cert))
+        .route("/ipxe/", get(ipxe::ipxe))
         .route("/enroll/jobserver/", post(crate::enroll::enroll_jobserver))
+        .route("/enroll/node/", post(crate::enroll::enroll_node))
+        .route("/enroll/renew/", post(crate::enroll::renew))
         .route("/api/v1/enroll-tokens/", post(crate::enroll::new_token))
         .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
         .route("/api/v1/systems/{key}/config", get(api::effective_config));

@@ -3,6 +3,7 @@
 
 mod common;
 mod process;
+mod scopes;
 mod tls;
 
 use axum::body::Body;
@@ -1112,7 +1113,17 @@ async fn subcommands(engine: Engine) {
     process::subcommands(engine).await;
 }
 
+async fn every_endpoint_with_every_identity(engine: Engine) {
+    scopes::every_endpoint_with_every_identity(engine).await;
+}
+
+async fn node_enrollment_refusals(engine: Engine) {
+    scopes::node_enrollment_refusals(engine).await;
+}
+
 engine_tests!(
+    every_endpoint_with_every_identity,
+    node_enrollment_refusals,
     crud_round_trip,
     bulk_create_is_all_or_nothing,
     group_of_70000,

@@ -1,0 +1,646 @@
+//! Every endpoint against every identity: the expected allow or deny is
+//! written here from the issue's scope rules, independently of
+//! `http::scope`, and every disagreement is a violation. Bodies are chosen so
+//! that an allowed request fails validation (400/404) instead of changing
+//! anything, which keeps the walk free of side effects.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use mprov_control::db::Engine;
+use mprov_control::http::{self, AppState};
+use rcgen::{CertificateParams, DistinguishedName, KeyPair};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+use crate::common::{Ctx, VERSION, config};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Anonymous,
+    Admin,
+    NodeA,
+    NodeB,
+    JobServer,
+    Revoked,
+    Shared,
+}
+
+/// How a request is authenticated.
+#[derive(Clone)]
+enum Cred {
+    None,
+    Key(String),
+    Cert(Vec<u8>),
+}
+
+fn csr() -> String {
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name = DistinguishedName::new();
+    p.serialize_request(&key).unwrap().pem().unwrap()
+}
+
+async fn send(
+    app: &axum::Router,
+    method: &str,
+    path: &str,
+    cred: &Cred,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(VERSION, mprov_api::api_version());
+    if let Cred::Key(k) = cred {
+        req = req.header(header::AUTHORIZATION, format!("Api-Key {k}"));
+    }
+    let body = match body {
+        Some(v) => {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    let mut req = req.body(body).unwrap();
+    if let Cred::Cert(der) = cred {
+        let mut info = axum_server::tls::TlsInfo::default();
+        info.peer_certificates = vec![der.clone()];
+        req.extensions_mut().insert(Arc::new(info));
+    }
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let v = serde_json::from_slice(&bytes)
+        .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()));
+    assert!(!status.is_server_error(), "{method} {path}: {status} {v}");
+    (status, v)
+}
+
+fn der_of(pem: &str) -> Vec<u8> {
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
+}
+
+/// Enrolls a node through /ipxe/ and /enroll/node/; its certificate (DER).
+async fn enroll_node(app: &axum::Router, mac: &str) -> Vec<u8> {
+    let (status, script) = send(app, "GET", &format!("/ipxe/?mac={mac}"), &Cred::None, None).await;
+    assert_eq!(status, StatusCode::OK, "{script}");
+    let script = script.as_str().unwrap().to_owned();
+    let nonce = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("mprov_enroll="))
+        .unwrap_or_else(|| panic!("no nonce in {script}"))
+        .to_owned();
+    let (status, v) = send(
+        app,
+        "POST",
+        "/enroll/node/",
+        &Cred::None,
+        Some(json!({"nonce": nonce, "csr": csr()})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    der_of(v["certificate"].as_str().unwrap())
+}
+
+async fn ctx_with_signer(engine: Engine) -> (Ctx, tempfile::TempDir) {
+    let c = Ctx::new(engine).await;
+    let tls = tempfile::tempdir().unwrap();
+    let signer = mprov_control::signer::SignerClient::in_process(tls.path(), "mpcc").unwrap();
+    let ca = signer.ca_pem().to_owned();
+    let state: AppState = Arc::new(
+        http::Inner::new(
+            c.state.db.clone(),
+            c.state.config.clone(),
+            mprov_control::secrets::SecretBox::new("test secret key"),
+        )
+        .with_ca(ca)
+        .with_signer(signer),
+    );
+    let c = Ctx {
+        app: http::router(state.clone()),
+        state,
+        key: c.key,
+        db: c.db,
+    };
+    (c, tls)
+}
+
+/// The expected outcome, from the rules in the issue: `true` = allowed.
+fn expected(who: Who, mode: &str, method: &str, path: &str, ids: &Ids) -> bool {
+    let read = method == "GET";
+    let public = matches!(path, "/api/v1/openapi.json" | "/ca.crt")
+        || path.starts_with("/ipxe/")
+        || path == "/enroll/jobserver/"
+        || path == "/enroll/node/";
+    let private = ["apikeys", "users", "enroll-tokens", "credentials"]
+        .iter()
+        .any(|k| path.starts_with(&format!("/api/v1/{k}")));
+    let node_self = |host: &str, id: i64, nic: i64, bmc: i64| {
+        let own_system = [
+            format!("/api/v1/systems/{host}"),
+            format!("/api/v1/systems/{id}"),
+        ];
+        (matches!(method, "GET" | "PATCH") && own_system.iter().any(|p| p == path))
+            || (method == "GET" && path == format!("/api/v1/systems/{host}/config"))
+            || (matches!(method, "GET" | "PATCH")
+                && (path == format!("/api/v1/nics/{nic}") || path == format!("/api/v1/bmcs/{bmc}")))
+            || (method == "GET"
+                && (path == format!("/api/v1/nics/?system={host}")
+                    || path == format!("/api/v1/bmcs/?system={id}")))
+    };
+    // Renewal is for the holder of an agent certificate only.
+    if path == "/enroll/renew/" {
+        return matches!(who, Who::NodeA | Who::NodeB | Who::JobServer);
+    }
+    match who {
+        Who::Anonymous => public,
+        Who::Admin => true,
+        // A revoked certificate is refused before anything else.
+        Who::Revoked => false,
+        Who::NodeA => public || node_self("c01", ids.a, ids.nic_a, ids.bmc_a),
+        Who::NodeB => public || node_self("c02", ids.b, ids.nic_b, ids.bmc_b),
+        Who::JobServer => {
+            public
+                || (path.starts_with("/api/v1/") && !private && read)
+                || (method == "PATCH" && path == "/api/v1/jobservers/js1")
+                || (method == "PATCH" && path == format!("/api/v1/jobs/{}", ids.own_job))
+        }
+        Who::Shared => match mode {
+            "all" => true,
+            "off" => public,
+            _ => {
+                public
+                    || node_self("c01", ids.a, ids.nic_a, ids.bmc_a)
+                    || node_self("c02", ids.b, ids.nic_b, ids.bmc_b)
+            }
+        },
+    }
+}
+
+struct Ids {
+    a: i64,
+    b: i64,
+    nic_a: i64,
+    nic_b: i64,
+    bmc_a: i64,
+    bmc_b: i64,
+    own_job: i64,
+    other_job: i64,
+}
+
+/// Every endpoint: (method, path, body).
+fn endpoints(ids: &Ids) -> Vec<(&'static str, String, Option<Value>)> {
+    let bad = json!({"no_such_field": 1});
+    let mut out: Vec<(&'static str, String, Option<Value>)> = vec![
+        ("GET", "/api/v1/".into(), None),
+        ("GET", "/api/v1/openapi.json".into(), None),
+        ("GET", "/api/v1/revision".into(), None),
+        ("GET", "/api/v1/bootconfig".into(), None),
+        ("GET", "/ca.crt".into(), None),
+        ("GET", "/ipxe/?mac=aa:bb:cc:00:00:99".into(), None),
+        // Wrong types: an allowed request fails to parse (4xx, not 401/403).
+        (
+            "POST",
+            "/enroll/jobserver/".into(),
+            Some(json!({"token": 1})),
+        ),
+        ("POST", "/enroll/node/".into(), Some(json!({"nonce": 1}))),
+        (
+            "POST",
+            "/enroll/renew/".into(),
+            Some(json!({"csr": "not a csr"})),
+        ),
+        (
+            "POST",
+            "/api/v1/enroll-tokens/".into(),
+            Some(json!({"hours": 0})),
+        ),
+        ("GET", "/api/v1/systems/c01/config".into(), None),
+        ("GET", "/api/v1/systems/c02/config".into(), None),
+        ("GET", "/api/v1/nics/?system=c01".into(), None),
+        ("GET", "/api/v1/nics/?system=c02".into(), None),
+        ("GET", format!("/api/v1/bmcs/?system={}", ids.a), None),
+        ("PATCH", "/api/v1/jobservers/js1".into(), Some(bad.clone())),
+        ("PATCH", "/api/v1/jobservers/js2".into(), Some(bad.clone())),
+        (
+            "PATCH",
+            format!("/api/v1/jobs/{}", ids.own_job),
+            Some(bad.clone()),
+        ),
+        (
+            "PATCH",
+            format!("/api/v1/jobs/{}", ids.other_job),
+            Some(bad.clone()),
+        ),
+    ];
+    let keys = |kind: &str| -> Vec<String> {
+        match kind {
+            "systems" => vec!["c01".into(), "c02".into(), ids.a.to_string()],
+            "nics" => vec![ids.nic_a.to_string(), ids.nic_b.to_string()],
+            "bmcs" => vec![ids.bmc_a.to_string(), ids.bmc_b.to_string()],
+            _ => vec!["no-such-object".into()],
+        }
+    };
+    for kind in mprov_control::db::kinds::KINDS {
+        let base = format!("/api/v1/{}/", kind.name);
+        out.push(("GET", base.clone(), None));
+        out.push(("POST", base.clone(), Some(bad.clone())));
+        out.push(("POST", format!("{base}bulk"), Some(json!([bad.clone()]))));
+        for key in keys(kind.name) {
+            out.push(("GET", format!("{base}{key}"), None));
+            out.push(("PATCH", format!("{base}{key}"), Some(bad.clone())));
+            // Deleting a real object would change the walk; only unknown keys.
+            if key == "no-such-object" {
+                out.push(("DELETE", format!("{base}{key}"), None));
+            }
+        }
+    }
+    out
+}
+
+pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
+    let (c, tls) = ctx_with_signer(engine).await;
+    // Inventory: two nodes with a NIC and a BMC each, an image on job server js1.
+    let js1 = c
+        .ok(
+            "POST",
+            "/api/v1/jobservers/",
+            Some(json!({"name": "js1", "addresses": ["10.0.0.2"]})),
+        )
+        .await;
+    c.ok("POST", "/api/v1/jobservers/", Some(json!({"name": "js2"})))
+        .await;
+    let image = c
+        .ok("POST", "/api/v1/images/", Some(json!({"slug": "compute"})))
+        .await;
+    c.ok(
+        "PATCH",
+        "/api/v1/images/compute",
+        Some(json!({"jobservers": [js1["id"]]})),
+    )
+    .await;
+    let mut ids = Ids {
+        a: 0,
+        b: 0,
+        nic_a: 0,
+        nic_b: 0,
+        bmc_a: 0,
+        bmc_b: 0,
+        own_job: 0,
+        other_job: 0,
+    };
+    for (host, mac, n) in [
+        ("c01", "aa:bb:cc:00:00:01", 0),
+        ("c02", "aa:bb:cc:00:00:02", 1),
+    ] {
+        let s = c
+            .ok(
+                "POST",
+                "/api/v1/systems/",
+                Some(json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]})),
+            )
+            .await;
+        let id = s["id"].as_i64().unwrap();
+        let nic = s["nics"][0]["id"].as_i64().unwrap();
+        let bmc = c
+            .ok("POST", "/api/v1/bmcs/", Some(json!({"system": id})))
+            .await["id"]
+            .as_i64()
+            .unwrap();
+        if n == 0 {
+            (ids.a, ids.nic_a, ids.bmc_a) = (id, nic, bmc);
+        } else {
+            (ids.b, ids.nic_b, ids.bmc_b) = (id, nic, bmc);
+        }
+    }
+    ids.own_job = c
+        .ok(
+            "POST",
+            "/api/v1/jobs/",
+            Some(json!({"module": "sync", "jobserver": js1["id"]})),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    ids.other_job = c
+        .ok("POST", "/api/v1/jobs/", Some(json!({"module": "sync"})))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+
+    // Credentials: two nodes, a job server, a revoked node certificate.
+    let revoked = enroll_node(&c.app, "aa:bb:cc:00:00:01").await;
+    let node_a = enroll_node(&c.app, "aa:bb:cc:00:00:01").await;
+    let node_b = enroll_node(&c.app, "aa:bb:cc:00:00:02").await;
+    let token = c
+        .ok(
+            "POST",
+            "/api/v1/enroll-tokens/",
+            Some(json!({"name": "js1"})),
+        )
+        .await["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        "/enroll/jobserver/",
+        &Cred::None,
+        Some(json!({"token": token, "name": "js1", "csr": csr()})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let jobserver = der_of(v["certificate"].as_str().unwrap());
+    // The shared key made at first start.
+    let shared = mprov_control::secrets::new_api_key();
+    {
+        let db = &c.state.db;
+        let mut sql = db.sql();
+        sql.push(
+            "INSERT INTO api_keys (name, prefix, hash, revoked, created_at, updated_at) VALUES ",
+        );
+        let now = mprov_control::db::Val::Text(Some("2026-01-01T00:00:00Z".into()));
+        sql.bind_list([
+            mprov_control::db::Val::Text(Some("local job server".into())),
+            mprov_control::db::Val::Text(Some(shared.prefix.clone())),
+            mprov_control::db::Val::Text(Some(shared.hash.clone())),
+            mprov_control::db::Val::Bool(Some(false)),
+            now.clone(),
+            now,
+        ]);
+        sql.query().execute(db.pool()).await.unwrap();
+        db.set_setting(
+            mprov_control::first_start::SHARED_KEY_SETTING,
+            &shared.prefix,
+        )
+        .await
+        .unwrap();
+    }
+
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for mode in ["all", "nodes", "off"] {
+        let cfg = config(&c.db.url, &["--shared-key-mode", mode]);
+        let state: AppState = Arc::new(
+            http::Inner::new(
+                c.state.db.clone(),
+                Arc::new(cfg),
+                mprov_control::secrets::SecretBox::new("test secret key"),
+            )
+            .with_ca(c.state.ca_pem.clone().unwrap())
+            .with_signer(
+                mprov_control::signer::SignerClient::in_process(tls.path(), "mpcc").unwrap(),
+            ),
+        );
+        let app = http::router(state);
+        let identities: Vec<(Who, Cred)> = if mode == "all" {
+            vec![
+                (Who::Anonymous, Cred::None),
+                (Who::Admin, Cred::Key(c.key.clone())),
+                (Who::NodeA, Cred::Cert(node_a.clone())),
+                (Who::NodeB, Cred::Cert(node_b.clone())),
+                (Who::JobServer, Cred::Cert(jobserver.clone())),
+                (Who::Revoked, Cred::Cert(revoked.clone())),
+                (Who::Shared, Cred::Key(shared.key.clone())),
+            ]
+        } else {
+            vec![(Who::Shared, Cred::Key(shared.key.clone()))]
+        };
+        for (who, cred) in &identities {
+            for (method, path, body) in endpoints(&ids) {
+                let (status, v) = send(&app, method, &path, cred, body).await;
+                let denied = status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN;
+                checked += 1;
+                if denied == expected(*who, mode, method, &path, &ids) {
+                    violations.push(format!("{who:?} mode={mode} {method} {path}: {status} {v}"));
+                }
+            }
+        }
+    }
+    assert!(checked > 300, "walked only {checked} requests");
+    assert!(
+        violations.is_empty(),
+        "{} violations of {checked}:\n{}",
+        violations.len(),
+        violations.join("\n")
+    );
+    c.cleanup().await;
+}
+
+/// The nonce from a fresh /ipxe/ script for `mac`.
+async fn nonce_for(app: &axum::Router, mac: &str) -> String {
+    let (status, script) = send(app, "GET", &format!("/ipxe/?mac={mac}"), &Cred::None, None).await;
+    assert_eq!(status, StatusCode::OK, "{script}");
+    let script = script.as_str().unwrap().to_owned();
+    assert!(script.contains("mprov_ca="), "{script}");
+    script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("mprov_enroll="))
+        .unwrap_or_else(|| panic!("no nonce in {script}"))
+        .to_owned()
+}
+
+pub(crate) async fn node_enrollment_refusals(engine: Engine) {
+    let (c, _tls) = ctx_with_signer(engine).await;
+    let js = c
+        .ok(
+            "POST",
+            "/api/v1/jobservers/",
+            Some(json!({"name": "js1", "addresses": ["10.0.0.2"]})),
+        )
+        .await;
+    let image = c
+        .ok("POST", "/api/v1/images/", Some(json!({"slug": "compute"})))
+        .await;
+    c.ok(
+        "PATCH",
+        "/api/v1/images/compute",
+        Some(json!({"jobservers": [js["id"]]})),
+    )
+    .await;
+    for (host, mac) in [("c01", "aa:bb:cc:00:00:01"), ("c02", "aa:bb:cc:00:00:02")] {
+        c.ok(
+            "POST",
+            "/api/v1/systems/",
+            Some(json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]})),
+        )
+        .await;
+    }
+    let enroll = |nonce: String, csr: String| {
+        let app = c.app.clone();
+        async move {
+            send(
+                &app,
+                "POST",
+                "/enroll/node/",
+                &Cred::None,
+                Some(json!({"nonce": nonce, "csr": csr})),
+            )
+            .await
+        }
+    };
+    let csr_named = |cn: &str, ca: bool| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name = DistinguishedName::new();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        if ca {
+            p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        }
+        p.serialize_request(&key).unwrap().pem().unwrap()
+    };
+
+    // The script: kernel and initramfs from js1, the nonce and the CA pin.
+    let (_, script) = send(
+        &c.app,
+        "GET",
+        "/ipxe/?mac=AA-BB-CC-00-00-01",
+        &Cred::None,
+        None,
+    )
+    .await;
+    let script = script.as_str().unwrap();
+    assert!(
+        script
+            .contains("kernel http://10.0.0.2:8080/images/compute/1/vmlinuz initrd=initramfs.img"),
+        "{script}"
+    );
+    assert!(
+        script.contains("initrd http://10.0.0.2:8080/agent/initramfs.img"),
+        "{script}"
+    );
+    let fp = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("mprov_ca="))
+        .unwrap();
+    assert_eq!(fp.len(), 64);
+    // Unknown node: the discovery script; not netbooting: local boot.
+    let (_, d) = send(
+        &c.app,
+        "GET",
+        "/ipxe/?mac=aa:bb:cc:00:00:99",
+        &Cred::None,
+        None,
+    )
+    .await;
+    assert!(d.as_str().unwrap().contains("not in the inventory"), "{d}");
+    c.ok(
+        "PATCH",
+        "/api/v1/systems/c02",
+        Some(json!({"netboot": false})),
+    )
+    .await;
+    let (_, l) = send(
+        &c.app,
+        "GET",
+        "/ipxe/?mac=aa:bb:cc:00:00:02",
+        &Cred::None,
+        None,
+    )
+    .await;
+    assert!(l.as_str().unwrap().contains("\nexit\n"), "{l}");
+    c.ok(
+        "PATCH",
+        "/api/v1/systems/c02",
+        Some(json!({"netboot": true})),
+    )
+    .await;
+    let (status, _) = send(&c.app, "GET", "/ipxe/", &Cred::None, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "no mac");
+
+    // A CSR for another node's name, or asking for CA rights: refused, and
+    // the nonce is still good afterwards.
+    let nonce = nonce_for(&c.app, "aa:bb:cc:00:00:01").await;
+    let (status, v) = enroll(nonce.clone(), csr_named("c02", false)).await;
+    assert!(
+        status == StatusCode::BAD_REQUEST && v["message"].as_str().unwrap().contains("c02"),
+        "{status} {v}"
+    );
+    let (status, v) = enroll(nonce.clone(), csr_named("c01", true)).await;
+    assert!(
+        status == StatusCode::BAD_REQUEST && v["message"].as_str().unwrap().contains("CA rights"),
+        "{status} {v}"
+    );
+    let (status, v) = enroll(nonce.clone(), csr_named("c01", false)).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let der = der_of(v["certificate"].as_str().unwrap());
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    let cn: Vec<_> = cert
+        .subject()
+        .iter_common_name()
+        .map(|c| c.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        cn,
+        ["c01"],
+        "a nonce minted for c01 gives a certificate for c01 only"
+    );
+    // Replayed.
+    let (status, v) = enroll(nonce, csr()).await;
+    assert!(
+        status == StatusCode::UNAUTHORIZED
+            && v["message"].as_str().unwrap().contains("already used"),
+        "{status} {v}"
+    );
+    // Unknown.
+    let (status, v) = enroll("not-a-nonce".into(), csr()).await;
+    assert!(
+        status == StatusCode::UNAUTHORIZED && v["message"].as_str().unwrap().contains("not valid"),
+        "{status} {v}"
+    );
+    // Expired.
+    let old = nonce_for(&c.app, "aa:bb:cc:00:00:02").await;
+    {
+        let db = &c.state.db;
+        let mut sql = db.sql();
+        sql.push("UPDATE enroll_nonces SET expires_at = ");
+        sql.bind(mprov_control::db::Val::Text(Some(
+            "2000-01-01T00:00:00Z".into(),
+        )));
+        sql.push(" WHERE used_at IS NULL");
+        sql.query().execute(db.pool()).await.unwrap();
+    }
+    let (status, v) = enroll(old, csr()).await;
+    assert!(
+        status == StatusCode::UNAUTHORIZED && v["message"].as_str().unwrap().contains("expired"),
+        "{status} {v}"
+    );
+
+    // Renewal over mTLS: a new certificate, the old one revoked.
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        "/enroll/renew/",
+        &Cred::Cert(der.clone()),
+        Some(json!({"csr": csr()})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let renewed = der_of(v["certificate"].as_str().unwrap());
+    let (status, _) = send(&c.app, "GET", "/api/v1/systems/c01", &Cred::Cert(der), None).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "the renewed-away certificate is revoked"
+    );
+    let (status, me) = send(
+        &c.app,
+        "GET",
+        "/api/v1/systems/c01",
+        &Cred::Cert(renewed),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{me}");
+    c.cleanup().await;
+}
