@@ -15,14 +15,15 @@
 # The runner uses a current-thread tokio runtime (see its doc comment).
 #
 # Results on the shared 2-vCPU VM (2026-11-30, `tests/bench/dns.sh 5 10`,
-# medians; the absolute figures moved by half within one invocation with
-# machine load, compare within a pair):
-#   dnsmasq 2.90   58,195 QPS  4.9 us CPU/query  0 lost   (load1 4.2-6.8)
-#   mprov-dns     100,499 QPS  3.9 us CPU/query  0 lost   (ahead in all 5 pairs)
-# Before the wire-format fast path (src/fast.rs): 129,177 vs 136,797 QPS,
-#   6.2 vs 6.0 us CPU/query (0.94x). Before the exact-match table (everything
-#   through hickory's Catalog): 36,128 vs 67,382 QPS, 13.0 vs 5.6 us
-#   CPU/query; with a multi-threaded runtime as well: 28,065 QPS, 21 us.
+# medians; the absolute figures move by half with machine load, even within
+# one invocation, so compare within a pair):
+#   dnsmasq 2.90   87,240 QPS  4.8 us CPU/query  0 lost   (load1 5.3-5.9)
+#   mprov-dns     152,990 QPS  2.8 us CPU/query  0 lost   (ahead in all 5 pairs)
+# Steps (see tests/bench/RESULTS.md): before the wire-format fast path
+#   (src/fast.rs) 129,177 vs 136,797 QPS, 6.2 vs 6.0 us (0.94x); with it but
+#   one syscall each way per query 100,499 vs 58,195 QPS, 3.9 vs 4.9 us.
+#   Before the exact-match table (everything through hickory's Catalog):
+#   36,128 vs 67,382 QPS, 13.0 vs 5.6 us; multi-threaded runtime: 21 us.
 
 # usage: tests/bench/dns.sh [RUNS (default 3)] [SECONDS (default 10)]
 # needs: cargo, dnsperf, dnsmasq, dig, python3. Traffic stays on 127.0.0.1.

@@ -46,6 +46,7 @@ use std::time::Duration;
 mod fast;
 mod fuzz;
 mod metrics;
+mod mmsg;
 mod server;
 mod zones;
 

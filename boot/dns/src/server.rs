@@ -14,9 +14,9 @@
 //! everything else is parsed by hickory and answered by its [`Catalog`]. On
 //! UDP, queries for our own zones are answered inline in the receive loop
 //! (a memory lookup and a send); only forwarded queries, which wait on
-//! upstream resolvers, get a task of their own. The UDP loop drains the
-//! socket with non-blocking receives and goes back to the reactor only when
-//! it is empty, yielding every [`UDP_BATCH`] packets so that the zone swap
+//! upstream resolvers, get a task of their own. The UDP loop receives and
+//! sends in batches (`src/mmsg.rs`), goes back to the reactor only when the
+//! socket is empty, and yields after every full batch so that the zone swap
 //! and the TCP tasks on the same thread still run.
 //!
 //! Zones are rebuilt off the runtime threads whenever the snapshot changes
@@ -55,16 +55,12 @@ use tracing::{debug, info, warn};
 
 use crate::fast::FastAnswers;
 use crate::metrics::Metrics;
-use crate::{DnsConfig, ServeError, zones};
+use crate::{DnsConfig, ServeError, mmsg, zones};
 
 /// Largest UDP datagram we read. EDNS(0) (RFC 6891) allows up to 65535 bytes;
 /// a query is never that large, so anything longer is truncated by the kernel
 /// and then fails to parse.
 const UDP_BUFFER: usize = 4096;
-
-/// Datagrams the UDP loop handles before it yields to the other tasks on
-/// its thread.
-const UDP_BATCH: usize = 64;
 
 /// The authoritative-plus-forwarding DNS server.
 ///
@@ -406,86 +402,112 @@ async fn udp_listener(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Result<(), ServeError> {
-    let mut buf = vec![0u8; UDP_BUFFER];
-    let mut out = Vec::with_capacity(UDP_BUFFER);
+    let mut bufs = vec![vec![0u8; UDP_BUFFER]; mmsg::BATCH];
+    let mut outs: Vec<Vec<u8>> = (0..mmsg::BATCH).map(|_| Vec::with_capacity(512)).collect();
+    let mut received = Vec::with_capacity(mmsg::BATCH);
+    let mut replies = Vec::with_capacity(mmsg::BATCH);
     let (mut generation, mut zones) = shared.current();
     loop {
-        // Drain what is queued, at most a batch, without the reactor.
-        let mut handled = 0;
-        while handled < UDP_BATCH {
-            let (len, src) = match socket.try_recv_from(&mut buf) {
-                Ok(r) => r,
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
-                Err(err) if transient(&err) => {
-                    debug!(%err, "UDP receive error");
-                    handled += 1;
-                    continue;
+        match mmsg::recv(&socket, &mut bufs, &mut received) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                tokio::select! {
+                    ready = socket.readable() => ready.map_err(ServeError::Udp)?,
+                    () = shutdown.cancelled() => return Ok(()),
                 }
-                Err(err) => return Err(ServeError::Udp(err)),
-            };
-            handled += 1;
-            if shared.generation.load(Ordering::Acquire) != generation {
-                (generation, zones) = shared.current();
+                continue;
             }
-            udp_datagram(shared, &zones, &socket, &buf[..len], src, &mut out, tracker).await;
+            Err(err) if transient(&err) => {
+                debug!(%err, "UDP receive error");
+                continue;
+            }
+            Err(err) => return Err(ServeError::Udp(err)),
         }
+        if shared.generation.load(Ordering::Acquire) != generation {
+            (generation, zones) = shared.current();
+        }
+        replies.clear();
+        for (i, &(len, src)) in received.iter().enumerate() {
+            let packet = &bufs[i][..len];
+            if !answerable(src) {
+                shared.metrics.drop("source");
+                continue;
+            }
+            if let Err(reason) = precheck(packet) {
+                shared.metrics.drop(reason);
+                continue;
+            }
+            if zones.fast.answer(packet, Protocol::Udp, &mut outs[i]) {
+                shared.metrics.queries.inc();
+                replies.push((i, src));
+                continue;
+            }
+            udp_general(shared, &socket, packet, src, tracker).await;
+        }
+        udp_flush(shared, &socket, &outs, &replies).await;
         if shutdown.is_cancelled() {
             return Ok(());
         }
-        if handled == UDP_BATCH {
+        if received.len() == mmsg::BATCH {
             tokio::task::yield_now().await;
-            continue;
-        }
-        tokio::select! {
-            ready = socket.readable() => ready.map_err(ServeError::Udp)?,
-            () = shutdown.cancelled() => return Ok(()),
         }
     }
 }
 
-/// Handles one datagram from `src`: dropped, answered inline, or handed to
-/// a task if it is forwarded. `out` is a reusable response buffer.
-async fn udp_datagram(
-    shared: &Arc<Shared>,
-    zones: &Zones,
-    socket: &Arc<UdpSocket>,
-    packet: &[u8],
-    src: SocketAddr,
-    out: &mut Vec<u8>,
-    tracker: &TaskTracker,
+/// Sends the fast path's replies of one batch, waiting (bounded by the
+/// request timeout) only if the socket buffer is full.
+async fn udp_flush(
+    shared: &Shared,
+    socket: &UdpSocket,
+    outs: &[Vec<u8>],
+    replies: &[(usize, SocketAddr)],
 ) {
-    if !answerable(src) {
-        shared.metrics.drop("source");
-        return;
-    }
-    if let Err(reason) = precheck(packet) {
-        shared.metrics.drop(reason);
-        return;
-    }
-    let timeout = shared.config.request_timeout;
-    if zones.fast.answer(packet, Protocol::Udp, out) {
-        shared.metrics.queries.inc();
-        let sent = match socket.try_send_to(out, src) {
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                match tokio::time::timeout(timeout, socket.send_to(out, src)).await {
-                    Ok(sent) => sent,
-                    Err(_) => {
-                        shared.metrics.drop("timeout");
-                        return;
-                    }
+    let mut done = 0;
+    // Every round moves `done` forward by at least one.
+    while done < replies.len() {
+        match mmsg::send(socket, outs, &replies[done..]) {
+            Ok(sent) if sent > 0 => {
+                for _ in 0..sent {
+                    shared.metrics.response(ResponseCode::NoError);
                 }
+                done += sent;
             }
-            sent => sent,
-        };
-        match sent {
-            Ok(_) => shared.metrics.response(ResponseCode::NoError),
+            Ok(_) => {
+                debug!("DNS responses not sent");
+                shared.metrics.drop("send");
+                done += 1;
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                let (i, dst) = replies[done];
+                let timeout = shared.config.request_timeout;
+                match tokio::time::timeout(timeout, socket.send_to(&outs[i], dst)).await {
+                    Ok(Ok(_)) => shared.metrics.response(ResponseCode::NoError),
+                    Ok(Err(error)) => {
+                        debug!(%error, "cannot send DNS response");
+                        shared.metrics.drop("send");
+                    }
+                    Err(_) => shared.metrics.drop("timeout"),
+                }
+                done += 1;
+            }
             Err(error) => {
                 debug!(%error, "cannot send DNS response");
                 shared.metrics.drop("send");
+                done += 1;
             }
         }
-        return;
     }
+}
+
+/// Handles a datagram the fast path did not take: parsed by hickory and
+/// answered inline, or handed to a task if it is forwarded.
+async fn udp_general(
+    shared: &Arc<Shared>,
+    socket: &Arc<UdpSocket>,
+    packet: &[u8],
+    src: SocketAddr,
+    tracker: &TaskTracker,
+) {
     let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
         shared.metrics.drop("overload");
         return;
@@ -497,6 +519,7 @@ async fn udp_datagram(
         socket: socket.clone(),
         dst: src,
     };
+    let timeout = shared.config.request_timeout;
     if !parsed.forwarded {
         // Our own zones are answered from memory without waiting on
         // anything but the send, so we answer inline: a task per
