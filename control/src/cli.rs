@@ -238,6 +238,10 @@ async fn run(command: Command) -> Result<()> {
 }
 
 async fn serve(settings: Settings) -> Result<()> {
+    // Catch SIGTERM and SIGINT from the start: the listen files below tell
+    // supervisors and tests that the service is up, and a stop sent right
+    // after must shut it down cleanly, not kill it.
+    let mut signals = Signals::new()?;
     let (config, db, sb) = open(settings).await?;
     tracing::info!(
         "database: {} ({}); time zone {}",
@@ -307,12 +311,6 @@ async fn serve(settings: Settings) -> Result<()> {
         }
         None => None,
     };
-    if let Some(path) = &config.listen_file {
-        write_address(path, addr)?;
-    }
-    if let (Some(path), Some((at, _, _))) = (&config.https_listen_file, &https) {
-        write_address(path, *at)?;
-    }
     tracing::info!(
         "mprov-control {} listening on http://{addr}/api/v1/",
         env!("CARGO_PKG_VERSION")
@@ -322,6 +320,14 @@ async fn serve(settings: Settings) -> Result<()> {
     }
     if let Some(p) = report.password_file {
         tracing::info!("the admin password is in {}", p.display());
+    }
+    // Written before the switch of user: the files may be where only root
+    // writes.
+    if let Some(path) = &config.listen_file {
+        write_address(path, addr)?;
+    }
+    if let (Some(path), Some((at, _, _))) = (&config.https_listen_file, &https) {
+        write_address(path, *at)?;
     }
     match &web_user {
         Some(user) => {
@@ -359,7 +365,7 @@ async fn serve(settings: Settings) -> Result<()> {
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signals.wait().await;
         tracing::info!("shutting down");
         signal.cancel();
     });
@@ -460,17 +466,25 @@ fn write_address(path: &std::path::Path, addr: std::net::SocketAddr) -> Result<(
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = ctrl_c.await;
+/// SIGTERM (systemd, docker stop) and SIGINT (Ctrl-C), registered once.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
+        })
+    }
+
+    async fn wait(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
         }
     }
 }

@@ -543,3 +543,95 @@ pub async fn new_token(
         .map_err(internal)?;
     Ok(Json(token))
 }
+
+/// One issued certificate, as the API lists it.
+#[derive(Debug, Serialize)]
+pub struct Credential {
+    /// Row id.
+    pub id: i64,
+    /// Serial number, hex.
+    pub serial: String,
+    /// `node` or `jobserver`.
+    pub kind: String,
+    /// The node's or job server's name.
+    pub identity: String,
+    /// When it ends.
+    pub not_after: String,
+    /// When it was issued.
+    pub created_at: String,
+    /// When it was revoked, if it was.
+    pub revoked_at: Option<String>,
+    /// Why.
+    pub revoke_reason: Option<String>,
+}
+
+/// `GET /api/v1/credentials/`: every certificate issued to an agent,
+/// newest first; `?identity=` and `?kind=` narrow it.
+pub async fn list_credentials(
+    State(st): State<AppState>,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let db = &st.db;
+    let mut sql = db.sql();
+    sql.push("SELECT id, serial, kind, identity, not_after, created_at, revoked_at, revoke_reason FROM credentials WHERE 1 = 1");
+    for (field, value) in &q {
+        match field.as_str() {
+            "identity" | "kind" => {
+                sql.push(&format!(" AND {field} = "));
+                sql.bind(Val::Text(Some(value.clone())));
+            }
+            other => {
+                return Err(ApiError::invalid(other, "filter by identity or kind"));
+            }
+        }
+    }
+    sql.push(" ORDER BY id DESC");
+    let rows = sql.query().fetch_all(db.pool()).await.map_err(internal)?;
+    let mut items = Vec::with_capacity(rows.len());
+    for row in &rows {
+        items.push(Credential {
+            id: crate::db::int(row, "id").map_err(internal)?,
+            serial: row.try_get("serial").map_err(internal)?,
+            kind: row.try_get("kind").map_err(internal)?,
+            identity: row.try_get("identity").map_err(internal)?,
+            not_after: row.try_get("not_after").map_err(internal)?,
+            created_at: row.try_get("created_at").map_err(internal)?,
+            revoked_at: row.try_get("revoked_at").unwrap_or(None),
+            revoke_reason: row.try_get("revoke_reason").unwrap_or(None),
+        });
+    }
+    let total = items.len();
+    Ok(Json(serde_json::json!({"items": items, "total": total})))
+}
+
+/// `POST /api/v1/credentials/{id}/revoke`: the certificate stops working at
+/// once (every request checks the allow-list).
+pub async fn revoke_credential(
+    State(st): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let id: i64 = id
+        .parse()
+        .map_err(|_| ApiError::invalid("id", "a credential's numeric id"))?;
+    let db = &st.db;
+    let mut sql = db.sql();
+    sql.push("SELECT serial FROM credentials WHERE id = ");
+    sql.bind(Val::Int(Some(id)));
+    let serial: String = sql
+        .query()
+        .fetch_optional(db.pool())
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| ApiError::NotFound(format!("no credential {id}")))?
+        .try_get("serial")
+        .map_err(internal)?;
+    let revoked = revoke_serial(db, &serial, "revoked by an administrator")
+        .await
+        .map_err(internal)?;
+    if revoked {
+        tracing::info!(%serial, "credential revoked by an administrator");
+    }
+    Ok(Json(
+        serde_json::json!({"id": id, "serial": serial, "revoked": true, "already": !revoked}),
+    ))
+}

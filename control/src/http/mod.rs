@@ -93,6 +93,11 @@ pub fn router(state: AppState) -> Router {
         .route("/enroll/node/", post(crate::enroll::enroll_node))
         .route("/enroll/renew/", post(crate::enroll::renew))
         .route("/api/v1/enroll-tokens/", post(crate::enroll::new_token))
+        .route("/api/v1/credentials/", get(crate::enroll::list_credentials))
+        .route(
+            "/api/v1/credentials/{id}/revoke",
+            post(crate::enroll::revoke_credential),
+        )
         .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
         .route("/api/v1/systems/{key}/config", get(api::effective_config));
     for kind in KINDS {

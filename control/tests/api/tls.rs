@@ -729,6 +729,39 @@ fn check_enrollment(dir: &Path, url: &str) {
         "refused in the TLS handshake, got HTTP {code}"
     );
 
+    // An expired certificate from our own CA: refused in the handshake too.
+    let expired = foreign.join("expired");
+    {
+        let ca_pem = body_of(&ca);
+        let ca_key = rcgen::KeyPair::from_pem(&body_of(&dir.join("var/tls/ca.key"))).unwrap();
+        let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name.push(rcgen::DnType::CommonName, "js1");
+        p.subject_alt_names = vec![rcgen::SanType::URI(
+            "urn:mprov:jobserver:js1".try_into().unwrap(),
+        )];
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let cert = p.signed_by(&key, &issuer).unwrap();
+        std::fs::write(expired.with_extension("crt"), cert.pem()).unwrap();
+        std::fs::write(expired.with_extension("key"), key.serialize_pem()).unwrap();
+    }
+    let code = get_with_cert(
+        s.https_port,
+        &ca,
+        &expired.with_extension("crt"),
+        &expired.with_extension("key"),
+        "/api/v1/systems/",
+        true,
+    );
+    assert!(
+        code.is_empty() || code == "000",
+        "an expired certificate is refused in the handshake, got HTTP {code}"
+    );
+
     // Once a job server has enrolled, the local token file is gone.
     let log = s.stop();
     assert!(log.contains("job server enrolled"), "{log}");
