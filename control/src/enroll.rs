@@ -32,6 +32,7 @@ use crate::http::AppState;
 use crate::http::error::ApiError;
 use crate::secrets;
 use crate::signer::{Profile, SignReply, SignRequest};
+use mprov_api::enroll::{Enrolled, JobserverEnrollment, NodeEnrollment, Renewal};
 
 /// How long a job-server certificate is valid.
 pub const JOBSERVER_DAYS: u32 = 90;
@@ -104,29 +105,6 @@ pub async fn jobserver_enrolled(db: &Db) -> Result<bool, sqlx::Error> {
     sql.push(" AND revoked_at IS NULL");
     let row = sql.query().fetch_one(db.pool()).await?;
     Ok(crate::db::int(&row, "n")? > 0)
-}
-
-/// `POST /enroll/jobserver/`: what a job server sends.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct JobserverEnrollment {
-    /// The one-time token.
-    pub token: String,
-    /// The job server's name (its certificate names only this).
-    pub name: String,
-    /// Its certificate signing request, PEM.
-    pub csr: String,
-}
-
-/// What an enrolled agent gets back.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Enrolled {
-    /// Its certificate, PEM.
-    pub certificate: String,
-    /// The CA certificate, PEM (the chain to trust the service by).
-    pub ca: String,
-    /// When the certificate ends (RFC 3339).
-    pub not_after: String,
 }
 
 /// `POST /enroll/jobserver/`.
@@ -328,16 +306,6 @@ pub async fn mint_nonce(db: &Db, system_id: i64) -> Result<String, ApiError> {
     Ok(nonce)
 }
 
-/// `POST /enroll/node/`: what a booting node's agent sends.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NodeEnrollment {
-    /// The nonce from its kernel command line (`mprov_enroll=`).
-    pub nonce: String,
-    /// Its certificate signing request, PEM (its key never leaves it).
-    pub csr: String,
-}
-
 /// `POST /enroll/node/`: a certificate naming the system the nonce was
 /// minted for, and only it.
 pub async fn enroll_node(
@@ -409,14 +377,6 @@ pub async fn enroll_node(
 
 /// `POST /enroll/renew/`: over mTLS, a new certificate for the same
 /// identity; the one presented is revoked.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Renewal {
-    /// A new CSR, PEM.
-    pub csr: String,
-}
-
-/// `POST /enroll/renew/`.
 pub async fn renew(
     State(st): State<AppState>,
     axum::Extension(principal): axum::Extension<crate::http::auth::Principal>,

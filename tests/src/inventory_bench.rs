@@ -8,17 +8,16 @@
 //! the import, under 1 s for the paging.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use mprov_api::client::{Auth, Client};
 use serde_json::{Value, json};
 
+use crate::control::{Control, build, cpu_time};
 use crate::db::{MariaDb, Postgres};
-use crate::process::Process;
-use crate::xtask::workspace_root;
 
 /// Sizes of a run.
 #[derive(Debug, Clone, Copy)]
@@ -58,27 +57,7 @@ pub fn run(smoke: bool) -> Result<()> {
             rounds: 5,
         }
     };
-    let root = workspace_root();
-    let profile = if smoke { "dev" } else { "release" };
-    let status = Command::new(env!("CARGO"))
-        .current_dir(&root)
-        .args([
-            "build",
-            "--quiet",
-            "--profile",
-            profile,
-            "-p",
-            "mprov-control",
-            "-p",
-            "mash",
-        ])
-        .status()
-        .context("building mprov-control and mash")?;
-    ensure!(status.success(), "building mprov-control and mash failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let bin = target.join(if smoke { "debug" } else { "release" });
+    let bin = build(&["mprov-control", "mash"], smoke)?;
 
     let mut results = Vec::new();
     let dir = tempfile::tempdir()?;
@@ -141,21 +120,6 @@ fn table(results: &[Figures], sizes: Sizes) -> String {
     out
 }
 
-/// User plus system CPU time of a process, from `/proc/<pid>/stat`.
-fn cpu_time(pid: u32) -> Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .context("malformed stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).context("utime")?.parse::<u64>()?
-        + fields.get(12).context("stime")?.parse::<u64>()?;
-    // Linux reports in clock ticks of 1/100 s on every architecture we run on.
-    Ok(Duration::from_millis(ticks * 10))
-}
-
 fn engine_run(
     bin: &Path,
     dir: &Path,
@@ -163,57 +127,9 @@ fn engine_run(
     url: Option<String>,
     sizes: Sizes,
 ) -> Result<Figures> {
-    let home = dir.join(engine);
-    std::fs::create_dir_all(&home)?;
-    let port_file = home.join("listen");
-    let mut cmd = Command::new(bin.join("mprov-control"));
-    cmd.arg("serve")
-        .env("MPROV_CONFIG_DIR", home.join("etc"))
-        .env("MPROV_STATE_DIR", home.join("var"))
-        .env("MPROV_LISTEN", "127.0.0.1:0")
-        .env("MPROV_LISTEN_FILE", &port_file)
-        .env("MPROV_HTTPS_LISTEN", "127.0.0.1:0")
-        .env("MPROV_SUPERUSER_PASSWORD", "bench-password")
-        .env("MPROV_LOG", "warn")
-        .env_remove("MPROV_SKIP_VERSION_CHECK")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(home.join("serve.log"))?);
-    if let Some(url) = &url {
-        cmd.env("MPROV_DATABASE_URL", url);
-    }
-    let child = cmd.spawn().context("starting mprov-control")?;
-    let pid = child.id();
-    let mut server = Process::new(
-        format!("mprov-control ({engine})"),
-        child,
-        Duration::from_secs(20),
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let addr = loop {
-        if let Ok(addr) = std::fs::read_to_string(&port_file)
-            && !addr.trim().is_empty()
-        {
-            break addr.trim().to_owned();
-        }
-        if let Some(status) = server.try_wait()? {
-            bail!(
-                "mprov-control exited with {status}; see {}",
-                home.join("serve.log").display()
-            );
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "mprov-control did not listen within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let apikey = std::fs::read_to_string(home.join("etc/apikey"))?;
-    let key = apikey
-        .trim()
-        .trim_start_matches("export MPROV_APIKEY=")
-        .to_owned();
-    let base = format!("http://{addr}");
+    let control = Control::start(bin, &dir.join(engine), url.as_deref())?;
+    let (pid, home, key) = (control.pid, control.home.clone(), control.api_key()?);
+    let base = control.http.clone();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -282,7 +198,7 @@ fn engine_run(
         "{engine}: paged {} systems, expected {want}",
         best.3
     );
-    server.stop()?;
+    control.stop()?;
     Ok(Figures {
         engine,
         import,

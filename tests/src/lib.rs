@@ -8,7 +8,9 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+mod control;
 pub mod db;
+pub mod enroll_bench;
 pub mod inventory_bench;
 pub mod netns;
 mod process;

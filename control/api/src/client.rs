@@ -473,6 +473,32 @@ impl Client {
             })
     }
 
+    /// `GET` an endpoint that answers text (an iPXE script), by its absolute
+    /// path on the server.
+    pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
+        let url = self.path_url(path)?;
+        let bytes = self.send(Method::GET, url, None::<&()>).await?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Enrolls a node with the nonce from its kernel command line.
+    pub async fn enroll_node(
+        &self,
+        request: &crate::enroll::NodeEnrollment,
+    ) -> Result<crate::enroll::Enrolled, ClientError> {
+        let url = self.path_url(crate::enroll::NODE_PATH)?;
+        self.call(Method::POST, url, Some(request)).await
+    }
+
+    /// Enrolls a job server with a one-time token.
+    pub async fn enroll_jobserver(
+        &self,
+        request: &crate::enroll::JobserverEnrollment,
+    ) -> Result<crate::enroll::Enrolled, ClientError> {
+        let url = self.path_url(crate::enroll::JOBSERVER_PATH)?;
+        self.call(Method::POST, url, Some(request)).await
+    }
+
     /// `<base>/api/v1/<kind>/` and, with a key, `<base>/api/v1/<kind>/<key>`;
     /// the key is percent-encoded as one path segment.
     fn kind_url<K, V>(&self, kind: &str, key: Option<&str>, query: &[(K, V)]) -> Url

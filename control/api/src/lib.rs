@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 pub mod boot;
 #[cfg(feature = "client")]
 pub mod client;
+pub mod enroll;
 
 /// The path prefix of the REST API.
 pub const API_PREFIX: &str = "/api/v1";

@@ -395,6 +395,7 @@ fn build() -> Value {
         "/api/v1/openapi.json".into(),
         json!({"get": {"summary": "This document (no authentication)", "security": [], "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}}}}),
     );
+    enrollment_paths(&mut paths, &mut schemas);
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -402,14 +403,110 @@ fn build() -> Value {
             "version": mprov_api::api_version(),
             "description": "The inventory and boot API of mProv. Every authenticated request sends `mProv-Version: <major.minor>`; another version, or none, gets 426."
         },
-        "security": [{"apiKey": []}, {"basic": []}],
+        "security": [{"apiKey": []}, {"basic": []}, {"clientCertificate": []}],
         "paths": paths,
         "components": {
             "schemas": schemas,
             "securitySchemes": {
                 "apiKey": {"type": "apiKey", "in": "header", "name": "Authorization", "description": "`Api-Key <key>`"},
-                "basic": {"type": "http", "scheme": "basic"}
+                "basic": {"type": "http", "scheme": "basic"},
+                "clientCertificate": {"type": "mutualTLS", "description": "A certificate from enrollment (HTTPS only)"}
             }
         }
     })
+}
+
+/// The CA certificate, `/ipxe/`, enrollment, tokens and credentials.
+fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) {
+    let text = |desc: &str, mime: &str| {
+        json!({"200": {"description": desc, "content": {mime: {"schema": {"type": "string"}}}}})
+    };
+    schemas.insert(
+        "Enrolled".into(),
+        json!({"type": "object", "properties": {
+            "certificate": {"type": "string", "description": "The agent's certificate, PEM."},
+            "ca": {"type": "string", "description": "The CA certificate, PEM."},
+            "not_after": {"type": "string", "description": "When the certificate ends (RFC 3339)."}
+        }, "required": ["certificate", "ca", "not_after"], "additionalProperties": false}),
+    );
+    let enrolled = |extra: &[&str]| {
+        let mut r = ok("200", "The new certificate.", schema_ref("Enrolled"));
+        r.extend(error_responses(extra));
+        r
+    };
+    let request = |props: Value, required: &[&str]| {
+        json!({"required": true, "content": {"application/json": {"schema": {
+            "type": "object", "properties": props, "required": required, "additionalProperties": false
+        }}}})
+    };
+    paths.insert(
+        "/ca.crt".into(),
+        json!({"get": {"summary": "This install's CA certificate (no authentication)", "security": [],
+            "responses": text("PEM", "application/x-pem-file")}}),
+    );
+    paths.insert(
+        "/ipxe/".into(),
+        json!({"get": {"summary": "The iPXE script of the node with this MAC: boot (with a one-time enrollment nonce), discovery or local boot (no authentication)",
+            "security": [],
+            "parameters": [{"name": "mac", "in": "query", "required": true, "schema": {"type": "string"}}],
+            "responses": text("An iPXE script", "text/plain")}}),
+    );
+    paths.insert(
+        "/enroll/jobserver/".into(),
+        json!({"post": {"summary": "Enroll a job server with a one-time token and its CSR", "security": [],
+            "requestBody": request(json!({"token": {"type": "string"}, "name": {"type": "string"}, "csr": {"type": "string"}}), &["token", "name", "csr"]),
+            "responses": enrolled(&["400", "401"])}}),
+    );
+    paths.insert(
+        "/enroll/node/".into(),
+        json!({"post": {"summary": "Enroll a node with the nonce from its kernel command line and its CSR", "security": [],
+            "requestBody": request(json!({"nonce": {"type": "string"}, "csr": {"type": "string"}}), &["nonce", "csr"]),
+            "responses": enrolled(&["400", "401"])}}),
+    );
+    paths.insert(
+        "/enroll/renew/".into(),
+        json!({"post": {"summary": "A new certificate for the agent whose certificate this request presents; that one is revoked",
+            "security": [{"clientCertificate": []}],
+            "requestBody": request(json!({"csr": {"type": "string"}}), &["csr"]),
+            "responses": enrolled(&["400", "401", "403", "426"])}}),
+    );
+    let mut token = ok("200", "The token, shown once.", json!({"type": "object", "properties": {
+        "token": {"type": "string"}, "expires_at": {"type": "string"}
+    }, "required": ["token", "expires_at"], "additionalProperties": false}));
+    token.extend(error_responses(&["400", "401", "403", "426"]));
+    paths.insert(
+        "/api/v1/enroll-tokens/".into(),
+        json!({"post": {"summary": "A one-time job-server enrollment token (admin)",
+            "requestBody": request(json!({"name": {"type": "string"}, "hours": {"type": "integer", "minimum": 1, "maximum": 720}}), &[]),
+            "responses": token}}),
+    );
+    schemas.insert(
+        "Credential".into(),
+        json!({"type": "object", "properties": {
+            "id": {"type": "integer"}, "serial": {"type": "string"},
+            "kind": {"type": "string", "enum": ["node", "jobserver"]}, "identity": {"type": "string"},
+            "not_after": {"type": "string"}, "created_at": {"type": "string"},
+            "revoked_at": {"type": ["string", "null"]}, "revoke_reason": {"type": ["string", "null"]}
+        }, "required": ["id", "serial", "kind", "identity", "not_after", "created_at", "revoked_at", "revoke_reason"], "additionalProperties": false}),
+    );
+    let mut list = ok("200", "Newest first.", json!({"type": "object", "properties": {
+        "items": {"type": "array", "items": schema_ref("Credential")}, "total": {"type": "integer"}
+    }, "required": ["items", "total"], "additionalProperties": false}));
+    list.extend(error_responses(&["400", "401", "403", "426"]));
+    paths.insert(
+        "/api/v1/credentials/".into(),
+        json!({"get": {"summary": "Certificates issued to agents",
+            "parameters": [
+                {"name": "identity", "in": "query", "schema": {"type": "string"}},
+                {"name": "kind", "in": "query", "schema": {"type": "string"}}
+            ],
+            "responses": list}}),
+    );
+    let mut revoked = ok("200", "Revoked.", json!({"type": "object"}));
+    revoked.extend(error_responses(&["400", "401", "403", "404", "426"]));
+    paths.insert(
+        "/api/v1/credentials/{id}/revoke".into(),
+        json!({"parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+            "post": {"summary": "Revoke a certificate at once (admin)", "responses": revoked}}),
+    );
 }

@@ -283,6 +283,43 @@ fn check_https(dir: &Path, url: &str) {
     assert!(s_client(s.https_port, &ca).contains("Verify return code: 0 (ok)"));
     let log = s.stop();
     assert!(log.contains("host names or addresses changed"), "{log}");
+
+    // A certificate with 10 days left (same names, same CA, put in place
+    // from outside): made again at start, valid a year.
+    let names = x509(&crt, &["-ext", "subjectAltName"]);
+    {
+        let ca_key = rcgen::KeyPair::from_pem(&body_of(&tls.join("ca.key"))).unwrap();
+        let issuer = rcgen::Issuer::from_ca_cert_pem(&body_of(&ca), ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec![
+            "localhost".to_owned(),
+            "mpcc".to_owned(),
+            "mpcc.cluster".to_owned(),
+            "10.0.0.2".to_owned(),
+            "fd00::1".to_owned(),
+            "127.0.0.1".to_owned(),
+        ])
+        .unwrap();
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name.push(rcgen::DnType::CommonName, "mpcc");
+        let now = std::time::SystemTime::now();
+        p.not_before = now.into();
+        p.not_after = (now + std::time::Duration::from_secs(10 * 86_400)).into();
+        let cert = p.signed_by(&key, &issuer).unwrap();
+        std::fs::write(&crt, cert.pem()).unwrap();
+        std::fs::write(tls.join("server.key"), key.serialize_pem()).unwrap();
+    }
+    assert!(
+        !ends_after(11 * day),
+        "the planted certificate ends in 10 days"
+    );
+    let planted = x509(&crt, &["-serial"]);
+    let mut s = Server::start(dir, url, 4, &[("MPROV_MPCC_IPs", "10.0.0.2,fd00::1")]);
+    assert_ne!(x509(&crt, &["-serial"]), planted, "renewed under 30 days");
+    assert!(ends_after(364 * day), "valid a year again");
+    assert_eq!(x509(&crt, &["-ext", "subjectAltName"]), names);
+    let log = s.stop();
+    assert!(log.contains("under 30 days left"), "{log}");
 }
 
 /// The real user id of process `pid`.

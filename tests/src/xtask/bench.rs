@@ -32,10 +32,16 @@ pub struct RustBench {
 }
 
 /// The Rust benchmarks.
-pub const RUST_BENCHES: &[RustBench] = &[RustBench {
-    name: "inventory",
-    run: crate::inventory_bench::run,
-}];
+pub const RUST_BENCHES: &[RustBench] = &[
+    RustBench {
+        name: "inventory",
+        run: crate::inventory_bench::run,
+    },
+    RustBench {
+        name: "enroll",
+        run: crate::enroll_bench::run,
+    },
+];
 
 /// One benchmark found.
 #[derive(Debug)]
