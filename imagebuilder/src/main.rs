@@ -94,10 +94,21 @@ struct BuildArgs {
     /// Build an image without a kernel.
     #[arg(long)]
     no_kernel: bool,
-    /// Install this mprov-agent binary at /usr/libexec/mprov/mprov-agent with an
-    /// enabled systemd unit.
-    #[arg(long, value_name = "PATH")]
+    /// The mprov-agent binary to install at /usr/libexec/mprov/mprov-agent with
+    /// an enabled systemd unit (default: MPROV_AGENT, else `mprov-agent` beside
+    /// this program, else the build host's /usr/libexec/mprov/mprov-agent).
+    /// Build one with `cargo xtask agent`.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "MPROV_AGENT",
+        conflicts_with = "no_agent"
+    )]
     agent: Option<PathBuf>,
+    /// Build an image without the agent (nodes then run no post-boot scripts
+    /// and cannot renew their certificates).
+    #[arg(long)]
+    no_agent: bool,
     /// zstd level.
     #[arg(long, default_value_t = mprov_image::pack::DEFAULT_LEVEL, value_parser = clap::value_parser!(i32).range(1..=19))]
     level: i32,
@@ -192,11 +203,16 @@ fn build_cmd(b: BuildArgs) -> Result<()> {
     if let Some(threads) = b.threads {
         pack.threads = threads;
     }
+    let agent = if b.no_agent {
+        None
+    } else {
+        Some(find_agent(b.agent)?)
+    };
     let options = BuildOptions {
         out: b.out,
         version: b.version,
         kernel,
-        agent: b.agent,
+        agent,
         pack,
     };
     let built = build(&recipe, &options)?;
@@ -206,6 +222,28 @@ fn build_cmd(b: BuildArgs) -> Result<()> {
     eprintln!("built {}", built.dir.display());
     print!("{}", describe(&built.manifest));
     Ok(())
+}
+
+/// The agent binary every image carries: the one given, else one beside
+/// this program, else the build host's installed one.
+fn find_agent(given: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(path) = given {
+        return Ok(path);
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("mprov-agent")));
+    let installed = PathBuf::from("/").join(mprov_image::build::AGENT_PATH);
+    beside
+        .into_iter()
+        .chain([installed])
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "every node image carries the mprov agent, and none was found beside this program or at /{}: give --agent PATH (build a static one with `cargo xtask agent`), or --no-agent",
+                mprov_image::build::AGENT_PATH
+            )
+        })
 }
 
 /// The manifest for people.

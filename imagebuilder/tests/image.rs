@@ -657,7 +657,15 @@ fn cli_build_verify_inspect_and_tamper() -> Result<()> {
     let out = tmp.path().join("images");
     let exe = env!("CARGO_BIN_EXE_mprov-image");
     sh(Command::new(exe)
-        .args(["build", "--quiet", "--no-kernel", "--slug", "cli", "--root"])
+        .args([
+            "build",
+            "--quiet",
+            "--no-kernel",
+            "--no-agent",
+            "--slug",
+            "cli",
+            "--root",
+        ])
         .arg(&root)
         .arg("--out")
         .arg(&out))?;
@@ -680,6 +688,52 @@ fn cli_build_verify_inspect_and_tamper() -> Result<()> {
     assert!(!failed.status.success());
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert!(stderr.contains("rootfs.tar.zst: sha256"), "{stderr}");
+
+    // Without an agent binary, the build says how to get one; with one
+    // beside the program, every image carries it. (A copy of the program in
+    // a folder of its own: target/ may hold a debug mprov-agent.)
+    let alone = tmp.path().join("alone");
+    fs::create_dir(&alone)?;
+    let copy = alone.join("mprov-image");
+    fs::copy(exe, &copy)?;
+    let build = |slug: &str| {
+        Command::new(&copy)
+            .env_remove("MPROV_AGENT")
+            .args(["build", "--quiet", "--no-kernel", "--slug", slug, "--root"])
+            .arg(&root)
+            .arg("--out")
+            .arg(&out)
+            .output()
+    };
+    let no_agent = build("noagent")?;
+    assert!(!no_agent.status.success());
+    let stderr = String::from_utf8_lossy(&no_agent.stderr);
+    assert!(
+        stderr.contains("--agent PATH") && stderr.contains("--no-agent"),
+        "{stderr}"
+    );
+    assert!(!out.join("noagent").exists(), "nothing built");
+    fs::write(alone.join("mprov-agent"), b"#!/bin/sh\necho agent\n")?;
+    let with_agent = build("withagent")?;
+    assert!(
+        with_agent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with_agent.stderr)
+    );
+    let listing = sh(Command::new("sh").arg("-c").arg(format!(
+        "zstd -dc '{}' | tar -t",
+        out.join("withagent/1/rootfs.tar.zst").display()
+    )))?;
+    for entry in [
+        "usr/libexec/mprov/mprov-agent",
+        "etc/systemd/system/mprov-agent.service",
+        "etc/systemd/system/multi-user.target.wants/mprov-agent.service",
+    ] {
+        assert!(
+            listing.lines().any(|l| l == entry),
+            "{entry} missing:\n{listing}"
+        );
+    }
 
     // No source at all.
     let none = Command::new(exe)

@@ -53,7 +53,7 @@ declare -A T
 record() { T[$1]="${T[$1]:-} $2"; }
 for run in $(seq 1 "$RUNS"); do
   rm -rf "$WORK/out" "$WORK/gnu.tar.zst" "$WORK/u1" "$WORK/u2"
-  record ours_pack "$(timed sh -c "\"$IMG\" build --quiet --no-kernel --slug bench --root '$WORK/tree' --out '$WORK/out' --level 3 >/dev/null")"
+  record ours_pack "$(timed sh -c "\"$IMG\" build --quiet --no-kernel --no-agent --slug bench --root '$WORK/tree' --out '$WORK/out' --level 3 >/dev/null")"
   record gnu_pack "$(timed sh -c "tar -C '$WORK/tree' --xattrs --numeric-owner -cf - . | zstd -q -3 -T0 -o '$WORK/gnu.tar.zst'")"
   sync
   record ours_unpack "$(timed "$IMG" unpack --quiet "$WORK/out/bench/1/rootfs.tar.zst" "$WORK/u1" 2>/dev/null)"

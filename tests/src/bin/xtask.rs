@@ -1,4 +1,4 @@
-//! `cargo xtask`: the project's own commands (test, demo, bench).
+//! `cargo xtask`: the project's own commands (test, demo, bench, agent).
 //!
 //! This file only parses the command line; the commands live in
 //! `mprov_tests::xtask`.
@@ -22,6 +22,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
+    /// Build the node agent as a small static binary (musl, else glibc
+    /// static) and print its path: what `mprov-image build --agent` installs
+    /// and what initramfs images run as /init.
+    Agent,
     /// Benchmarks under tests/bench/: all of them, or the one named.
     Bench {
         /// The benchmark to run.
@@ -51,6 +55,13 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
+        Cmd::Agent => mprov_tests::agent::build_static().map(|agent| {
+            eprintln!(
+                "mprov-agent for {}: {} bytes, {}",
+                agent.target, agent.size, agent.file_type
+            );
+            println!("{}", agent.path.display());
+        }),
         Cmd::Bench { name, smoke } => xtask::bench(&BenchOptions { name, smoke }),
         Cmd::Demo { listen, check } => xtask::demo(&DemoOptions { listen, check }),
         Cmd::Test { cargo_test_args } => xtask::test(&TestOptions { cargo_test_args }),
