@@ -19,13 +19,19 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::snapshot;
+use crate::{identity, snapshot};
 
 /// The mProv job server: DHCP, TFTP, DNS and HTTP image servers for network
 /// boot, answering from the control service's inventory.
 ///
-/// Give either --control-url (and an API key) to follow the control service,
-/// or --boot-config FILE to serve a fixed snapshot (standalone mode).
+/// Give either --control-url to follow the control service, or --boot-config
+/// FILE to serve a fixed snapshot (standalone mode).
+///
+/// Over HTTPS the job server authenticates with its own certificate: the
+/// first start enrolls with a one-time token (--enroll-token, or the file the
+/// control service leaves for the job server on its own host) and keeps the
+/// certificate in the state folder. Over HTTP, or before enrolling, it uses
+/// the API key.
 #[derive(Debug, Parser)]
 #[command(name = "mprov-jobserver", version)]
 pub struct Cli {
@@ -39,6 +45,26 @@ pub struct Cli {
     /// writes for the job server on its own host.
     #[arg(long, default_value = "/etc/mprov/apikey")]
     apikey_file: PathBuf,
+    /// The CA certificate to trust for an https:// control URL (the control
+    /// service's ca.crt).
+    #[arg(
+        long,
+        env = "MPROV_CA_FILE",
+        default_value = "/var/lib/mprov/tls/ca.crt"
+    )]
+    ca_file: PathBuf,
+    /// A one-time enrollment token (`mprov-control enroll-token`), used once
+    /// when the job server has no certificate yet.
+    #[arg(long, env = "MPROV_ENROLL_TOKEN", hide_env_values = true)]
+    enroll_token: Option<String>,
+    /// The file holding a token, as the control service writes for the job
+    /// server on its own host.
+    #[arg(long, default_value = "/etc/mprov/enroll_token")]
+    enroll_token_file: PathBuf,
+    /// This job server's name in the inventory and in its certificate
+    /// (default: the host name).
+    #[arg(long, env = "MPROV_JOBSERVER_NAME")]
+    name: Option<String>,
     /// Serve this boot config snapshot (JSON or YAML) instead of following the
     /// control service.
     #[arg(long)]
@@ -159,6 +185,67 @@ fn read_apikey(cli: &Cli) -> Result<String> {
         })
 }
 
+/// The client the boot config is followed with: over HTTPS with this job
+/// server's certificate (enrolling first if it has none and a token is at
+/// hand), else with the API key.
+async fn control_client(cli: &Cli, url: &str) -> Result<Client> {
+    if !url.starts_with("https://") {
+        tracing::info!("following the boot config of {url} with the API key");
+        return Ok(Client::new(url, Auth::ApiKey(read_apikey(cli)?))?);
+    }
+    let ca = std::fs::read_to_string(&cli.ca_file).with_context(|| {
+        format!(
+            "an https:// control URL needs the control service's CA certificate: copy its ca.crt to {} or give --ca-file",
+            cli.ca_file.display()
+        )
+    })?;
+    let dir = identity::dir(&cli.state_dir);
+    let kept = identity::load(&dir)?;
+    let token = cli
+        .enroll_token
+        .clone()
+        .filter(|t| !t.trim().is_empty())
+        .or_else(|| std::fs::read_to_string(&cli.enroll_token_file).ok())
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty());
+    let name = cli.name.clone().unwrap_or_else(host_name);
+    let me = match (kept, token) {
+        (Some(me), _) => Some(me),
+        (None, Some(token)) => Some(identity::enroll(url, &ca, &token, &name, &dir).await?),
+        (None, None) => None,
+    };
+    let client = match me {
+        Some(me) => {
+            tracing::info!(
+                "following the boot config of {url} as job server {name} (client certificate)"
+            );
+            Client::builder(url, Auth::None)
+                .ca_certificates_pem(ca.into_bytes())
+                .identity_pem(me.pem_bundle())
+                .build()?
+        }
+        None => {
+            tracing::warn!(
+                "no certificate and no enrollment token: following {url} with the shared API key; enroll this job server with `mprov-control enroll-token`"
+            );
+            Client::builder(url, Auth::ApiKey(read_apikey(cli)?))
+                .ca_certificates_pem(ca.into_bytes())
+                .build()?
+        }
+    };
+    Ok(client)
+}
+
+/// This host's short name.
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .map(|h| h.split('.').next().unwrap_or_default().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "jobserver".into())
+}
+
 async fn run(cli: Cli) -> Result<()> {
     let shutdown = CancellationToken::new();
     let mut tasks: JoinSet<Result<()>> = JoinSet::new();
@@ -179,8 +266,7 @@ async fn run(cli: Cli) -> Result<()> {
             tx.send_replace(Arc::new(cfg));
         }
         (None, Some(url)) => {
-            let client = Client::new(url, Auth::ApiKey(read_apikey(&cli)?))?;
-            tracing::info!("following the boot config of {url}");
+            let client = control_client(&cli, url).await?;
             let stop = shutdown.clone();
             tasks.spawn(async move {
                 snapshot::follow(client, tx, stop).await;

@@ -6,9 +6,11 @@
 //! The servers live in their own crates under `boot/` (`mprov-dhcp`,
 //! `mprov-dns`, `mprov-tftp`, `mprov-images`), each taking bound sockets, a
 //! shutdown token and a `watch` receiver of the current [`BootConfig`]. This
-//! crate owns where that snapshot comes from ([`snapshot`]).
+//! crate owns where that snapshot comes from ([`snapshot`]) and the job
+//! server's own client certificate ([`identity`]).
 //!
 //! [`BootConfig`]: mprov_api::boot::BootConfig
 
 pub mod cli;
+pub mod identity;
 pub mod snapshot;

@@ -1,8 +1,11 @@
 //! The job server follows a real control service: a new node shows up in its
 //! snapshot without a restart, and a control outage leaves the last snapshot
 //! serving until the service is back. Module `ra`: the job server's IPv6
-//! router advertisements, in network namespaces.
+//! router advertisements, in network namespaces; `enroll`: its enrollment
+//! and certificate over HTTPS.
 
+#[path = "jobserver/enroll.rs"]
+mod enroll;
 #[path = "jobserver/ra.rs"]
 mod ra;
 
@@ -21,13 +24,19 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 fn config(url: &str) -> Config {
+    config_with(url, &[])
+}
+
+/// The control service's settings as its command line would give them.
+fn config_with(url: &str, extra: &[&str]) -> Config {
     use clap::Parser;
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
         s: Settings,
     }
-    let argv = ["x", "--database-url", url, "--hostname", "mpcc"];
+    let mut argv = vec!["x", "--database-url", url, "--hostname", "mpcc"];
+    argv.extend_from_slice(extra);
     Config::from_settings(Cli::try_parse_from(argv).unwrap().s).unwrap()
 }
 

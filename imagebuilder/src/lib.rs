@@ -6,14 +6,14 @@
 //!
 //! - [`recipe`]: what to build (source, image-gen scripts in dependency
 //!   order), from YAML or the command line.
-//! - [`build`]: one version, built in a temporary folder beside the output
+//! - [`build`](mod@build): one version, built in a temporary folder beside the output
 //!   and renamed into place only when complete.
 //! - [`oci`]: OCI layouts and `docker save` archives, layers applied in order
 //!   with whiteouts, every blob checked against its digest.
-//! - [`pack`]: the deterministic tar writer (modes, owners, hard links,
+//! - [`pack`](mod@pack): the deterministic tar writer (modes, owners, hard links,
 //!   devices, FIFOs, xattrs, sparse files, long names) with multithreaded
 //!   zstd.
-//! - [`unpack`]: the tar reader that applies layers and unpacks images,
+//! - [`unpack`](mod@unpack): the tar reader that applies layers and unpacks images,
 //!   confined to its root.
 //! - [`manifest`]: `manifest.json`, and verifying an image against it.
 //!

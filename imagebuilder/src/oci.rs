@@ -4,7 +4,7 @@
 //! with `manifest.json` listing layer tars).
 //!
 //! The layers are applied in order into the build's root with
-//! [`crate::unpack`], whiteouts honoured. Every OCI blob read (manifests and
+//! [`crate::unpack()`], whiteouts honoured. Every OCI blob read (manifests and
 //! layers) is checked against its descriptor's SHA-256 digest as it streams,
 //! so a truncated or altered archive fails the build with the digest named.
 //! Layers may be plain tar, gzip or zstd; the compression is sniffed from the

@@ -119,6 +119,14 @@ pub enum ClientError {
         #[source]
         source: reqwest::Error,
     },
+    /// A client certificate given to [`ClientBuilder::identity_pem`] is
+    /// invalid.
+    #[error("invalid client certificate or key")]
+    Identity {
+        /// What reqwest reported.
+        #[source]
+        source: reqwest::Error,
+    },
     /// A successful reply's body is not what the API promises.
     #[error("could not decode the reply to {method} {url}")]
     Decode {
@@ -229,6 +237,7 @@ pub struct ClientBuilder {
     base_url: String,
     auth: Auth,
     ca_pem: Option<Vec<u8>>,
+    identity_pem: Option<Vec<u8>>,
     timeout: Duration,
     skip_version_check: bool,
 }
@@ -238,6 +247,13 @@ impl ClientBuilder {
     /// `ca.crt`), instead of the system's roots.
     pub fn ca_certificates_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Present this client certificate (PEM: the certificate, then its
+    /// private key) over HTTPS: an enrolled agent's identity.
+    pub fn identity_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.identity_pem = Some(pem.into());
         self
     }
 
@@ -275,6 +291,11 @@ impl ClientBuilder {
             let certs = reqwest::Certificate::from_pem_bundle(pem)
                 .map_err(|source| ClientError::Certificate { source })?;
             http = http.tls_certs_only(certs);
+        }
+        if let Some(pem) = &self.identity_pem {
+            let identity = reqwest::Identity::from_pem(pem)
+                .map_err(|source| ClientError::Identity { source })?;
+            http = http.identity(identity);
         }
         let http = http
             .build()
@@ -336,6 +357,7 @@ impl Client {
     /// A builder for a client with non-default settings.
     pub fn builder(base_url: &str, auth: Auth) -> ClientBuilder {
         ClientBuilder {
+            identity_pem: None,
             base_url: base_url.to_owned(),
             auth,
             ca_pem: None,

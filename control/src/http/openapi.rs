@@ -418,9 +418,7 @@ fn build() -> Value {
 
 /// The CA certificate, `/ipxe/`, enrollment, tokens and credentials.
 fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) {
-    let text = |desc: &str, mime: &str| {
-        json!({"200": {"description": desc, "content": {mime: {"schema": {"type": "string"}}}}})
-    };
+    let text = |desc: &str, mime: &str| json!({"200": {"description": desc, "content": {mime: {"schema": {"type": "string"}}}}});
     schemas.insert(
         "Enrolled".into(),
         json!({"type": "object", "properties": {
@@ -470,9 +468,13 @@ fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Va
             "requestBody": request(json!({"csr": {"type": "string"}}), &["csr"]),
             "responses": enrolled(&["400", "401", "403", "426"])}}),
     );
-    let mut token = ok("200", "The token, shown once.", json!({"type": "object", "properties": {
+    let mut token = ok(
+        "200",
+        "The token, shown once.",
+        json!({"type": "object", "properties": {
         "token": {"type": "string"}, "expires_at": {"type": "string"}
-    }, "required": ["token", "expires_at"], "additionalProperties": false}));
+    }, "required": ["token", "expires_at"], "additionalProperties": false}),
+    );
     token.extend(error_responses(&["400", "401", "403", "426"]));
     paths.insert(
         "/api/v1/enroll-tokens/".into(),
@@ -489,9 +491,13 @@ fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Va
             "revoked_at": {"type": ["string", "null"]}, "revoke_reason": {"type": ["string", "null"]}
         }, "required": ["id", "serial", "kind", "identity", "not_after", "created_at", "revoked_at", "revoke_reason"], "additionalProperties": false}),
     );
-    let mut list = ok("200", "Newest first.", json!({"type": "object", "properties": {
+    let mut list = ok(
+        "200",
+        "Newest first.",
+        json!({"type": "object", "properties": {
         "items": {"type": "array", "items": schema_ref("Credential")}, "total": {"type": "integer"}
-    }, "required": ["items", "total"], "additionalProperties": false}));
+    }, "required": ["items", "total"], "additionalProperties": false}),
+    );
     list.extend(error_responses(&["400", "401", "403", "426"]));
     paths.insert(
         "/api/v1/credentials/".into(),

@@ -1,0 +1,154 @@
+//! The real `mprov-jobserver` against a control service on HTTPS: its first
+//! start enrolls with a one-time token and follows the boot config with its
+//! own certificate; a restart reuses the certificate without a token; a
+//! revoked certificate stops it from reading anything.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mprov_control::db::Db;
+use mprov_control::http;
+use mprov_control::secrets::SecretBox;
+use mprov_control::signer::SignerClient;
+use mprov_control::{enroll, tls};
+use rustls::pki_types::pem::PemObject as _;
+use tokio_util::sync::CancellationToken;
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the job server following `url`; its log goes to `log`.
+fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>) -> KillOnDrop {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
+    cmd.env_clear()
+        .args(["--control-url", url, "--name", "js1"])
+        .arg("--ca-file")
+        .arg(dir.join("tls/ca.crt"))
+        .arg("--state-dir")
+        .arg(dir.join("js"))
+        .arg("--enroll-token-file")
+        .arg(dir.join("no-token-file"))
+        .arg("--apikey-file")
+        .arg(dir.join("no-apikey-file"))
+        .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
+        .args(["--metrics", "127.0.0.1:0", "--log", "info"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    if let Some(t) = token {
+        cmd.args(["--enroll-token", t]);
+    }
+    KillOnDrop(cmd.spawn().expect("start mprov-jobserver"))
+}
+
+/// Waits (bounded) until the log holds `what`; the log.
+fn wait_log(log: &Path, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains(what) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {what:?} in the job server's log:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobserver_enrolls_then_follows_with_its_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let db_url = format!("sqlite://{}?mode=rwc", d.join("c.sqlite3").display());
+    let tls_dir = d.join("tls");
+    let config = Arc::new(super::config_with(
+        &db_url,
+        &["--tls-dir", tls_dir.to_str().unwrap()],
+    ));
+    let db = Db::open(&db_url).await.unwrap();
+    let signer = SignerClient::in_process(&tls_dir, "mpcc").unwrap();
+    let material = tls::prepare(&config, &signer).await.unwrap();
+    let server_config = tls::server_config(&material).unwrap();
+    let state = Arc::new(
+        http::Inner::new(db.clone(), config, SecretBox::new("k"))
+            .with_ca(material.ca_pem.clone())
+            .with_signer(signer),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let server = tokio::spawn(http::serve_tls(
+        listener,
+        server_config,
+        state,
+        stop.clone(),
+    ));
+    let token = enroll::create_token(&db, "js1", Duration::from_secs(3600))
+        .await
+        .unwrap()
+        .token;
+
+    let (u, dd) = (url.clone(), d.clone());
+    tokio::task::spawn_blocking(move || {
+        // First start: enrolls with the token, then follows over mTLS.
+        let log = dd.join("js-1.log");
+        let js = jobserver(&u, &dd, &log, Some(&token));
+        let text = wait_log(&log, "new boot config");
+        assert!(text.contains("enrolled as job server js1"), "{text}");
+        assert!(
+            text.contains("as job server js1 (client certificate)"),
+            "{text}"
+        );
+        drop(js);
+        let key = dd.join("js/identity/jobserver.key");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&key).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600, "the key is owner-only");
+
+        // Second start: no token, the kept certificate.
+        let log = dd.join("js-2.log");
+        let js = jobserver(&u, &dd, &log, None);
+        let text = wait_log(&log, "new boot config");
+        assert!(
+            !text.contains("enrolled as"),
+            "no second enrollment: {text}"
+        );
+        drop(js);
+    })
+    .await
+    .unwrap();
+
+    // The credential is on record; revoked, the job server reads nothing.
+    assert!(enroll::jobserver_enrolled(&db).await.unwrap());
+    let cert = std::fs::read(d.join("js/identity/jobserver.crt")).unwrap();
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(&cert).unwrap();
+    let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
+    let serial = hex::encode(parsed.raw_serial());
+    assert!(enroll::revoke_serial(&db, &serial, "test").await.unwrap());
+    let (u, dd) = (url.clone(), d.clone());
+    tokio::task::spawn_blocking(move || {
+        let log = dd.join("js-3.log");
+        let js = jobserver(&u, &dd, &log, None);
+        let text = wait_log(&log, "revoked");
+        assert!(
+            !text.contains("new boot config"),
+            "a revoked job server got the inventory: {text}"
+        );
+        drop(js);
+    })
+    .await
+    .unwrap();
+    stop.cancel();
+    server.await.unwrap().unwrap();
+}
