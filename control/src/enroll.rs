@@ -72,28 +72,55 @@ pub async fn create_token(db: &Db, name: &str, ttl: Duration) -> Result<NewToken
     Ok(NewToken { token, expires_at })
 }
 
-/// Whether `token` is known, unused, and good for at least another hour.
-pub async fn token_usable(db: &Db, token: &str) -> Result<bool, sqlx::Error> {
-    let Some((prefix, secret)) = secrets::split_api_key(token) else {
-        return Ok(false);
+/// What a presented enrollment token is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    /// Not one of ours (or the secret does not match).
+    Unknown,
+    /// Already used, at this time.
+    Used(String),
+    /// Good until this time (it may have passed).
+    Unused {
+        /// The token's prefix.
+        prefix: String,
+        /// When it expires.
+        expires_at: String,
+    },
+}
+
+async fn token_state(db: &Db, token: &str) -> Result<Token, sqlx::Error> {
+    let Some((prefix, secret)) = secrets::split_api_key(token.trim()) else {
+        return Ok(Token::Unknown);
     };
     let mut sql = db.sql();
     sql.push("SELECT hash, expires_at, used_at FROM enroll_tokens WHERE prefix = ");
     sql.bind(Val::Text(Some(prefix.to_owned())));
     let Some(row) = sql.query().fetch_optional(db.pool()).await? else {
-        return Ok(false);
+        return Ok(Token::Unknown);
     };
     let hash: String = row.try_get("hash")?;
-    let used: Option<String> = row.try_get("used_at").unwrap_or(None);
-    let expires: String = row.try_get("expires_at")?;
+    if !secrets::hashes_equal(&secrets::hash_api_secret(secret), &hash) {
+        return Ok(Token::Unknown);
+    }
+    Ok(
+        match row.try_get::<Option<String>, _>("used_at").unwrap_or(None) {
+            Some(at) => Token::Used(at),
+            None => Token::Unused {
+                prefix: prefix.to_owned(),
+                expires_at: row.try_get("expires_at")?,
+            },
+        },
+    )
+}
+
+/// Whether `token` is known, unused, and good for at least another hour.
+pub async fn token_usable(db: &Db, token: &str) -> Result<bool, sqlx::Error> {
     let soon = jiff::Timestamp::now()
         .checked_add(jiff::SignedDuration::from_hours(1))
         .map(format_ts)
         .unwrap_or_default();
     Ok(
-        secrets::hashes_equal(&secrets::hash_api_secret(secret), &hash)
-            && used.is_none()
-            && expires > soon,
+        matches!(token_state(db, token).await?, Token::Unused { expires_at, .. } if expires_at > soon),
     )
 }
 
@@ -113,35 +140,22 @@ pub async fn enroll_jobserver(
     Json(body): Json<JobserverEnrollment>,
 ) -> Result<Json<Enrolled>, ApiError> {
     let refused = |m: &str| ApiError::Unauthorized(m.to_owned());
-    let (prefix, secret) = secrets::split_api_key(body.token.trim())
-        .ok_or_else(|| refused("the enrollment token is not valid"))?;
     let db = &st.db;
-    let mut sql = db.sql();
-    sql.push("SELECT hash, expires_at, used_at FROM enroll_tokens WHERE prefix = ");
-    sql.bind(Val::Text(Some(prefix.to_owned())));
-    let row = sql
-        .query()
-        .fetch_optional(db.pool())
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| refused("the enrollment token is not valid"))?;
-    let hash: String = row.try_get("hash").map_err(internal)?;
-    if !secrets::hashes_equal(&secrets::hash_api_secret(secret), &hash) {
-        return Err(refused("the enrollment token is not valid"));
-    }
-    let used: Option<String> = row.try_get("used_at").unwrap_or(None);
-    if let Some(at) = used {
-        tracing::warn!(prefix, "enrollment: a used token was presented again");
-        return Err(refused(&format!(
-            "this enrollment token was already used at {at}; make a new one"
-        )));
-    }
-    let expires: String = row.try_get("expires_at").map_err(internal)?;
-    if expires <= now() {
-        return Err(refused(&format!(
-            "this enrollment token expired at {expires}; make a new one"
-        )));
-    }
+    let prefix = match token_state(db, &body.token).await.map_err(internal)? {
+        Token::Unknown => return Err(refused("the enrollment token is not valid")),
+        Token::Used(at) => {
+            tracing::warn!("enrollment: a used token was presented again");
+            return Err(refused(&format!(
+                "this enrollment token was already used at {at}; make a new one"
+            )));
+        }
+        Token::Unused { expires_at, .. } if expires_at <= now() => {
+            return Err(refused(&format!(
+                "this enrollment token expired at {expires_at}; make a new one"
+            )));
+        }
+        Token::Unused { prefix, .. } => prefix,
+    };
     let (cert_pem, serial, not_after) = sign(
         &st,
         Profile::Jobserver,
@@ -158,7 +172,7 @@ pub async fn enroll_jobserver(
     sql.push(", used_by = ");
     sql.bind(Val::Text(Some(body.name.clone())));
     sql.push(" WHERE prefix = ");
-    sql.bind(Val::Text(Some(prefix.to_owned())));
+    sql.bind(Val::Text(Some(prefix)));
     sql.push(" AND used_at IS NULL");
     let consumed = sql.query().execute(&mut *tx).await.map_err(internal)?;
     if consumed.rows_affected() != 1 {
