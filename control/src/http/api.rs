@@ -228,6 +228,49 @@ async fn update(
     Ok(Json(obj))
 }
 
+/// `PUT` / `DELETE /api/v1/images/{key}/hosts/{jobserver}`: a job server
+/// says it holds (or no longer holds) an image's current version. Idempotent;
+/// the image with its hosts.
+pub async fn image_host(
+    State(st): State<AppState>,
+    method: axum::http::Method,
+    Path((key, jobserver)): Path<(String, String)>,
+) -> Result<Json<Obj>, ApiError> {
+    let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::Internal(format!("no kind {n}")));
+    let images = kind("images")?;
+    let js = st.db.get(kind("jobservers")?, &jobserver).await?;
+    let js_id = js
+        .get("id")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| ApiError::Internal("a job server without an id".into()))?;
+    let image = st.db.get(images, &key).await?;
+    let mut hosts: Vec<i64> = image
+        .get("jobservers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_i64)
+        .collect();
+    let before = hosts.clone();
+    if method == axum::http::Method::DELETE {
+        hosts.retain(|h| *h != js_id);
+    } else if !hosts.contains(&js_id) {
+        hosts.push(js_id);
+    }
+    if hosts == before {
+        return Ok(Json(image));
+    }
+    let body = json!({ "jobservers": hosts });
+    let body = body
+        .as_object()
+        .ok_or_else(|| ApiError::Internal("not an object".into()))?;
+    let prepared =
+        crud::validate(images, body, Mode::Update, &st.secrets, "").map_err(invalid_rows)?;
+    let obj = st.db.update(images, &key, prepared).await?;
+    st.changed.notify_waiters();
+    Ok(Json(obj))
+}
+
 /// `GET /api/v1/`: what the API has.
 pub async fn index() -> Json<Value> {
     let kinds: Vec<Value> = KINDS

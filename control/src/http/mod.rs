@@ -99,7 +99,11 @@ pub fn router(state: AppState) -> Router {
             post(crate::enroll::revoke_credential),
         )
         .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
-        .route("/api/v1/systems/{key}/config", get(api::effective_config));
+        .route("/api/v1/systems/{key}/config", get(api::effective_config))
+        .route(
+            "/api/v1/images/{key}/hosts/{jobserver}",
+            axum::routing::put(api::image_host).delete(api::image_host),
+        );
     for kind in KINDS {
         api = api::kind_routes(api, kind);
     }

@@ -508,6 +508,17 @@ fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Va
             ],
             "responses": list}}),
     );
+    let mut hosted = ok("200", "The image with its hosts.", schema_ref("Image"));
+    hosted.extend(error_responses(&["401", "403", "404", "426"]));
+    paths.insert(
+        "/api/v1/images/{key}/hosts/{jobserver}".into(),
+        json!({"parameters": [
+                {"name": "key", "in": "path", "required": true, "schema": {"type": "string"}},
+                {"name": "jobserver", "in": "path", "required": true, "schema": {"type": "string"}}
+            ],
+            "put": {"tags": ["images"], "summary": "The job server holds the image's current version (a job server may say so of itself)", "responses": hosted.clone()},
+            "delete": {"tags": ["images"], "summary": "The job server no longer holds it", "responses": hosted}}),
+    );
     let mut revoked = ok("200", "Revoked.", json!({"type": "object"}));
     revoked.extend(error_responses(&["400", "401", "403", "404", "426"]));
     paths.insert(

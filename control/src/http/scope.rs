@@ -8,7 +8,8 @@
 //!   entries, and renewing its certificate.
 //! - A **job server's** certificate: every inventory read except accounts
 //!   and credentials, its own job-server row (heartbeats), the jobs it
-//!   claimed, and renewing its certificate.
+//!   claimed, which images it hosts (`/api/v1/images/{key}/hosts/{itself}`),
+//!   and renewing its certificate.
 //! - The old **shared API key**, per `MPROV_SHARED_KEY_MODE`: `all` as an
 //!   admin (the default, warned about at start), `nodes` only the node-self
 //!   paths above (for any node: the key cannot say which), `off` refused.
@@ -223,6 +224,13 @@ async fn jobserver(
             } else {
                 Err(deny())
             }
+        }
+        // Its own image hosting: /api/v1/images/{key}/hosts/{itself}.
+        ("images", Some(_), Some(rest))
+            if matches!(*method, Method::PUT | Method::DELETE)
+                && rest.strip_prefix("hosts/") == Some(name) =>
+        {
+            Ok(())
         }
         ("jobs", Some(key), None) if *method == Method::PATCH => {
             let jobs = kinds::kind("jobs").ok_or_else(deny)?;

@@ -173,6 +173,8 @@ fn expected(who: Who, mode: &str, method: &str, path: &str, ids: &Ids) -> bool {
                 || (path.starts_with("/api/v1/") && !private && read)
                 || (method == "PATCH" && path == "/api/v1/jobservers/js1")
                 || (method == "PATCH" && path == format!("/api/v1/jobs/{}", ids.own_job))
+                || (matches!(method, "PUT" | "DELETE")
+                    && path == "/api/v1/images/no-such-image/hosts/js1")
         }
         Who::Shared => match mode {
             "all" => true,
@@ -428,6 +430,36 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
         }
     }
     assert!(checked > 300, "walked only {checked} requests");
+
+    // A job server says which images it holds: itself only.
+    let js = Cred::Cert(jobserver.clone());
+    let (status, _) = send(&c.app, "PUT", "/api/v1/images/compute/hosts/js2", &js, None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    c.ok(
+        "PATCH",
+        "/api/v1/images/compute",
+        Some(json!({"jobservers": []})),
+    )
+    .await;
+    let (status, v) = send(&c.app, "PUT", "/api/v1/images/compute/hosts/js1", &js, None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["jobservers"], json!([js1["id"]]), "{v}");
+    let (_, again) = send(&c.app, "PUT", "/api/v1/images/compute/hosts/js1", &js, None).await;
+    assert_eq!(
+        again["jobservers"],
+        json!([js1["id"]]),
+        "idempotent: {again}"
+    );
+    let (status, v) = send(
+        &c.app,
+        "DELETE",
+        "/api/v1/images/compute/hosts/js1",
+        &js,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["jobservers"], json!([]), "{v}");
     assert!(
         violations.is_empty(),
         "{} violations of {checked}:\n{}",
