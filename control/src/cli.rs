@@ -264,7 +264,7 @@ async fn serve(settings: Settings) -> Result<()> {
     tls::site_cert(&config).context("cannot set up TLS")?;
     tls::ensure_dir(&config.tls_dir).context("cannot set up TLS")?;
     // Started as root, the helper and this service each become their own
-    // system user; MPROV_USER=root keeps this service root (not advised).
+    // system user; MPROV_SERVICE_USER=root keeps this service root (not advised).
     let root = privileges::is_root();
     let web_user = match &config.user {
         Some(name) if root => Some(privileges::system_user(name)?),
@@ -340,7 +340,7 @@ async fn serve(settings: Settings) -> Result<()> {
                     .open(&db)
                     .with_context(|| {
                         format!(
-                            "the web service's user {} cannot open {}: make the folders above it searchable by that user (chmod o+x), or set MPROV_USER=root",
+                            "the web service's user {} cannot open {}: make the folders above it searchable by that user (chmod o+x), or set MPROV_SERVICE_USER=root",
                             user.name,
                             db.display()
                         )
@@ -352,7 +352,9 @@ async fn serve(settings: Settings) -> Result<()> {
                 config.signer_user.as_deref().unwrap_or("root")
             );
         }
-        None if root => tracing::warn!("MPROV_USER=root: the web service keeps running as root"),
+        None if root => {
+            tracing::warn!("MPROV_SERVICE_USER=root: the web service keeps running as root")
+        }
         None => tracing::info!(
             "not started as root: the web service and the signing helper share this user"
         ),

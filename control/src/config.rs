@@ -55,7 +55,11 @@ pub struct Settings {
     pub tls_key: Option<PathBuf>,
     /// The system user the web service becomes when started as root (made
     /// if missing); `root` keeps it root.
-    #[arg(long, env = "MPROV_USER", default_value = "mprov")]
+    #[arg(
+        long = "service-user",
+        env = "MPROV_SERVICE_USER",
+        default_value = "mprov"
+    )]
     pub user: String,
     /// The system user the signing helper becomes when started as root.
     #[arg(long, env = "MPROV_SIGNER_USER", default_value = "mprov-signer")]

@@ -47,6 +47,7 @@ impl TestContext {
             .env("MPROV_LISTEN", "127.0.0.1:0")
             .env("MPROV_LISTEN_FILE", &port_file)
             .env("MPROV_HTTPS_LISTEN", "127.0.0.1:0")
+            .env("MPROV_HTTPS_LISTEN_FILE", dir.path().join("listen-https"))
             .env("MPROV_SUPERUSER_PASSWORD", PASSWORD)
             .env("MPROV_MPCC_HOSTNAME", "mpcc")
             .env("MPROV_LOG", "warn")
@@ -305,6 +306,37 @@ fn add_list_show_edit_delete() {
     let err = ctx.fails(ctx.mash().args(["systems", "add", "hostname=bad_name!"]));
     assert!(err.contains("400 Bad Request"), "{err}");
     ctx.cleanup();
+}
+
+/// mash over HTTPS, trusting the install's own CA: the optional client
+/// certificate the listener asks for does not get in its way.
+#[test]
+fn over_https_with_the_install_ca() {
+    let mut ctx = TestContext::start().expect("server");
+    let https = ctx
+        .wait_until_listening(&ctx.dir.path().join("listen-https"))
+        .expect("https address");
+    let ca = ctx.dir.path().join("var/tls/ca.crt");
+    let out = run(ctx
+        .mash()
+        .env("MPROV_URL", format!("https://{https}"))
+        .env("MPROV_CA_CERT", &ca)
+        .args(["systems", "list", "--json"]));
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        ctx.log()
+    );
+    let listed: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(ids(&listed).contains(&"mpcc"), "{listed}");
+    // Without the CA, the certificate is not trusted: a clear refusal.
+    let err = ctx.fails(
+        ctx.mash()
+            .env("MPROV_URL", format!("https://{https}"))
+            .args(["systems", "list"]),
+    );
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
 }
 
 #[test]
