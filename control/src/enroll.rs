@@ -156,7 +156,7 @@ pub async fn enroll_jobserver(
         }
         Token::Unused { prefix, .. } => prefix,
     };
-    let (cert_pem, serial, not_after) = sign(
+    let (enrolled, serial) = sign(
         &st,
         Profile::Jobserver,
         &body.name,
@@ -180,18 +180,18 @@ pub async fn enroll_jobserver(
             "this enrollment token was used by another request at the same time",
         ));
     }
-    record(db, &mut tx, "jobserver", &body.name, &serial, &not_after).await?;
+    record(
+        db,
+        &mut tx,
+        "jobserver",
+        &body.name,
+        &serial,
+        &enrolled.not_after,
+    )
+    .await?;
     tx.commit().await.map_err(internal)?;
     tracing::info!(name = %body.name, %serial, "enrollment: job server enrolled");
-    Ok(Json(Enrolled {
-        certificate: cert_pem,
-        ca: st
-            .signer
-            .as_ref()
-            .map(|s| s.ca_pem().to_owned())
-            .unwrap_or_default(),
-        not_after,
-    }))
+    Ok(Json(enrolled))
 }
 
 async fn revoke_identity(
@@ -354,8 +354,7 @@ pub async fn enroll_node(
         )));
     }
     let hostname: String = row.try_get("hostname").map_err(internal)?;
-    let (cert_pem, serial, not_after) =
-        sign(&st, Profile::Node, &hostname, body.csr, NODE_DAYS).await?;
+    let (enrolled, serial) = sign(&st, Profile::Node, &hostname, body.csr, NODE_DAYS).await?;
     let mut tx = db.pool().begin().await.map_err(internal)?;
     let mut sql = db.sql();
     sql.push("UPDATE enroll_nonces SET used_at = ");
@@ -375,18 +374,10 @@ pub async fn enroll_node(
             "this enrollment nonce was used by another request at the same time",
         ));
     }
-    record(db, &mut tx, "node", &hostname, &serial, &not_after).await?;
+    record(db, &mut tx, "node", &hostname, &serial, &enrolled.not_after).await?;
     tx.commit().await.map_err(internal)?;
     tracing::info!(%hostname, %serial, "enrollment: node enrolled");
-    Ok(Json(Enrolled {
-        certificate: cert_pem,
-        ca: st
-            .signer
-            .as_ref()
-            .map(|s| s.ca_pem().to_owned())
-            .unwrap_or_default(),
-        not_after,
-    }))
+    Ok(Json(enrolled))
 }
 
 /// `POST /enroll/renew/`: over mTLS, a new certificate for the same
@@ -405,7 +396,7 @@ pub async fn renew(
         "node" => (Profile::Node, NODE_DAYS),
         _ => (Profile::Jobserver, JOBSERVER_DAYS),
     };
-    let (cert_pem, serial, not_after) = sign(&st, profile, &agent.identity, body.csr, days).await?;
+    let (enrolled, serial) = sign(&st, profile, &agent.identity, body.csr, days).await?;
     let db = &st.db;
     let mut tx = db.pool().begin().await.map_err(internal)?;
     record(
@@ -414,31 +405,23 @@ pub async fn renew(
         &agent.kind,
         &agent.identity,
         &serial,
-        &not_after,
+        &enrolled.not_after,
     )
     .await?;
     tx.commit().await.map_err(internal)?;
     tracing::info!(kind = %agent.kind, identity = %agent.identity, %serial, "enrollment: renewed");
-    Ok(Json(Enrolled {
-        certificate: cert_pem,
-        ca: st
-            .signer
-            .as_ref()
-            .map(|s| s.ca_pem().to_owned())
-            .unwrap_or_default(),
-        not_after,
-    }))
+    Ok(Json(enrolled))
 }
 
-/// Has the helper sign `csr` for `identity`; a refusal is a 400 with the
-/// helper's reason.
+/// Has the helper sign `csr` for `identity`: the reply for the agent, and
+/// the certificate's serial. A refusal is a 400 with the helper's reason.
 async fn sign(
     st: &AppState,
     profile: Profile,
     identity: &str,
     csr: String,
     days: u32,
-) -> Result<(String, String, String), ApiError> {
+) -> Result<(Enrolled, String), ApiError> {
     let signer = st
         .signer
         .as_ref()
@@ -456,11 +439,14 @@ async fn sign(
             serial,
             not_after,
         }) => Ok((
-            cert_pem,
+            Enrolled {
+                certificate: cert_pem,
+                ca: signer.ca_pem().to_owned(),
+                not_after: jiff::Timestamp::from_second(not_after)
+                    .map(format_ts)
+                    .unwrap_or_default(),
+            },
             serial,
-            jiff::Timestamp::from_second(not_after)
-                .map(format_ts)
-                .unwrap_or_default(),
         )),
         Ok(SignReply::Refused { reason }) => Err(ApiError::bad_request("csr_refused", reason)),
         Err(err) => Err(ApiError::Internal(err.to_string())),

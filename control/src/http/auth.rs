@@ -137,7 +137,15 @@ async fn api_key(state: &AppState, key: &str) -> Result<Principal, ApiError> {
     let (prefix, secret) = secrets::split_api_key(key).ok_or_else(bad)?;
     let db = &state.db;
     let mut sql = db.sql();
-    sql.push("SELECT id, name, hash, expires_at, revoked FROM api_keys WHERE prefix = ");
+    // The shared key's prefix comes along in the same query: no second
+    // round trip on every request.
+    sql.push(
+        "SELECT id, name, hash, expires_at, revoked, (SELECT value FROM settings WHERE name = ",
+    );
+    sql.bind(Val::Text(Some(
+        crate::first_start::SHARED_KEY_SETTING.to_owned(),
+    )));
+    sql.push(") AS shared_prefix FROM api_keys WHERE prefix = ");
     sql.bind(Val::Text(Some(prefix.to_owned())));
     let row = sql
         .query()
@@ -166,12 +174,8 @@ async fn api_key(state: &AppState, key: &str) -> Result<Principal, ApiError> {
     }
     let id = crate::db::int(&row, "id").map_err(|e| ApiError::Internal(e.to_string()))?;
     let name: String = row.try_get("name").unwrap_or_default();
-    let shared = state
-        .db
-        .setting(crate::first_start::SHARED_KEY_SETTING)
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
-        .is_some_and(|p| p == prefix);
+    let shared_prefix: Option<String> = row.try_get("shared_prefix").unwrap_or(None);
+    let shared = shared_prefix.as_deref() == Some(prefix);
     Ok(Principal::ApiKey { id, name, shared })
 }
 

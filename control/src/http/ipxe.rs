@@ -127,13 +127,8 @@ pub async fn ipxe(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<R
     };
     let nonce = crate::enroll::mint_nonce(&st.db, system_id).await?;
     let fingerprint = st
-        .ca_pem
+        .ca_fingerprint
         .as_deref()
-        .and_then(|pem| {
-            use rustls::pki_types::pem::PemObject as _;
-            rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).ok()
-        })
-        .map(|der| crate::tls::fingerprint(&der))
         .ok_or_else(|| ApiError::Internal("no CA certificate to pin".into()))?;
     let args = vec![
         format!("mprov_enroll={nonce}"),

@@ -45,6 +45,9 @@ pub struct Inner {
     pub changed: tokio::sync::Notify,
     /// The CA certificate (PEM) served at `/ca.crt`, once TLS is set up.
     pub ca_pem: Option<String>,
+    /// Its SHA-256 fingerprint, which `/ipxe/` pins on every boot line;
+    /// set with `ca_pem` by [`Inner::with_ca`].
+    pub ca_fingerprint: Option<String>,
     /// The signing helper, once TLS is set up.
     pub signer: Option<crate::signer::SignerClient>,
 }
@@ -59,6 +62,7 @@ impl Inner {
             passwords: auth::PasswordCache::default(),
             changed: tokio::sync::Notify::new(),
             ca_pem: None,
+            ca_fingerprint: None,
             signer: None,
         }
     }
@@ -73,6 +77,10 @@ impl Inner {
     /// Serves `ca_pem` at `/ca.crt`.
     #[must_use]
     pub fn with_ca(mut self, ca_pem: String) -> Inner {
+        use rustls::pki_types::pem::PemObject as _;
+        self.ca_fingerprint = rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes())
+            .ok()
+            .map(|der| crate::tls::fingerprint(&der));
         self.ca_pem = Some(ca_pem);
         self
     }

@@ -66,16 +66,22 @@ fn curl(args: &[&str]) -> (bool, String) {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn https_certificates_from_outside() {
+/// Runs `check` (blocking: it starts processes and waits on them) with a
+/// fresh folder and an SQLite database.
+async fn on_sqlite(check: fn(&Path, &str)) {
     let db = TestDb::new(Engine::Sqlite).await;
     let url = db.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_owned();
-    tokio::task::spawn_blocking(move || check_https(&d, &url))
+    tokio::task::spawn_blocking(move || check(&d, &url))
         .await
         .unwrap();
     db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_certificates_from_outside() {
+    on_sqlite(check_https).await;
 }
 
 fn check_https(dir: &Path, url: &str) {
@@ -360,14 +366,7 @@ fn body_of(p: &Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn site_certificate_and_settings_that_stop_the_start() {
-    let db = TestDb::new(Engine::Sqlite).await;
-    let url = db.url.clone();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_owned();
-    tokio::task::spawn_blocking(move || check_site(&d, &url))
-        .await
-        .unwrap();
-    db.cleanup().await;
+    on_sqlite(check_site).await;
 }
 
 fn check_site(dir: &Path, url: &str) {
@@ -459,14 +458,7 @@ fn check_site(dir: &Path, url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_server_enrollment_and_mtls() {
-    let db = TestDb::new(Engine::Sqlite).await;
-    let url = db.url.clone();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_owned();
-    tokio::task::spawn_blocking(move || check_enrollment(&d, &url))
-        .await
-        .unwrap();
-    db.cleanup().await;
+    on_sqlite(check_enrollment).await;
 }
 
 /// A key and CSR made by openssl; `extra` adds `-addext` arguments.
