@@ -29,16 +29,20 @@ pub const AGENT_UNIT: &str = "etc/systemd/system/mprov-agent.service";
 /// The symlink that enables the unit.
 pub const AGENT_WANTS: &str = "etc/systemd/system/multi-user.target.wants/mprov-agent.service";
 
+/// The agent's unit. It runs a command the agent has today (`cmdline`:
+/// the boot's `mprov_*` parameters, nonce redacted, into the journal); the
+/// post-boot script-runner and certificate renewal take its place when the
+/// agent gains them.
 const UNIT: &str = "\
 [Unit]
-Description=mProv node agent: post-boot scripts
+Description=mProv node agent: after boot, records the mprov_* boot parameters in the journal
 Wants=network-online.target
 After=network-online.target
 
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStart=/usr/libexec/mprov/mprov-agent script-runner -s -b
+ExecStart=/usr/libexec/mprov/mprov-agent cmdline
 
 [Install]
 WantedBy=multi-user.target
