@@ -7,8 +7,7 @@
 //! `<root>/images/...` is served as `/images/...`; every `/images/` body is a
 //! stream under admission control (threshold 0) with `max_streams` permits
 //! (default 1024, i.e. effectively unlimited for a benchmark). Binds
-//! 127.0.0.1 only, and stops on Ctrl-C or SIGTERM. `MPROV_CHUNK_SIZE` sets
-//! the file read size in bytes (for tuning runs).
+//! 127.0.0.1 only, and stops on Ctrl-C or SIGTERM.
 
 use std::sync::Arc;
 
@@ -37,9 +36,6 @@ async fn main() -> Result<()> {
     let mut config = Config::new(root);
     config.max_streams = max_streams;
     config.stream_threshold = 0;
-    if let Ok(size) = std::env::var("MPROV_CHUNK_SIZE") {
-        config.chunk_size = size.parse().context("MPROV_CHUNK_SIZE")?;
-    }
     let (_tx, rx) = watch::channel(Arc::new(BootConfig::default()));
     let state = ImageState::new(config, rx);
     let listener = TcpListener::bind(("127.0.0.1", port))

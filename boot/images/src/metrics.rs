@@ -78,8 +78,8 @@ impl Metrics {
         self.bytes_served.get()
     }
 
-    pub(crate) fn count_status(&self, status: StatusCode) {
-        let class = match status.as_u16() {
+    pub(crate) fn count_status(&self, status: u16) {
+        let class = match status {
             100..=199 => "1xx",
             200..=299 => "2xx",
             300..=399 => "3xx",

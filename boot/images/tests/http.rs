@@ -17,7 +17,8 @@ use axum::http::Request;
 use mprov_api::boot::{BootConfig, BootHost};
 use mprov_images::{Config, Download, ImageState, Outcome, metrics_router, serve};
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -45,6 +46,10 @@ struct TestContext {
 
 impl TestContext {
     async fn new(max_streams: usize) -> Result<Self> {
+        Self::with(max_streams, |_| {}).await
+    }
+
+    async fn with(max_streams: usize, tune: impl FnOnce(&mut Config)) -> Result<Self> {
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
             .with_env_filter("mprov_images=debug")
@@ -64,6 +69,7 @@ impl TestContext {
         config.max_streams = max_streams;
         config.stream_threshold = 0;
         config.drain = Duration::from_secs(1);
+        tune(&mut config);
         let boot_config = BootConfig {
             hosts: vec![BootHost {
                 mac: None,
@@ -474,9 +480,161 @@ async fn shutdown_drops_open_streams_after_the_drain() -> Result<()> {
     assert_eq!(downloads.len(), 1);
     assert_eq!(
         downloads[0].outcome,
-        Outcome::Failed("connection closed".into())
+        Outcome::Failed("the server shut down".into())
     );
     stream.kill().await?;
     drop(dir);
     Ok(())
+}
+
+/// Sends `request` on a fresh connection and reads until the server closes
+/// it (bounded by 20 s).
+async fn raw(addr: SocketAddr, request: &[u8]) -> Result<String> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.write_all(request).await?;
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut reply))
+        .await
+        .context("the server did not close the connection")??;
+    Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_with_curl_and_resume_with_wget() -> Result<()> {
+    let ctx = TestContext::new(4).await?;
+    // One curl run, two downloads: the second reuses the connection.
+    let (first, second) = (ctx.out("first"), ctx.out("second"));
+    let output = Command::new("curl")
+        .args(["-sS", "-v", "--max-time", "60"])
+        .args(["-o", first.to_str().unwrap(), &ctx.url(IMAGE)])
+        .args(["-o", second.to_str().unwrap(), &ctx.url("/boot/ipxe.efi")])
+        .stdin(Stdio::null())
+        .output()
+        .await?;
+    ensure!(output.status.success(), "curl failed");
+    let verbose = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        verbose.contains("Re-using existing connection"),
+        "{verbose}"
+    );
+    assert!(std::fs::read(&first)? == ctx.image);
+    assert_eq!(std::fs::read(&second)?, b"MZ not really an EFI binary");
+
+    // wget -c finishes a partial file with a range request.
+    let partial = ctx.out("partial");
+    std::fs::write(&partial, &ctx.image[..1_000_000])?;
+    let status = Command::new("wget")
+        .args(["-q", "-c", "-O", partial.to_str().unwrap(), &ctx.url(IMAGE)])
+        .stdin(Stdio::null())
+        .status()
+        .await?;
+    ensure!(status.success(), "wget -c failed: {status}");
+    assert!(
+        std::fs::read(&partial)? == ctx.image,
+        "resumed file differs"
+    );
+    ctx.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelining_and_refused_requests() -> Result<()> {
+    let ctx = TestContext::new(4).await?;
+    // Three pipelined requests in one write: answered in order, the HEAD of
+    // a missing file with no body (else the third reply would be garbled).
+    let reply = raw(
+        ctx.addr,
+        b"GET /boot/ipxe.efi HTTP/1.1\r\nHost: x\r\n\r\n\
+          HEAD /boot/missing HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /boot/ipxe.efi HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await?;
+    let parts: Vec<&str> = reply.split("HTTP/1.1 ").skip(1).collect();
+    assert_eq!(parts.len(), 3, "{reply}");
+    assert!(parts[0].starts_with("200 OK\r\n"), "{reply}");
+    assert!(
+        parts[0].ends_with("\r\n\r\nMZ not really an EFI binary"),
+        "{reply}"
+    );
+    assert!(parts[1].starts_with("404 Not Found\r\n"), "{reply}");
+    assert!(parts[1].ends_with("\r\n\r\n"), "{reply}");
+    assert!(parts[2].contains("Connection: close\r\n"), "{reply}");
+    assert!(parts[2].ends_with("MZ not really an EFI binary"), "{reply}");
+
+    for (request, status) in [
+        (
+            &b"POST /images/x HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"[..],
+            "405",
+        ),
+        (
+            b"GET /boot/ipxe.efi HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+            "400",
+        ),
+        (
+            b"GET /boot/ipxe.efi HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "400",
+        ),
+        (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", "400"),
+        (
+            b"GET /boot/ipxe.efi HTTP/1.1\r\nConnection: close\r\n\r\n",
+            "200",
+        ),
+    ] {
+        let reply = raw(ctx.addr, request).await?;
+        assert!(
+            reply.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{request:?}: {reply}"
+        );
+        if status == "405" {
+            assert!(reply.contains("\r\nAllow: GET, HEAD\r\n"), "{reply}");
+        }
+    }
+    // A client that sends a body along with a refused request still reads
+    // its 405 (the server drains what it did not read before closing).
+    let mut put = b"PUT /images/x HTTP/1.1\r\nContent-Length: 32768\r\n\r\n".to_vec();
+    put.resize(put.len() + 32768, b'x');
+    let reply = raw(ctx.addr, &put).await?;
+    assert!(reply.starts_with("HTTP/1.1 405 "), "{reply}");
+    // curl uploading 3 MB gets the 405, not a reset.
+    let upload = format!("@{}", ctx.dir.path().join(IMAGE).display());
+    let (code, headers) = curl(&["-X", "PUT", "--data-binary", &upload, &ctx.url(IMAGE)]).await?;
+    assert_eq!(code, 405);
+    assert_eq!(header(&headers, "allow"), Some("GET, HEAD"));
+
+    let huge = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(20_000));
+    assert!(
+        raw(ctx.addr, huge.as_bytes())
+            .await?
+            .starts_with("HTTP/1.1 431 ")
+    );
+    ctx.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_heads_and_stalled_readers_are_dropped() -> Result<()> {
+    let ctx = TestContext::with(2, |config| {
+        config.head_timeout = Duration::from_secs(1);
+        config.stall_timeout = Duration::from_secs(1);
+    })
+    .await?;
+    // Half a head, then nothing: 408 and a close after the head timeout.
+    let reply = raw(ctx.addr, b"GET /boot/ipxe.efi HTTP/1.1\r\nHost:").await?;
+    assert!(reply.starts_with("HTTP/1.1 408 "), "{reply}");
+
+    // A client that asks for the big file and never reads: abandoned, and
+    // its permit comes back.
+    let mut stream = TcpStream::connect(ctx.addr).await?;
+    stream
+        .write_all(format!("GET /{BIG} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await?;
+    ctx.wait_for("the abandoned download", |c| !c.downloads().is_empty())
+        .await?;
+    let d = &ctx.downloads()[0];
+    assert_eq!(
+        d.outcome,
+        Outcome::Failed("the client stopped reading for 1 s".into())
+    );
+    assert!(d.bytes > 0 && d.bytes < BIG_LEN, "{} bytes", d.bytes);
+    assert_eq!(ctx.state.metrics().active_streams(), 0);
+    drop(stream);
+    ctx.cleanup().await
 }

@@ -25,6 +25,7 @@ pub const PACKAGES: &[&str] = &[
     // the lab: namespaces, clients nobody here wrote, the incumbents
     "iproute2",
     "curl",
+    "wget",
     "file",
     "tcpdump",
     "ndisc6",
