@@ -176,6 +176,67 @@ mod tests {
         assert!(h.keep_alive);
     }
 
+    /// The requests captured from real clients (the fuzz seeds) parse to
+    /// what those clients meant.
+    #[test]
+    fn captured_requests() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fuzz/corpus/http_request");
+        let seed = |name: &str| -> Vec<Head> {
+            let bytes = std::fs::read(dir.join(format!("seed-{name}"))).expect(name);
+            let mut rest = &bytes[..];
+            let mut heads = Vec::new();
+            while !rest.is_empty() {
+                let (head, n) = parse(rest).expect(name).expect(name);
+                heads.push(head);
+                rest = &rest[n..];
+            }
+            heads
+        };
+        let one = |name: &str| {
+            let mut heads = seed(name);
+            assert_eq!(heads.len(), 1, "{name}");
+            heads.remove(0)
+        };
+        let image = "/images/compute/3/rootfs.tar.zst";
+
+        let get = one("curl-get");
+        assert_eq!((get.method(), get.target.as_str()), (Method::Get, image));
+        assert!(get.keep_alive && !get.has_body && get.range.is_none());
+        assert_eq!(one("curl-range").range.as_deref(), Some("bytes=1000-1999"));
+        assert_eq!(one("curl-head").method(), Method::Head);
+        let conditional = one("curl-conditional");
+        assert_eq!(
+            conditional.if_none_match.as_deref(),
+            Some("\"1a2b-200000-17f0c3a1b2c3d4e5\"")
+        );
+        assert!(conditional.if_modified_since.is_some());
+        let if_range = one("curl-if-range");
+        assert_eq!(if_range.range.as_deref(), Some("bytes=0-9"));
+        assert_eq!(
+            if_range.if_range.as_deref(),
+            Some("\"1a2b-200000-17f0c3a1b2c3d4e5\"")
+        );
+        assert_eq!(one("curl-resume").range.as_deref(), Some("bytes=5120-"));
+        assert!(one("wget-keepalive").keep_alive);
+        let busybox = one("busybox-wget");
+        assert!(!busybox.keep_alive);
+        assert_eq!(busybox.target, "/images/compute/3/vmlinuz");
+        assert_eq!(
+            one("python-urllib-query").target,
+            "/images/compute/3/manifest.json?x=1%20y"
+        );
+        assert_eq!(
+            one("curl-path-escape").target,
+            "/images/%2e%2e/../etc/passwd"
+        );
+        let methods: Vec<Method> = seed("curl-pipelined-three")
+            .iter()
+            .map(Head::method)
+            .collect();
+        assert_eq!(methods, [Method::Get, Method::Get, Method::Head]);
+    }
+
     #[test]
     fn connection_and_body_rules() {
         assert!(!head("GET / HTTP/1.0\r\n\r\n").keep_alive);
