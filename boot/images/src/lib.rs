@@ -14,7 +14,7 @@
 //!
 //! # HTTP
 //!
-//! The server speaks HTTP/1.1 itself ([`conn`](crate::conn) says why hyper
+//! The server speaks HTTP/1.1 itself (`src/conn.rs` says why hyper
 //! is not used): `httparse` reads request heads, file bodies leave with
 //! `sendfile(2)` straight from the page cache. What a request gets is decided
 //! in `file.rs`: `Range` → `206 Partial Content` with `Content-Range`
