@@ -143,14 +143,25 @@ pub fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
+    // The image server gets worker threads of its own: `sendfile` reads the
+    // file in the calling thread, and an image that is not in the page cache
+    // stalls that thread for the length of a disk read. Those stalls must not
+    // delay a DHCP, DNS or TFTP answer during a cluster-wide boot.
+    let runtimes = tokio::runtime::Runtime::new().and_then(|main| {
+        let http = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("mprov-http")
+            .enable_all()
+            .build()?;
+        Ok((main, http))
+    });
+    let (runtime, http_runtime) = match runtimes {
+        Ok(runtimes) => runtimes,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, http_runtime.handle())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -246,7 +257,8 @@ fn host_name() -> String {
         .unwrap_or_else(|| "jobserver".into())
 }
 
-async fn run(cli: Cli) -> Result<()> {
+/// Runs the job server; the image server's tasks go to `http`.
+async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     let shutdown = CancellationToken::new();
     let mut tasks: JoinSet<Result<()>> = JoinSet::new();
 
@@ -349,8 +361,9 @@ async fn run(cli: Cli) -> Result<()> {
         config.ipxe_dir = cli.tftp_root.clone();
         let state = mprov_images::ImageState::new(config, rx.clone());
         state.metrics().register(&mut registry);
-        let listener = TcpListener::bind(cli.http)
-            .await
+        // Bound here, registered with the image server's runtime there.
+        let listener = std::net::TcpListener::bind(cli.http)
+            .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
             .with_context(|| format!("HTTP: cannot bind {}", cli.http))?;
         tracing::info!(
             "HTTP images on {} serving {}",
@@ -358,11 +371,13 @@ async fn run(cli: Cli) -> Result<()> {
             cli.export.display()
         );
         let stop = shutdown.clone();
-        tasks.spawn(async move {
+        let served = http.spawn(async move {
+            let listener = TcpListener::from_std(listener).context("HTTP listener")?;
             mprov_images::serve(listener, state, stop)
                 .await
                 .context("HTTP image server")
         });
+        tasks.spawn(async move { served.await.context("HTTP image server task")? });
     }
 
     let metrics = TcpListener::bind(cli.metrics)

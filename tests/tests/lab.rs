@@ -265,6 +265,18 @@ poweroff -f
         log.contains("snponly.efi") || log.contains("TFTP"),
         "UEFI fetched iPXE over our TFTP:\n{log}"
     );
+    // iPXE and busybox wget downloaded over our HTTP server, one
+    // provisioning line per file, naming the node from the reservation.
+    for node in ["n01 (10.99.0.21)", "n02 (10.99.0.22)"] {
+        for what in [
+            "kernel of image lab",
+            "initrd.gz of image lab",
+            "hello.txt of image lab",
+        ] {
+            let line = format!("provisioning: {node} got {what} (");
+            assert!(log.contains(&line), "{line} missing from\n{log}");
+        }
+    }
     Ok(())
 }
 
