@@ -23,7 +23,7 @@
 //! mtime; directory mtimes last, deepest first, once nothing more is written
 //! inside them.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -107,6 +107,12 @@ pub fn unpack<R: Read>(
     // Paths this stream wrote: an opaque whiteout keeps them.
     let mut ours: HashSet<PathBuf> = HashSet::new();
     let mut dirs: Vec<(PathBuf, u64)> = Vec::new();
+    // Resolved parents by their archive path: most entries share their
+    // parent with the one before, and resolving walks every component. A
+    // resolution stays true until something that exists is removed (every
+    // component on its way exists, so nothing new can appear there without
+    // a removal first); then the cache is emptied.
+    let mut parents: HashMap<PathBuf, PathBuf> = HashMap::new();
     let read_err = |err| UnpackError::Read { err };
     for entry in archive.entries().map_err(read_err)? {
         let mut entry = entry.map_err(read_err)?;
@@ -126,13 +132,22 @@ pub fn unpack<R: Read>(
             continue;
         }
         let name = rel.file_name().unwrap_or_default().to_os_string();
-        let parent = resolve(root, rel.parent().unwrap_or(Path::new("")), true)
-            .map_err(|err| create_err(root.join(&rel), err))?
-            .ok_or_else(|| UnpackError::PathEscapes {
-                path: shown.clone(),
-            })?;
+        let parent_rel = rel.parent().unwrap_or(Path::new(""));
+        let parent = match parents.get(parent_rel) {
+            Some(parent) => parent.clone(),
+            None => {
+                let parent = resolve(root, parent_rel, true)
+                    .map_err(|err| create_err(root.join(&rel), err))?
+                    .ok_or_else(|| UnpackError::PathEscapes {
+                        path: shown.clone(),
+                    })?;
+                parents.insert(parent_rel.to_path_buf(), parent.clone());
+                parent
+            }
+        };
 
         if options.whiteouts && name.as_bytes().starts_with(WHITEOUT.as_bytes()) {
+            parents.clear();
             if name == OPAQUE {
                 clear_lower(&parent, &ours).map_err(|err| create_err(parent.clone(), err))?;
             } else {
@@ -148,6 +163,7 @@ pub fn unpack<R: Read>(
         let existing = fs::symlink_metadata(&dest).ok();
         let keep_dir = kind.is_dir() && existing.as_ref().is_some_and(|m| m.is_dir());
         if existing.is_some() && !keep_dir {
+            parents.clear();
             remove_any(&dest).map_err(|err| create_err(dest.clone(), err))?;
         }
         let header = entry.header().clone();
@@ -245,9 +261,86 @@ pub fn unpack_file(
         whiteouts: false,
         preserve_owner: nix::unistd::geteuid().is_root(),
     };
-    let done = unpack(decoder, root, options)?;
+    let done = std::thread::scope(|scope| {
+        let (reader, feeder) = ReadAhead::new(decoder);
+        scope.spawn(feeder);
+        unpack(reader, root, options)
+    })?;
     bar.finish_and_clear();
     Ok(done)
+}
+
+/// Decompression on a thread of its own, a few chunks ahead of the reader,
+/// so it overlaps with the system calls that create the files (as `zstd -dc
+/// | tar x` overlaps two processes).
+struct ReadAhead {
+    chunks: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    current: io::Cursor<Vec<u8>>,
+}
+
+impl ReadAhead {
+    /// Chunks of decompressed bytes in flight at most.
+    const DEPTH: usize = 4;
+    const CHUNK: usize = 1024 * 1024;
+
+    /// The reader, and the function that feeds it from `source` until the
+    /// end, an error, or the reader is dropped (run it on another thread).
+    fn new<R: Read + Send>(mut source: R) -> (Self, impl FnOnce() + Send) {
+        let (tx, chunks) = std::sync::mpsc::sync_channel(Self::DEPTH);
+        let feeder = move || {
+            loop {
+                let mut chunk = vec![0u8; Self::CHUNK];
+                let mut filled = 0;
+                let result = loop {
+                    match source.read(&mut chunk[filled..]) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => {
+                            filled += n;
+                            if filled == chunk.len() {
+                                break Ok(());
+                            }
+                        }
+                        Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                        Err(err) => break Err(err),
+                    }
+                };
+                chunk.truncate(filled);
+                let end = filled < Self::CHUNK;
+                let sent = match result {
+                    Ok(()) if chunk.is_empty() => break,
+                    Ok(()) => tx.send(Ok(chunk)),
+                    Err(err) => {
+                        let _ = tx.send(Ok(chunk));
+                        tx.send(Err(err))
+                    }
+                };
+                if sent.is_err() || end {
+                    break;
+                }
+            }
+        };
+        let reader = Self {
+            chunks,
+            current: io::Cursor::new(Vec::new()),
+        };
+        (reader, feeder)
+    }
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let n = self.current.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            match self.chunks.recv() {
+                Ok(chunk) => self.current = io::Cursor::new(chunk?),
+                // The feeder is done: end of stream.
+                Err(_) => return Ok(0),
+            }
+        }
+    }
 }
 
 fn create_err(path: PathBuf, err: io::Error) -> UnpackError {
@@ -434,6 +527,83 @@ mod tests {
         check("a/./b/", Some("a/b"));
         check("../etc/passwd", None);
         check("a/../../b", None);
+    }
+
+    #[test]
+    fn read_ahead_passes_every_byte_and_the_error() {
+        let chunk = ReadAhead::CHUNK;
+        for len in [0, 1, chunk - 1, chunk, chunk + 1, 3 * chunk + 17] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let out = std::thread::scope(|scope| {
+                let (mut reader, feeder) = ReadAhead::new(&data[..]);
+                scope.spawn(feeder);
+                let mut out = Vec::new();
+                reader.read_to_end(&mut out).map(|_| out)
+            });
+            assert!(out.unwrap() == data, "{len} bytes");
+        }
+
+        // A source that fails after some bytes: those bytes, then the error.
+        let failing = (&[7u8; 10][..]).chain(FailingRead);
+        let result = std::thread::scope(|scope| {
+            let (mut reader, feeder) = ReadAhead::new(failing);
+            scope.spawn(feeder);
+            let mut out = Vec::new();
+            let err = reader.read_to_end(&mut out).unwrap_err();
+            (out, err)
+        });
+        assert_eq!(result.0, [7u8; 10]);
+        assert_eq!(result.1.to_string(), "corrupt frame");
+
+        // The reader going away early stops the feeder (the scope ends).
+        let endless = io::repeat(1);
+        std::thread::scope(|scope| {
+            let (mut reader, feeder) = ReadAhead::new(endless);
+            scope.spawn(feeder);
+            let mut first = [0u8; 100];
+            reader.read_exact(&mut first).unwrap();
+        });
+    }
+
+    /// A directory replaced by a symlink later in the same stream: entries
+    /// under it resolve through the symlink, clamped to the root, and never
+    /// through what was resolved (and cached) for the directory.
+    #[test]
+    fn a_directory_replaced_by_a_symlink_stays_confined() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let (root, outside) = (dir.path().join("root"), dir.path().join("outside"));
+        fs::create_dir_all(&root)?;
+        fs::create_dir_all(&outside)?;
+        let mut tar = tar::Builder::new(Vec::new());
+        let header = |kind: EntryType, size: u64| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_mode(0o755);
+            h.set_size(size);
+            h
+        };
+        tar.append_data(&mut header(EntryType::Directory, 0), "a/", io::empty())?;
+        tar.append_data(&mut header(EntryType::Regular, 1), "a/x", &b"x"[..])?;
+        tar.append_link(&mut header(EntryType::Symlink, 0), "a", &outside)?;
+        tar.append_data(&mut header(EntryType::Regular, 1), "a/y", &b"y"[..])?;
+        let stream = tar.into_inner()?;
+
+        let done =
+            unpack(&stream[..], &root, UnpackOptions::default()).map_err(io::Error::other)?;
+        assert_eq!(done.entries, 4);
+        assert!(!outside.join("y").exists(), "wrote outside the root");
+        let clamped = root.join(outside.strip_prefix("/").map_err(io::Error::other)?);
+        assert_eq!(fs::read(clamped.join("y"))?, b"y");
+        assert_eq!(fs::read_link(root.join("a"))?, outside);
+        Ok(())
+    }
+
+    struct FailingRead;
+
+    impl Read for FailingRead {
+        fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+            Err(io::Error::other("corrupt frame"))
+        }
     }
 
     #[test]

@@ -12,6 +12,10 @@
 # Needs: tar, zstd (apt-get install tar zstd), cargo. Runs as root (owners).
 #
 # Usage: tests/bench/image.sh [RUNS] [SIZE_MIB]   (defaults 3 and 1024)
+#
+# UNPACK_DIR=/dev/shm unpacks into that folder instead of the work folder:
+# on a tmpfs the disk's write-back, which swings the on-disk figures by 2x
+# from run to run on this machine, is out of the comparison.
 set -euo pipefail
 
 # `cargo xtask bench --smoke` (MPROV_BENCH_SMOKE=1): one run on 16 MiB with a
@@ -23,7 +27,8 @@ else
 fi
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mktemp -d /var/tmp/image-bench.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+UNPACK=$(mktemp -d "${UNPACK_DIR:-$WORK}/image-bench-unpack.XXXXXX")
+trap 'rm -rf "$WORK" "$UNPACK"' EXIT
 
 for tool in tar zstd; do
   command -v "$tool" >/dev/null || { echo "$tool is missing (apt-get install $tool)" >&2; exit 1; }
@@ -52,20 +57,22 @@ timed() { local t0; t0=$(now); "$@"; echo "$(now) - $t0" | bc; }
 declare -A T
 record() { T[$1]="${T[$1]:-} $2"; }
 for run in $(seq 1 "$RUNS"); do
-  rm -rf "$WORK/out" "$WORK/gnu.tar.zst" "$WORK/u1" "$WORK/u2"
+  rm -rf "$WORK/out" "$WORK/gnu.tar.zst" "$UNPACK/u1" "$UNPACK/u2"
   record ours_pack "$(timed sh -c "\"$IMG\" build --quiet --no-kernel --no-agent --slug bench --root '$WORK/tree' --out '$WORK/out' --level 3 >/dev/null")"
   record gnu_pack "$(timed sh -c "tar -C '$WORK/tree' --xattrs --numeric-owner -cf - . | zstd -q -3 -T0 -o '$WORK/gnu.tar.zst'")"
   sync
-  record ours_unpack "$(timed "$IMG" unpack --quiet "$WORK/out/bench/1/rootfs.tar.zst" "$WORK/u1" 2>/dev/null)"
-  mkdir "$WORK/u2"
-  record gnu_unpack "$(timed sh -c "zstd -q -dc '$WORK/gnu.tar.zst' | tar --xattrs --xattrs-include='*' --numeric-owner -xpf - -C '$WORK/u2'")"
+  record ours_unpack "$(timed "$IMG" unpack --quiet "$WORK/out/bench/1/rootfs.tar.zst" "$UNPACK/u1" 2>/dev/null)"
+  # Each unpack starts with no dirty pages of the other's to write back.
+  sync
+  mkdir "$UNPACK/u2"
+  record gnu_unpack "$(timed sh -c "zstd -q -dc '$WORK/gnu.tar.zst' | tar --xattrs --xattrs-include='*' --numeric-owner -xpf - -C '$UNPACK/u2'")"
   sync
 done
 "$IMG" verify "$WORK/out/bench/1" >/dev/null
 
 stats() { echo "$*" | tr ' ' '\n' | awk 'NF { n++; s += $1; if (min == "" || $1 < min) min = $1 } END { printf "%.2f s best, %.2f s mean", min, s / n }'; }
 mib() { echo "scale=1; $1 / 1048576" | bc; }
-echo "tree: $(mib "$BYTES") MiB in $FILES entries; $RUNS run(s); $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "tree: $(mib "$BYTES") MiB in $FILES entries; $RUNS run(s); $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg); unpacked on $(stat -f -c %T "$UNPACK")"
 echo "pack    mprov-image build            : $(stats ${T[ours_pack]}), $(mib "$(stat -c %s "$WORK/out/bench/1/rootfs.tar.zst")") MiB"
 echo "pack    tar | zstd -3 -T0            : $(stats ${T[gnu_pack]}), $(mib "$(stat -c %s "$WORK/gnu.tar.zst")") MiB"
 echo "unpack  mprov-image unpack           : $(stats ${T[ours_unpack]})"
