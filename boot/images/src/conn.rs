@@ -35,6 +35,7 @@ use std::fs::File;
 use std::hash::BuildHasher;
 use std::io;
 use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::pin::pin;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -292,7 +293,6 @@ pub(crate) fn file_reply(head: &Head, meta: &FileMeta) -> (Reply, Option<(u64, u
     reply.field("Content-Type", content_type(&head.target));
     reply.content_length = len;
     if head.method() == Method::Head {
-        reply.head_only = true;
         return (reply, None);
     }
     (reply, Some((start, len)))
@@ -314,11 +314,19 @@ fn refuse(peer: SocketAddr, state: &ImageState, head: &Head) -> Reply {
 }
 
 /// Opens a regular file; the error is the status to answer with.
+///
+/// `O_NONBLOCK`: opening a FIFO that found its way into an export must not
+/// wait for a writer (it is then refused as not a regular file); for regular
+/// files the flag changes nothing.
 fn open(path: &std::path::Path) -> Result<(File, FileMeta), u16> {
-    let opened = File::open(path).and_then(|file| {
-        let metadata = file.metadata()?;
-        Ok((file, metadata))
-    });
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .and_then(|file| {
+            let metadata = file.metadata()?;
+            Ok((file, metadata))
+        });
     match opened {
         Ok((file, metadata)) if metadata.is_file() => Ok((file, FileMeta::new(&metadata))),
         Ok(_) => Err(404),

@@ -339,6 +339,15 @@ async fn boot_files_and_no_escape() -> Result<()> {
     assert_eq!(code, 200);
     assert_eq!(std::fs::read(&out)?, b"MZ not really an EFI binary");
 
+    // A FIFO is not a file to serve, and opening it must not wait for a
+    // writer.
+    nix::unistd::mkfifo(
+        &ctx.dir.path().join("images/compute/3/pipe"),
+        nix::sys::stat::Mode::S_IRWXU,
+    )?;
+    let (code, _) = curl(&["-o", "/dev/null", &ctx.url("/images/compute/3/pipe")]).await?;
+    assert_eq!(code, 404);
+
     for path in [
         "/images/../../etc/passwd",
         "/images/../../../../../../etc/passwd",
