@@ -19,6 +19,7 @@
 
 use std::fs::File;
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
 /// Why a requested file cannot be served.
@@ -76,7 +77,13 @@ pub(crate) fn open(root: &Path, name: &str) -> Result<(File, u64), OpenError> {
     if !canonical.starts_with(&canonical_root) {
         return Err(OpenError::Escapes { path: canonical });
     }
-    let file = File::open(&canonical).map_err(|err| io_err(&path, err))?;
+    // O_NONBLOCK: a FIFO must not hold the thread until a writer comes (it is
+    // refused just below); for a regular file the flag changes nothing.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(&canonical)
+        .map_err(|err| io_err(&path, err))?;
     let meta = file.metadata().map_err(|err| io_err(&path, err))?;
     if !meta.is_file() {
         return Err(OpenError::NotAFile { path });
@@ -160,6 +167,12 @@ mod tests {
         ));
         assert!(matches!(
             open(root.path(), "dir"),
+            Err(OpenError::NotAFile { .. })
+        ));
+        nix::unistd::mkfifo(&root.path().join("fifo"), nix::sys::stat::Mode::S_IRWXU)
+            .expect("mkfifo");
+        assert!(matches!(
+            open(root.path(), "fifo"),
             Err(OpenError::NotAFile { .. })
         ));
         let (_, len) = open(root.path(), "in").expect("symlink inside the root");
