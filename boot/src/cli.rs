@@ -120,6 +120,18 @@ pub struct Cli {
     /// Do not serve images over HTTP.
     #[arg(long)]
     no_http: bool,
+    /// Image streams served at once. Beyond it a node is told `503` with a
+    /// `Retry-After` (5-15 s) instead of slowing everyone down; a client that
+    /// honours it (`curl --retry` does) comes back then. 64 streams share a
+    /// 10 GbE link at about 150 Mbit/s each.
+    #[arg(long, env = "MPROV_HTTP_MAX_STREAMS", default_value_t = mprov_images::DEFAULT_MAX_STREAMS, value_parser = clap::value_parser!(usize))]
+    http_max_streams: usize,
+    /// Size in MiB from which an `/images/` download counts as a stream
+    /// under --http-max-streams. Keep kernels and initramfs files below it:
+    /// iPXE fetches those and does not retry a 503. 0 puts every download
+    /// under the limit.
+    #[arg(long, env = "MPROV_HTTP_STREAM_MIB", default_value_t = mprov_images::DEFAULT_STREAM_THRESHOLD >> 20)]
+    http_stream_mib: u64,
     /// The export folder: `images/<slug>/<version>/...`
     #[arg(long, default_value = "/var/lib/mprov/export")]
     export: PathBuf,
@@ -359,6 +371,8 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     if !cli.no_http {
         let mut config = mprov_images::Config::new(&cli.export);
         config.ipxe_dir = cli.tftp_root.clone();
+        config.max_streams = cli.http_max_streams;
+        config.stream_threshold = cli.http_stream_mib.saturating_mul(1 << 20);
         let state = mprov_images::ImageState::new(config, rx.clone());
         state.metrics().register(&mut registry);
         // Bound here, registered with the image server's runtime there.

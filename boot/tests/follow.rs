@@ -2,10 +2,13 @@
 //! snapshot without a restart, and a control outage leaves the last snapshot
 //! serving until the service is back. Module `ra`: the job server's IPv6
 //! router advertisements, in network namespaces; `enroll`: its enrollment
-//! and certificate over HTTPS.
+//! and certificate over HTTPS; `images`: its image server's admission limit
+//! as set on the command line.
 
 #[path = "jobserver/enroll.rs"]
 mod enroll;
+#[path = "jobserver/images.rs"]
+mod images;
 #[path = "jobserver/ra.rs"]
 mod ra;
 

@@ -1,0 +1,146 @@
+//! `mprov-jobserver`'s image server as an operator configures it: with
+//! `--http-max-streams 1 --http-stream-mib 1`, a second image stream is
+//! refused with 503 and `Retry-After` while a small kernel still downloads,
+//! the metrics listener counts the refusal, and the provisioning log names
+//! the node. curl is the client, in a namespace of its own (loopback only).
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use mprov_tests::netns::Netns;
+
+/// A child process killed (by its PID) and reaped on drop.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const BASE: &str = "http://127.0.0.1:8081/images/compute/1";
+const METRICS: &str = "http://127.0.0.1:9102/metrics";
+
+/// curl in `ns`: (status code, response headers).
+fn curl(ns: &Netns, args: &[&str]) -> Result<(u16, String)> {
+    let out = ns
+        .command("curl")
+        .args(["-sS", "--max-time", "30", "-D", "-", "-o", "/dev/null"])
+        .args(["-w", "%{http_code}"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .context("running curl")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = text.get(text.len().saturating_sub(3)..).unwrap_or_default();
+    Ok((code.parse().unwrap_or(0), text))
+}
+
+/// The metrics text, or "" while the listener is not up.
+fn metrics(ns: &Netns) -> String {
+    ns.command("curl")
+        .args(["-s", "--max-time", "5", METRICS])
+        .stdin(Stdio::null())
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// Polls `check` every 50 ms for up to 20 s.
+fn wait_for(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
+    for _ in 0..400 {
+        if check()? {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("timed out waiting for {what}")
+}
+
+#[test]
+fn jobserver_admits_image_streams_as_configured() -> Result<()> {
+    let ns = Netns::new("jshttp")?;
+    ns.up("lo")?;
+    let dir = tempfile::tempdir()?;
+    let image = dir.path().join("export/images/compute/1");
+    std::fs::create_dir_all(&image)?;
+    // Sparse: far more than socket buffers hold, so a slow client keeps its
+    // stream open; the kernel stays under the 1 MiB stream size.
+    std::fs::File::create(image.join("rootfs.tar.zst"))?.set_len(1 << 30)?;
+    std::fs::write(image.join("vmlinuz"), vec![0x4d; 512 * 1024])?;
+    let snapshot = dir.path().join("boot.json");
+    std::fs::write(
+        &snapshot,
+        r#"{"revision": 1, "hosts": [{"ipv4": "127.0.0.1", "hostname": "c01", "bootable": true}]}"#,
+    )?;
+
+    let log_path = dir.path().join("jobserver.log");
+    let mut cmd: Command = ns.command(env!("CARGO_BIN_EXE_mprov-jobserver"));
+    cmd.arg("--boot-config")
+        .arg(&snapshot)
+        .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-ra"])
+        .args(["--http", "127.0.0.1:8081", "--metrics", "127.0.0.1:9102"])
+        .args(["--http-max-streams", "1", "--http-stream-mib", "1"])
+        .arg("--export")
+        .arg(dir.path().join("export"))
+        .args(["--log", "info"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path)?);
+    let server = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
+    let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    wait_for("the image server", || {
+        Ok(curl(&ns, &[&format!("{BASE}/vmlinuz")])?.0 == 200)
+    })
+    .with_context(log)?;
+
+    // One slow stream takes the only permit.
+    let slow = KillOnDrop(
+        ns.command("curl")
+            .args(["-sS", "--limit-rate", "256k", "-o", "/dev/null"])
+            .arg(format!("{BASE}/rootfs.tar.zst"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("spawning curl")?,
+    );
+    wait_for("one active stream", || {
+        Ok(metrics(&ns).contains("mprov_http_active_streams 1\n"))
+    })?;
+
+    let (code, headers) = curl(&ns, &[&format!("{BASE}/rootfs.tar.zst")])?;
+    assert_eq!(code, 503, "{headers}");
+    let retry: u64 = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("Retry-After: "))
+        .context("no Retry-After")?
+        .trim()
+        .parse()?;
+    ensure!((5..=15).contains(&retry), "Retry-After {retry}");
+    // The kernel is below the stream size: served while streams are full.
+    assert_eq!(curl(&ns, &[&format!("{BASE}/vmlinuz")])?.0, 200);
+    let text = metrics(&ns);
+    assert!(
+        text.contains("mprov_http_rejected_streams_total 1\n"),
+        "{text}"
+    );
+
+    drop(slow);
+    wait_for("the permit back", || {
+        Ok(metrics(&ns).contains("mprov_http_active_streams 0\n"))
+    })?;
+    let log = log();
+    assert!(
+        log.contains("provisioning: c01 (127.0.0.1) got kernel of image compute (524 kB in "),
+        "{log}"
+    );
+    assert!(
+        log.contains("provisioning: c01 (127.0.0.1) stopped getting image compute after "),
+        "{log}"
+    );
+    drop(server);
+    Ok(())
+}
