@@ -12,6 +12,17 @@ mod images;
 #[path = "jobserver/ra.rs"]
 mod ra;
 
+/// A child process (a job server, a client) killed by its PID and reaped on
+/// drop.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! revoked certificate stops it from reading anything.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,14 +16,7 @@ use mprov_control::{enroll, tls};
 use rustls::pki_types::pem::PemObject as _;
 use tokio_util::sync::CancellationToken;
 
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::KillOnDrop;
 
 /// Starts the job server following `url`; its log goes to `log`.
 fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>) -> KillOnDrop {

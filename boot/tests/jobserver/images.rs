@@ -4,21 +4,12 @@
 //! the metrics listener counts the refusal, and the provisioning log names
 //! the node. curl is the client, in a namespace of its own (loopback only).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::KillOnDrop;
 use anyhow::{Context as _, Result, bail, ensure};
 use mprov_tests::netns::Netns;
-
-/// A child process killed (by its PID) and reaped on drop.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 const BASE: &str = "http://127.0.0.1:8081/images/compute/1";
 const METRICS: &str = "http://127.0.0.1:9102/metrics";

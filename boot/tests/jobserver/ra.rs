@@ -3,9 +3,10 @@
 //! boot config's networks), and on no other: rdisc6 (ndisc6) in a client
 //! namespace on each side checks.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::KillOnDrop;
 use anyhow::{Context as _, Result};
 use mprov_tests::netns::{Netns, veth};
 
@@ -46,16 +47,6 @@ fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
         .filter_map(|l| l.split_once(':'))
         .find(|(k, _)| k.trim() == key)
         .map(|(_, v)| v.trim())
-}
-
-/// A child process killed (by its PID) and reaped on drop.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
