@@ -509,8 +509,9 @@ async fn raw(addr: SocketAddr, request: &[u8]) -> Result<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keep_alive_with_curl_and_resume_with_wget() -> Result<()> {
-    let ctx = TestContext::new(4).await?;
+async fn keep_alive_200_parallel_downloads_and_wget_resume() -> Result<()> {
+    // Enough permits for every parallel image download below.
+    let ctx = TestContext::new(64).await?;
     // One curl run, two downloads: the second reuses the connection.
     let (first, second) = (ctx.out("first"), ctx.out("second"));
     let output = Command::new("curl")
@@ -528,6 +529,44 @@ async fn keep_alive_with_curl_and_resume_with_wget() -> Result<()> {
     );
     assert!(std::fs::read(&first)? == ctx.image);
     assert_eq!(std::fs::read(&second)?, b"MZ not really an EFI binary");
+
+    // 200 downloads at once (curl --parallel, URL globbing): all complete
+    // and byte-identical, the image ones each logged.
+    let many = ctx.out("many");
+    std::fs::create_dir(&many)?;
+    let output = Command::new("curl")
+        .args(["-sS", "--fail", "--max-time", "120", "--parallel"])
+        .args(["--parallel-max", "200"])
+        .arg("-o")
+        .arg(many.join("boot#1"))
+        .arg(format!("{}?n=[1-180]", ctx.url("/boot/ipxe.efi")))
+        .arg("-o")
+        .arg(many.join("image#1"))
+        .arg(format!("{}?n=[1-20]", ctx.url(IMAGE)))
+        .stdin(Stdio::null())
+        .output()
+        .await?;
+    ensure!(
+        output.status.success(),
+        "curl --parallel failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for n in 1..=180 {
+        assert_eq!(
+            std::fs::read(many.join(format!("boot{n}")))?,
+            b"MZ not really an EFI binary"
+        );
+    }
+    for n in 1..=20 {
+        assert!(std::fs::read(many.join(format!("image{n}")))? == ctx.image);
+    }
+    ctx.wait_for("21 image downloads logged", |c| c.downloads().len() == 21)
+        .await?;
+    assert!(
+        ctx.downloads()
+            .iter()
+            .all(|d| d.outcome == Outcome::Completed)
+    );
 
     // wget -c finishes a partial file with a range request.
     let partial = ctx.out("partial");
