@@ -41,8 +41,9 @@
 //! the client not reading for a minute, or shutdown.
 //!
 //! The threshold exists because iPXE does not retry on 503: kernels and
-//! initramfs files fetched by iPXE should stay below it, while the agent's
-//! root filesystem stream, which honours `Retry-After`, is above it. A
+//! initramfs files fetched by iPXE should stay below it, while the root
+//! filesystem stream is above it: its client must wait out `Retry-After` and
+//! ask again (`curl --retry` does; the agent does not stream images yet). A
 //! threshold of 0 puts every `/images/` download under admission control.
 //!
 //! # Provisioning log
