@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::Row as _;
 
 use crate::db::crud::{format_ts, now};
-use crate::db::{Db, Val};
+use crate::db::{Db, Sql, Val};
 use crate::http::AppState;
 use crate::http::error::ApiError;
 use crate::secrets;
@@ -201,30 +201,32 @@ async fn revoke_identity(
     identity: &str,
     reason: &str,
 ) -> Result<(), ApiError> {
-    let mut sql = db.sql();
-    sql.push("UPDATE credentials SET revoked_at = ");
-    sql.bind(Val::Text(Some(now())));
-    sql.push(", revoke_reason = ");
-    sql.bind(Val::Text(Some(reason.to_owned())));
-    sql.push(" WHERE kind = ");
+    let mut sql = revoke_sql(db, reason);
+    sql.push(" AND kind = ");
     sql.bind(Val::Text(Some(kind.to_owned())));
     sql.push(" AND identity = ");
     sql.bind(Val::Text(Some(identity.to_owned())));
-    sql.push(" AND revoked_at IS NULL");
     sql.query().execute(&mut **tx).await.map_err(internal)?;
     Ok(())
 }
 
-/// Revokes the certificate with `serial`; whether one was revoked.
-pub async fn revoke_serial(db: &Db, serial: &str, reason: &str) -> Result<bool, sqlx::Error> {
+/// `UPDATE credentials` marking unrevoked rows revoked now for `reason`;
+/// the caller appends `AND ...` conditions that pick the rows.
+fn revoke_sql(db: &Db, reason: &str) -> Sql {
     let mut sql = db.sql();
     sql.push("UPDATE credentials SET revoked_at = ");
     sql.bind(Val::Text(Some(now())));
     sql.push(", revoke_reason = ");
     sql.bind(Val::Text(Some(reason.to_owned())));
-    sql.push(" WHERE serial = ");
+    sql.push(" WHERE revoked_at IS NULL");
+    sql
+}
+
+/// Revokes the certificate with `serial`; whether one was revoked.
+pub async fn revoke_serial(db: &Db, serial: &str, reason: &str) -> Result<bool, sqlx::Error> {
+    let mut sql = revoke_sql(db, reason);
+    sql.push(" AND serial = ");
     sql.bind(Val::Text(Some(serial.to_ascii_lowercase())));
-    sql.push(" AND revoked_at IS NULL");
     Ok(sql.query().execute(db.pool()).await?.rows_affected() == 1)
 }
 

@@ -68,10 +68,10 @@ pub fn build_static() -> Result<StaticAgent> {
         "building the static agent ({target}) failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    let path = target_dir.join(target).join(PROFILE).join("mprov-agent");
+    let path = crate::xtask::target_dir()
+        .join(target)
+        .join(PROFILE)
+        .join("mprov-agent");
     let size = std::fs::metadata(&path)
         .with_context(|| format!("{} after the build", path.display()))?
         .len();

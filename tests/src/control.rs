@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 
 use crate::process::Process;
-use crate::xtask::workspace_root;
+use crate::xtask::{target_dir, workspace_root};
 
 /// Builds `packages` with the `release` profile, or `dev` for a smoke run;
 /// the folder holding the binaries.
@@ -26,10 +26,7 @@ pub(crate) fn build(packages: &[&str], smoke: bool) -> Result<PathBuf> {
         .status()
         .with_context(|| format!("building {packages:?}"))?;
     ensure!(status.success(), "building {packages:?} failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    Ok(target.join(if smoke { "debug" } else { "release" }))
+    Ok(target_dir().join(if smoke { "debug" } else { "release" }))
 }
 
 /// A running control service.

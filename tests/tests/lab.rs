@@ -111,10 +111,7 @@ fn vm_netboots_from_our_job_server() -> Result<()> {
     use mprov_tests::netns::Netns;
     use mprov_tests::vm::{self, Firmware, Vm, VmSpec};
 
-    let root = mprov_tests::xtask::workspace_root();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+    let target = mprov_tests::xtask::target_dir();
     let jobserver = target.join("debug/mprov-jobserver");
     anyhow::ensure!(
         jobserver.is_file(),
@@ -292,10 +289,7 @@ fn initramfs_resolves_the_lab_kernels_nic_modules() -> Result<()> {
     use mprov_initramfs::{Compression, Initramfs, ModuleTree, PciId};
     use mprov_tests::vm;
 
-    let root = mprov_tests::xtask::workspace_root();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+    let target = mprov_tests::xtask::target_dir();
     let cache = target.join("lab-cache");
     let kernel = vm::lab_kernel(&cache)?;
     // The unpacked package: the tree is found under lib/modules/<release>.
@@ -403,10 +397,7 @@ fn agent_boots_as_init_in_qemu() -> Result<()> {
         agent.file_type
     );
 
-    let root = mprov_tests::xtask::workspace_root();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+    let target = mprov_tests::xtask::target_dir();
     let cache = target.join("lab-cache");
     let kernel = vm::lab_kernel(&cache)?;
     let built = Initramfs::builder()

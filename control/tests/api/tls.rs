@@ -40,6 +40,35 @@ fn x509(cert: &Path, args: &[&str]) -> String {
     text(&out)
 }
 
+/// A self-signed P-256 certificate made by openssl, valid `days`, with
+/// `subject` and one subjectAltName.
+fn self_signed(key: &Path, cert: &Path, days: &str, subject: &str, san: &str) {
+    let san = format!("subjectAltName={san}");
+    let out = tool(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            days,
+            "-subj",
+            subject,
+            "-addext",
+            &san,
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 /// `openssl s_client` against the HTTPS port, trusting `ca`.
 fn s_client(port: u16, ca: &Path) -> String {
     let connect = format!("127.0.0.1:{port}");
@@ -373,29 +402,7 @@ fn check_site(dir: &Path, url: &str) {
     let site = dir.join("site");
     std::fs::create_dir(&site).unwrap();
     let (cert, key, other_key) = (site.join("c.pem"), site.join("k.pem"), site.join("o.pem"));
-    let out = tool(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "30",
-            "-subj",
-            "/CN=site.example",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            key.to_str().unwrap(),
-            "-out",
-            cert.to_str().unwrap(),
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    self_signed(&key, &cert, "30", "/CN=site.example", "IP:127.0.0.1");
     let out = tool(
         "openssl",
         &[
@@ -721,29 +728,13 @@ fn check_enrollment(dir: &Path, url: &str) {
     // A certificate from another CA never gets past the handshake.
     let foreign = work.join("foreign");
     std::fs::create_dir(&foreign).unwrap();
-    let out = tool(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=js1",
-            "-addext",
-            "subjectAltName=URI:urn:mprov:jobserver:js1",
-            "-keyout",
-            foreign.join("k").to_str().unwrap(),
-            "-out",
-            foreign.join("c").to_str().unwrap(),
-        ],
+    self_signed(
+        &foreign.join("k"),
+        &foreign.join("c"),
+        "2",
+        "/CN=js1",
+        "URI:urn:mprov:jobserver:js1",
     );
-    assert!(out.status.success(), "{}", text(&out));
     let code = get_with_cert(
         s.https_port,
         &ca,

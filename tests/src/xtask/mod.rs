@@ -36,6 +36,14 @@ pub fn workspace_root() -> PathBuf {
     }
 }
 
+/// Cargo's target folder: `CARGO_TARGET_DIR` when set (CI sets it), else
+/// `target/` in the workspace root.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
 /// A `cargo` command run in the workspace root, with the same cargo that runs
 /// us when there is one (`cargo xtask` sets `CARGO`).
 fn cargo() -> Command {
