@@ -115,3 +115,278 @@ pub struct BootServices {
     #[serde(default)]
     pub ipxe_script_url: Option<String>,
 }
+
+// ---------------------------------------------------------------------------
+// The contract between the control service, the job servers and the agent.
+// Both sides of every hand-off below use these items, so a URL or a path is
+// written in exactly one place.
+// ---------------------------------------------------------------------------
+
+/// The port a job server's HTTP image server listens on unless told otherwise
+/// (`mprov-jobserver --http-listen`), and the port `/ipxe/` puts in the URLs
+/// it renders when a job server's row names none.
+pub const DEFAULT_HTTP_PORT: u16 = 8081;
+
+/// The path the control service serves iPXE boot scripts at.
+pub const IPXE_PATH: &str = "/ipxe/";
+
+/// What iPXE must fill in on the chain URL: the boot script is chosen by the
+/// MAC that booted, and the firmware platform tells BIOS from UEFI.
+pub const IPXE_CHAIN_QUERY: &str = "?mac=${net0/mac}&platform=${platform}&buildarch=${buildarch}";
+
+/// The chain URL of the boot config for a control service reachable at
+/// `public_url` (no trailing slash needed): `<public_url>/ipxe/?mac=${net0/mac}&...`.
+pub fn ipxe_chain_url(public_url: &str) -> String {
+    format!(
+        "{}{IPXE_PATH}{IPXE_CHAIN_QUERY}",
+        public_url.trim_end_matches('/')
+    )
+}
+
+/// The folder, under a job server's export and its URL root, that holds the
+/// image versions: `images/<slug>/<version>/<file>`.
+pub const IMAGES_DIR: &str = "images";
+
+/// The files of one image version, on disk under the export and on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ImageFile {
+    /// The image's kernel.
+    Kernel,
+    /// The agent initramfs built for that kernel (the agent as `/init`, plus
+    /// the NIC modules).
+    Initramfs,
+    /// The root filesystem, a zstd-compressed tar.
+    Rootfs,
+    /// The image's manifest (sizes and sha256 of every file).
+    Manifest,
+}
+
+impl ImageFile {
+    /// Every file of a version.
+    pub const ALL: [ImageFile; 4] = [
+        ImageFile::Kernel,
+        ImageFile::Initramfs,
+        ImageFile::Rootfs,
+        ImageFile::Manifest,
+    ];
+
+    /// The file's name in the version's folder.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            ImageFile::Kernel => "vmlinuz",
+            ImageFile::Initramfs => "initramfs.img",
+            ImageFile::Rootfs => "rootfs.tar.zst",
+            ImageFile::Manifest => "manifest.json",
+        }
+    }
+}
+
+/// The path of an image file relative to a job server's export folder and
+/// URL root: `images/<slug>/<version>/<file>` (no leading slash).
+pub fn image_file_path(slug: &str, version: i64, file: ImageFile) -> String {
+    format!("{IMAGES_DIR}/{slug}/{version}/{}", file.file_name())
+}
+
+/// The base URL of a job server's image server: `http://<host>:<port>`, the
+/// port [`DEFAULT_HTTP_PORT`] when none is given. An IPv6 literal is bracketed.
+pub fn jobserver_base_url(host: &str, port: Option<u16>) -> String {
+    let port = port.unwrap_or(DEFAULT_HTTP_PORT);
+    if host.contains(':') && !host.starts_with('[') {
+        format!("http://[{host}]:{port}")
+    } else {
+        format!("http://{host}:{port}")
+    }
+}
+
+/// The URL of an image file on a job server whose base URL is `base`
+/// (see [`jobserver_base_url`]).
+pub fn image_file_url(base: &str, slug: &str, version: i64, file: ImageFile) -> String {
+    format!(
+        "{}/{}",
+        base.trim_end_matches('/'),
+        image_file_path(slug, version, file)
+    )
+}
+
+/// Where a node, with its own client certificate, reads its boot manifest.
+pub const MANIFEST_PATH: &str = "/api/v1/boot/manifest";
+
+/// What a node needs to fetch and verify its image, read from the control
+/// service over mTLS. The checksum is the one the control service recorded
+/// when the version was published: a job server never vouches for its own
+/// bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootManifest {
+    /// The system's id.
+    pub system_id: i64,
+    /// The system's host name (short).
+    pub hostname: String,
+    /// The image's slug.
+    pub image: String,
+    /// The image version to boot.
+    pub version: i64,
+    /// The size of `rootfs.tar.zst` in bytes.
+    pub size: u64,
+    /// Its sha256, lowercase hex.
+    pub sha256: String,
+    /// Where to fetch `rootfs.tar.zst`, best first; the agent falls back in
+    /// this order.
+    pub sources: Vec<String>,
+    /// The size of the staging tmpfs (e.g. `"4G"` or `"50%"`), from the
+    /// effective config; `None` for the agent's default.
+    #[serde(default)]
+    pub tmpfs_size: Option<String>,
+}
+
+/// Where boot events are written (job servers and nodes, each with its own
+/// certificate) and read (`?system=<hostname or id>`).
+pub const EVENTS_PATH: &str = "/api/v1/boot/events";
+
+/// A step of a node's boot. The timeline orders events by time; the phases
+/// are listed here in the order a healthy boot passes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BootPhase {
+    /// Job server: a DHCPOFFER went to the node's MAC.
+    DhcpOffered,
+    /// Job server: a DHCPACK went to the node's MAC (the lease is durable).
+    DhcpAcked,
+    /// Job server: the iPXE binary went out over TFTP.
+    BootFileSent,
+    /// Control: `/ipxe/` served the boot script (with a nonce).
+    ScriptServed,
+    /// Job server: the kernel was fetched.
+    KernelFetched,
+    /// Job server: the agent initramfs was fetched.
+    InitramfsFetched,
+    /// Agent: its own DHCP lease.
+    AgentDhcp,
+    /// Agent: enrolled with the nonce; from now on it has a certificate.
+    Enrolled,
+    /// Agent: started streaming the image from a job server.
+    ImageStarted,
+    /// Agent: streaming progress.
+    Progress,
+    /// Agent: the image's sha256 matched.
+    Verified,
+    /// Agent: the image's sha256 did not match (the detail names the source).
+    ChecksumMismatch,
+    /// Agent: about to switch_root into the image.
+    SwitchRoot,
+    /// Agent or control: a failure (the detail says which and what next).
+    Failed,
+    /// The booted node: up, scripts run.
+    Ready,
+}
+
+impl BootPhase {
+    /// The phase's wire name, e.g. `dhcp_acked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BootPhase::DhcpOffered => "dhcp_offered",
+            BootPhase::DhcpAcked => "dhcp_acked",
+            BootPhase::BootFileSent => "boot_file_sent",
+            BootPhase::ScriptServed => "script_served",
+            BootPhase::KernelFetched => "kernel_fetched",
+            BootPhase::InitramfsFetched => "initramfs_fetched",
+            BootPhase::AgentDhcp => "agent_dhcp",
+            BootPhase::Enrolled => "enrolled",
+            BootPhase::ImageStarted => "image_started",
+            BootPhase::Progress => "progress",
+            BootPhase::Verified => "verified",
+            BootPhase::ChecksumMismatch => "checksum_mismatch",
+            BootPhase::SwitchRoot => "switch_root",
+            BootPhase::Failed => "failed",
+            BootPhase::Ready => "ready",
+        }
+    }
+}
+
+/// `POST /api/v1/boot/events`: one event. A node writes events for itself
+/// only (its certificate names the system, so it sends neither `mac` nor
+/// `system`); a job server names the node by `mac` (or `system`) and may
+/// send the address it leased (`ip`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BootEventReport {
+    /// The step.
+    pub phase: BootPhase,
+    /// The node's MAC (job servers), lowercase `aa:bb:..`.
+    #[serde(default)]
+    pub mac: Option<String>,
+    /// The node's host name or id (job servers, when the MAC is unknown to them).
+    #[serde(default)]
+    pub system: Option<String>,
+    /// The address involved (the leased address for DHCP events).
+    #[serde(default)]
+    pub ip: Option<std::net::IpAddr>,
+    /// Free text for a person: what happened, what next.
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// One stored event of a boot timeline, as `GET /api/v1/boot/events` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootEvent {
+    /// The event's id (increasing).
+    pub id: i64,
+    /// The system's id, if the node is known.
+    #[serde(default)]
+    pub system: Option<i64>,
+    /// The node's MAC, if reported.
+    #[serde(default)]
+    pub mac: Option<String>,
+    /// The boot this event belongs to (a new boot starts at a DHCP offer or
+    /// at `/ipxe/` after the last `ready` or `failed`).
+    pub boot_id: i64,
+    /// The step.
+    pub phase: BootPhase,
+    /// When the control service recorded it (RFC 3339, UTC).
+    pub at: String,
+    /// Who wrote it: `jobserver:<name>`, `node:<hostname>` or `control`.
+    pub source: String,
+    /// The address involved, if any.
+    #[serde(default)]
+    pub ip: Option<std::net::IpAddr>,
+    /// Free text.
+    #[serde(default)]
+    pub detail: String,
+}
+
+#[cfg(test)]
+mod contract_tests {
+    use super::*;
+
+    #[test]
+    fn urls_follow_the_layout() {
+        assert_eq!(
+            image_file_path("compute", 3, ImageFile::Rootfs),
+            "images/compute/3/rootfs.tar.zst"
+        );
+        let base = jobserver_base_url("10.0.0.2", None);
+        assert_eq!(base, "http://10.0.0.2:8081");
+        assert_eq!(
+            image_file_url(&base, "compute", 3, ImageFile::Kernel),
+            "http://10.0.0.2:8081/images/compute/3/vmlinuz"
+        );
+        assert_eq!(
+            jobserver_base_url("fd00::2", Some(80)),
+            "http://[fd00::2]:80"
+        );
+        assert!(
+            ipxe_chain_url("http://c:8080/").starts_with("http://c:8080/ipxe/?mac=${net0/mac}")
+        );
+    }
+
+    #[test]
+    fn phases_round_trip_by_their_wire_names() {
+        for phase in [
+            BootPhase::DhcpAcked,
+            BootPhase::ChecksumMismatch,
+            BootPhase::Ready,
+        ] {
+            let json = serde_json::to_string(&phase).unwrap();
+            assert_eq!(json, format!("\"{}\"", phase.as_str()));
+        }
+    }
+}
