@@ -2,7 +2,7 @@
 //! fixed zone, checking what comes out.
 //!
 //! [`fuzz_query`] runs the bytes as a UDP datagram and as a TCP message
-//! (the length prefix already removed, as `tcp_connection` does) through the
+//! (the length prefix already removed, as the TCP listener does) through the
 //! same prechecks and answering paths as the listeners, and asserts:
 //!
 //! * nothing panics;

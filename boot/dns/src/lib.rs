@@ -26,8 +26,9 @@
 //! zone lookup and message codec dominated the profile; see
 //! `tests/bench/dns.sh`). The receive loops are ours, so that unanswerable
 //! packets are dropped before any work and the work in flight is bounded;
-//! see `src/server.rs`. [`fuzz_query`] is the fuzzing entry point: request
-//! bytes through both paths, checking that they agree.
+//! see `src/server.rs` and its submodules (one per job: UDP, TCP, request
+//! handling, the zone swap, the forwarder). [`fuzz_query`] is the fuzzing
+//! entry point: request bytes through both paths, checking that they agree.
 //!
 //! # Metrics
 //!

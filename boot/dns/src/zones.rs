@@ -1,4 +1,6 @@
-//! Building the zones from a boot config snapshot.
+//! The records of the zones, computed from a boot config snapshot as plain
+//! data ([`ZoneRecords`]); the server turns them into the zones it serves
+//! (`ServedZones` in `src/server/live.rs`).
 //!
 //! Every network with `dns: true` and a non-empty `domain` gets an
 //! authoritative forward zone (RFC 1034 §4.3, RFC 1035 §5) holding:
@@ -41,22 +43,22 @@ const SOA_RETRY: i32 = 600;
 const SOA_EXPIRE: i32 = 86_400;
 
 /// The records of every zone we are authoritative for, before they are put
-/// into hickory zone handlers. Kept separate so it can be unit-tested as
-/// plain data.
+/// into hickory zone handlers (the server's `ServedZones`). Kept separate so
+/// it can be unit-tested as plain data.
 #[derive(Debug, Default)]
-pub(crate) struct ZoneSet {
+pub(crate) struct ZoneRecords {
     /// Zone origin → records (including SOA and NS).
     pub(crate) zones: BTreeMap<Name, Vec<Record>>,
 }
 
-impl ZoneSet {
+impl ZoneRecords {
     /// The origins of all authoritative zones.
     pub(crate) fn origins(&self) -> impl Iterator<Item = &Name> {
         self.zones.keys()
     }
 
     /// The A, AAAA and PTR record sets by owner name and type: the fast
-    /// path for the queries a cluster sends most (see `Shared::answer`).
+    /// path for the queries a cluster sends most (`src/fast.rs`).
     pub(crate) fn exact(&self) -> HashMap<(LowerName, RecordType), Vec<Record>> {
         let mut map: HashMap<(LowerName, RecordType), Vec<Record>> = HashMap::new();
         for record in self.zones.values().flatten() {
@@ -109,9 +111,9 @@ pub(crate) fn serial(config: &BootConfig) -> u32 {
 
 /// Computes every authoritative zone for `config`; `ttl` is used for all
 /// records and as the negative-caching TTL (SOA minimum, RFC 2308 §4).
-pub(crate) fn build(config: &BootConfig, ttl: u32) -> ZoneSet {
+pub(crate) fn build(config: &BootConfig, ttl: u32) -> ZoneRecords {
     let serial = serial(config);
-    let mut set = ZoneSet::default();
+    let mut set = ZoneRecords::default();
 
     // Forward zones, and the reverse zone each network implies.
     let mut domains: HashMap<&str, Name> = HashMap::new();
@@ -280,134 +282,4 @@ fn in_subnet(ip: Ipv4Addr, subnet: Ipv4Addr, prefix: u8) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::net::Ipv6Addr;
-
-    use mprov_api::boot::{BootHost, BootNetwork};
-
-    use super::*;
-
-    fn network(slug: &str, subnet: [u8; 4], prefix: u8, domain: &str, dns: bool) -> BootNetwork {
-        BootNetwork {
-            slug: slug.into(),
-            subnet: subnet.into(),
-            prefix,
-            gateway: None,
-            nameservers: vec![],
-            domain: domain.into(),
-            pool: None,
-            dhcp: false,
-            dns,
-            netboot: true,
-            mtu: None,
-        }
-    }
-
-    fn host(name: &str, net: &str, v4: Option<[u8; 4]>, aliases: &[&str]) -> BootHost {
-        BootHost {
-            mac: None,
-            ipv4: v4.map(Into::into),
-            ipv6: None,
-            hostname: name.into(),
-            aliases: aliases.iter().map(|a| a.to_string()).collect(),
-            network: Some(net.into()),
-            netboot: true,
-            bootable: false,
-        }
-    }
-
-    /// Renders a zone set as sorted `name type rdata` lines.
-    fn dump(set: &ZoneSet) -> Vec<String> {
-        let mut out: Vec<String> = set
-            .zones
-            .iter()
-            .flat_map(|(z, rs)| {
-                rs.iter()
-                    .map(move |r| format!("{z} | {} {} {}", r.name, r.record_type(), r.data))
-            })
-            .collect();
-        out.sort();
-        out
-    }
-
-    #[test]
-    fn builds_forward_reverse_and_aliases() {
-        let mut c01 = host("c01", "prov", Some([10, 0, 0, 21]), &["login", "c01"]);
-        c01.ipv6 = Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x21));
-        let config = BootConfig {
-            revision: 7,
-            networks: vec![
-                network("prov", [10, 0, 0, 0], 22, "cluster.test", true),
-                network("bmc", [10, 1, 0, 0], 24, "bmc.test", false),
-            ],
-            hosts: vec![
-                c01,
-                host("c02", "prov", Some([10, 0, 0, 22]), &["login"]),
-                host("c01-bmc", "bmc", Some([10, 1, 0, 21]), &[]),
-                host("bad name!", "prov", Some([10, 0, 0, 99]), &[]),
-            ],
-            ..Default::default()
-        };
-        let set = build(&config, 60);
-        let lines = dump(&set);
-        let expect = [
-            "0.10.in-addr.arpa. | 21.0.0.10.in-addr.arpa. PTR c01.cluster.test.",
-            "0.10.in-addr.arpa. | 22.0.0.10.in-addr.arpa. PTR c02.cluster.test.",
-            "cluster.test. | c01.cluster.test. A 10.0.0.21",
-            "cluster.test. | c01.cluster.test. AAAA fd00::21",
-            "cluster.test. | c02.cluster.test. A 10.0.0.22",
-            "cluster.test. | cluster.test. NS ns.cluster.test.",
-            "cluster.test. | login.cluster.test. CNAME c01.cluster.test.",
-        ];
-        for line in expect {
-            assert!(
-                lines.iter().any(|l| l == line),
-                "missing {line}: {lines:#?}"
-            );
-        }
-        // The alias equal to its own host name and the second "login" are
-        // skipped; the BMC network has DNS off; the bad name is skipped.
-        assert_eq!(lines.iter().filter(|l| l.contains("CNAME")).count(), 1);
-        assert!(!lines.iter().any(|l| l.contains("bmc")), "{lines:#?}");
-        assert!(!lines.iter().any(|l| l.contains("10.0.0.99")), "{lines:#?}");
-        // SOA serial is the revision; the IPv6 /64 zone exists.
-        assert!(
-            lines
-                .iter()
-                .any(|l| l.starts_with("cluster.test. | cluster.test. SOA") && l.contains(" 7 "))
-        );
-        assert!(
-            set.origins()
-                .any(|o| o.to_string() == "0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.")
-        );
-    }
-
-    #[test]
-    fn nested_reverse_zones_take_the_most_specific() {
-        let config = BootConfig {
-            networks: vec![
-                network("a", [10, 0, 0, 0], 16, "a.test", true),
-                network("b", [10, 0, 5, 0], 24, "b.test", true),
-            ],
-            hosts: vec![
-                host("x", "a", Some([10, 0, 1, 1]), &[]),
-                host("y", "b", Some([10, 0, 5, 1]), &[]),
-            ],
-            ..Default::default()
-        };
-        let lines = dump(&build(&config, 60));
-        assert!(
-            lines.contains(&"0.10.in-addr.arpa. | 1.1.0.10.in-addr.arpa. PTR x.a.test.".into())
-        );
-        assert!(
-            lines.contains(&"5.0.10.in-addr.arpa. | 1.5.0.10.in-addr.arpa. PTR y.b.test.".into())
-        );
-    }
-
-    #[test]
-    fn subnet_check() {
-        assert!(in_subnet([10, 0, 3, 1].into(), [10, 0, 0, 0].into(), 22));
-        assert!(!in_subnet([10, 0, 4, 1].into(), [10, 0, 0, 0].into(), 22));
-        assert!(in_subnet([1, 2, 3, 4].into(), [0, 0, 0, 0].into(), 0));
-    }
-}
+mod tests;
