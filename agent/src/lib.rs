@@ -4,7 +4,7 @@
 //! with the one-time nonce, stream and verify the compressed root image and
 //! `switch_root` into it. After boot it will run the post-boot scripts, renew
 //! its certificate and, on unknown nodes, discover the switch port over LLDP
-//! (NADS). See `shared/DESIGN.md`, "A node's boot, end to end", step 5.
+//! (NADS). ARCHITECTURE.md, "A node's boot", walks through the whole flow.
 //!
 //! Status: the first real steps of `/init` ([`init`]): mount the pseudo
 //! filesystems, load the NIC modules the initramfs lists, report the kernel

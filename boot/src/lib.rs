@@ -1,7 +1,7 @@
 //! The job server (`mprov-jobserver`): pure-Rust DHCPv4, DNS, TFTP and HTTP image
 //! servers that answer everything a node asks before its kernel runs, fed live
-//! from the control service's inventory, plus the job modules (image build,
-//! sync, delete, genders).
+//! from the control service's inventory. It runs no jobs yet: the job modules
+//! (image build, sync, delete, genders) are not written.
 //!
 //! The servers live in their own crates under `boot/` (`mprov-dhcp`,
 //! `mprov-dns`, `mprov-tftp`, `mprov-images`), each taking bound sockets, a

@@ -1,7 +1,7 @@
 //! The mProv control service: the inventory database, the REST API under
-//! `/api/v1/`, first start, the version lock, and the install's own
-//! certificate authority with the HTTPS listener. Later: the admin pages,
-//! `/ipxe/`, enrollment, jobs and backups.
+//! `/api/v1/`, first start, the version lock, the install's own certificate
+//! authority with the HTTPS listener, `/ipxe/` and enrollment. Not written
+//! yet: the admin pages and the job queue.
 //!
 //! Layers, outside in: [`cli`] (subcommands) → [`http`] (router, auth, errors,
 //! OpenAPI) → [`db`] (kind descriptors, generic CRUD, migrations). [`effective`]

@@ -2,7 +2,7 @@
 //! `docker save` archive, or a distro bootstrap plus image-gen scripts, and
 //! packs `rootfs.tar.zst`, the kernel and `manifest.json` into
 //! `<images>/<slug>/<version>/`, the layout the job servers serve
-//! (`../shared/DESIGN.md`, "Images on job servers").
+//! (`mprov_api::boot::image_file_path`).
 //!
 //! - [`recipe`]: what to build (source, image-gen scripts in dependency
 //!   order), from YAML or the command line.

@@ -1,5 +1,6 @@
-//! Renders iPXE scripts (boot, discovery, local boot, retry loops) and knows which
-//! iPXE binary each firmware needs.
+//! Renders iPXE scripts (boot, discovery, local boot, retry loops). Which iPXE
+//! binary each firmware is sent is not decided here but by the DHCP server
+//! (`mprov-dhcp`'s boot-file choice), before iPXE runs at all.
 //!
 //! Architecture invariant: this is a pure library. No async runtime, no sockets.
 //! Every function turns its inputs into the script's text; the control
