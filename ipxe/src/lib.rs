@@ -79,13 +79,35 @@ pub fn boot_script(boot: &Boot<'_>) -> Result<String, UnsafeValue> {
     Ok(s)
 }
 
+/// The iPXE settings a chain URL may expand: the MAC that booted and the
+/// firmware platform and architecture. Nothing else from iPXE's settings may
+/// reach the control service.
+pub const CHAIN_EXPANSIONS: [&str; 3] = ["${net0/mac}", "${platform}", "${buildarch}"];
+
+/// Checks a chain URL: one word whose only `${...}` are [`CHAIN_EXPANSIONS`].
+fn check_chain(url: &str) -> Result<&str, UnsafeValue> {
+    let mut rest = url.to_owned();
+    for e in CHAIN_EXPANSIONS {
+        rest = rest.replace(e, "x");
+    }
+    if safe_word(&rest) {
+        Ok(url)
+    } else {
+        Err(UnsafeValue {
+            what: "chain URL",
+            value: url.to_owned(),
+        })
+    }
+}
+
 /// The script for a node the inventory does not know: it says so on the
-/// console and asks `ipxe_url` again (with its MAC) after `retry_secs`, so
-/// adding the node to the inventory is enough for it to boot.
-pub fn discovery_script(ipxe_url: &str, retry_secs: u32) -> Result<String, UnsafeValue> {
-    let url = check("chain URL", ipxe_url)?;
+/// console and chains to `chain_url` (the boot config's script URL, with its
+/// `${net0/mac}`) after `retry_secs`, so adding the node to the inventory is
+/// enough for it to boot.
+pub fn discovery_script(chain_url: &str, retry_secs: u32) -> Result<String, UnsafeValue> {
+    let url = check_chain(chain_url)?;
     Ok(format!(
-        "#!ipxe\necho mProv: this node (${{net0/mac}}) is not in the inventory; add it, it boots on the next try\nsleep {retry_secs}\nchain {url}?mac=${{net0/mac}}\n"
+        "#!ipxe\necho mProv: this node (${{net0/mac}}) is not in the inventory; add it, it boots on the next try\nsleep {retry_secs}\nchain {url}\n"
     ))
 }
 
@@ -96,9 +118,13 @@ pub fn local_boot_script() -> String {
 }
 
 /// The script that waits for something (an image not yet on any job
-/// server) and asks `ipxe_url` again.
-pub fn retry_script(message: &str, ipxe_url: &str, retry_secs: u32) -> Result<String, UnsafeValue> {
-    let url = check("chain URL", ipxe_url)?;
+/// server, a lease not yet reported) and chains to `chain_url` again.
+pub fn retry_script(
+    message: &str,
+    chain_url: &str,
+    retry_secs: u32,
+) -> Result<String, UnsafeValue> {
+    let url = check_chain(chain_url)?;
     let message: String = message
         .chars()
         .map(|c| {
@@ -110,7 +136,7 @@ pub fn retry_script(message: &str, ipxe_url: &str, retry_secs: u32) -> Result<St
         })
         .collect();
     Ok(format!(
-        "#!ipxe\necho mProv: {message}\nsleep {retry_secs}\nchain {url}?mac=${{net0/mac}}\n"
+        "#!ipxe\necho mProv: {message}\nsleep {retry_secs}\nchain {url}\n"
     ))
 }
 
@@ -128,13 +154,13 @@ mod tests {
         let s = boot_script(&Boot {
             hostname: "c01",
             kernel_url: "http://10.0.0.2:8081/images/compute/3/vmlinuz",
-            initrd_url: "http://10.0.0.2:8081/agent/initramfs.img",
+            initrd_url: "http://10.0.0.2:8081/images/compute/3/initramfs.img",
             args: &args,
         })
         .unwrap();
         assert_eq!(
             s,
-            "#!ipxe\necho mProv: booting c01\nkernel http://10.0.0.2:8081/images/compute/3/vmlinuz initrd=initramfs.img console=ttyS0 mprov_enroll=n0nce mprov_ca=ab12\ninitrd http://10.0.0.2:8081/agent/initramfs.img\nboot\n"
+            "#!ipxe\necho mProv: booting c01\nkernel http://10.0.0.2:8081/images/compute/3/vmlinuz initrd=initramfs.img console=ttyS0 mprov_enroll=n0nce mprov_ca=ab12\ninitrd http://10.0.0.2:8081/images/compute/3/initramfs.img\nboot\n"
         );
     }
 
@@ -151,23 +177,36 @@ mod tests {
             .unwrap_err();
             assert_eq!(err.what, "kernel argument", "{bad:?}");
         }
-        assert!(discovery_script("http://h/ipxe/?mac=${net0/mac}", 10).is_err());
+        assert!(discovery_script("http://h/ipxe/?mac=${net0/mac}", 10).is_ok());
+        for bad in [
+            "http://h/ipxe/?mac=${net0/ip}",
+            "http://h/ipxe/?mac=${net0/mac",
+            "http://h/ipxe/ x",
+            "",
+        ] {
+            let err = discovery_script(bad, 10).unwrap_err();
+            assert_eq!(err.what, "chain URL", "{bad:?}");
+            assert!(retry_script("m", bad, 10).is_err(), "{bad:?}");
+        }
         assert!(safe_word("http://h/ipxe/?mac=aa:bb"));
     }
 
     #[test]
     fn discovery_local_and_retry() {
-        let d = discovery_script("http://h:8080/ipxe/", 15).unwrap();
+        let chain = "http://h:8080/ipxe/?mac=${net0/mac}&platform=${platform}";
+        let d = discovery_script(chain, 15).unwrap();
         assert!(
             d.starts_with("#!ipxe\n")
-                && d.contains("sleep 15\nchain http://h:8080/ipxe/?mac=${net0/mac}\n"),
+                && d.contains(
+                    "sleep 15\nchain http://h:8080/ipxe/?mac=${net0/mac}&platform=${platform}\n"
+                ),
             "{d}"
         );
         assert_eq!(
             local_boot_script(),
             "#!ipxe\necho mProv: booting from the local disk\nexit\n"
         );
-        let r = retry_script("image x: no job server ${yet}", "http://h/ipxe/", 30).unwrap();
+        let r = retry_script("image x: no job server ${yet}", chain, 30).unwrap();
         assert!(
             r.contains("echo mProv: image x: no job server ?{yet}\n"),
             "{r}"

@@ -102,7 +102,7 @@ fn fuzz_snapshot() -> mprov_api::boot::BootConfig {
         }],
         upstream_resolvers: vec![],
         boot: BootServices {
-            ipxe_script_url: Some("http://10.0.0.1/ipxe/?mac=${net0/mac}".into()),
+            ipxe_script_url: Some(mprov_api::boot::ipxe_chain_url("http://10.0.0.1")),
         },
     }
 }

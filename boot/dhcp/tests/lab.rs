@@ -52,7 +52,9 @@ fn snapshot(server: Ipv4Addr, hosts: Vec<BootHost>) -> BootConfig {
         hosts,
         upstream_resolvers: vec![],
         boot: BootServices {
-            ipxe_script_url: Some(format!("http://{server}:8080/ipxe/?mac=${{net0/mac}}")),
+            ipxe_script_url: Some(mprov_api::boot::ipxe_chain_url(&format!(
+                "http://{server}:8080"
+            ))),
         },
     }
 }

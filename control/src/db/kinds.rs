@@ -696,9 +696,9 @@ pub static KINDS: &[Kind] = &[
             f(
                 "port",
                 Ty::Int { min: 1, max: 65535 },
-                "HTTP port of its image server.",
+                "HTTP port of its image server (mprov-jobserver serves 8081 unless told otherwise).",
             )
-            .def(Default::Int(8080)),
+            .def(Default::Int(mprov_api::boot::DEFAULT_HTTP_PORT as i64)),
             f("modules", Ty::StrList, "Job modules it runs.").def(Default::EmptyList),
             f(
                 "network",

@@ -416,7 +416,7 @@ pub async fn bootconfig(
             .map_err(|e| ApiError::Internal(e.to_string()))?;
         if revision > after {
             let cfg = &st.config;
-            let url = format!("{}/ipxe/", cfg.public_url);
+            let url = mprov_api::boot::ipxe_chain_url(&cfg.public_url);
             let snap = crate::bootconfig::snapshot(&st.db, &cfg.dns_upstreams, Some(&url))
                 .await
                 .map_err(|e| ApiError::Internal(format!("boot config: {e}")))?;

@@ -12,6 +12,7 @@
 use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use mprov_api::boot::{ImageFile, image_file_url, ipxe_chain_url, jobserver_base_url};
 use serde_json::Value;
 
 use super::AppState;
@@ -21,11 +22,6 @@ use crate::db::kinds;
 
 /// How long a node waits before asking again (unknown node, image not ready).
 const RETRY_SECS: u32 = 30;
-/// Where a job server serves the kernel of image `slug` version `v`:
-/// `images/<slug>/<v>/vmlinuz`, and the agent initramfs: `agent/initramfs.img`.
-const KERNEL_PATH: &str = "images";
-/// The agent initramfs' path on a job server.
-const INITRD_PATH: &str = "agent/initramfs.img";
 
 fn script(body: String) -> Response {
     (
@@ -46,7 +42,7 @@ pub async fn ipxe(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<R
         .find(|(k, _)| k == "mac")
         .map(|(_, v)| v.to_ascii_lowercase().replace('-', ":"))
         .ok_or_else(|| ApiError::invalid("mac", "add ?mac=${net0/mac} to the chain URL"))?;
-    let ipxe_url = format!("{}/ipxe/", st.config.public_url);
+    let ipxe_url = ipxe_chain_url(&st.config.public_url);
     let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::Internal(format!("no kind {n}")));
     let nics = st
         .db
@@ -110,8 +106,11 @@ pub async fn ipxe(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<R
             .and_then(Value::as_str)
             .map(str::to_owned);
         if let Some(addr) = addr {
-            let port = js.get("port").and_then(Value::as_i64).unwrap_or(8081);
-            server = Some(format!("http://{addr}:{port}"));
+            let port = js
+                .get("port")
+                .and_then(Value::as_i64)
+                .and_then(|p| u16::try_from(p).ok());
+            server = Some(jobserver_base_url(&addr, port));
             break;
         }
     }
@@ -136,8 +135,8 @@ pub async fn ipxe(State(st): State<AppState>, RawQuery(q): RawQuery) -> Result<R
         format!("mprov_url={}", st.config.public_url),
         format!("mprov_image={slug}:{version}"),
     ];
-    let kernel = format!("{server}/{KERNEL_PATH}/{slug}/{version}/vmlinuz");
-    let initrd = format!("{server}/{INITRD_PATH}");
+    let kernel = image_file_url(&server, slug, version, ImageFile::Kernel);
+    let initrd = image_file_url(&server, slug, version, ImageFile::Initramfs);
     tracing::info!(%hostname, %mac, image = %slug, version, "ipxe: boot script with a fresh enrollment nonce");
     Ok(script(
         mprov_ipxe::boot_script(&mprov_ipxe::Boot {

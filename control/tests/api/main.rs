@@ -1013,7 +1013,14 @@ async fn boot_config_long_poll(engine: Engine) {
     );
     assert_eq!(
         typed.boot.ipxe_script_url.as_deref(),
-        Some("http://10.0.0.1:8080/ipxe/")
+        Some(mprov_api::boot::ipxe_chain_url("http://10.0.0.1:8080").as_str())
+    );
+    assert_eq!(
+        typed.boot.ipxe_script_url.as_deref(),
+        Some(
+            "http://10.0.0.1:8080/ipxe/?mac=${net0/mac}&platform=${platform}&buildarch=${buildarch}"
+        ),
+        "what iPXE fills in is on the URL"
     );
     let prov = typed.networks.iter().find(|n| n.slug == "prov").unwrap();
     assert_eq!(

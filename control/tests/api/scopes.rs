@@ -532,7 +532,8 @@ pub(crate) async fn node_enrollment_refusals(engine: Engine) {
         p.serialize_request(&key).unwrap().pem().unwrap()
     };
 
-    // The script: kernel and initramfs from js1, the nonce and the CA pin.
+    // The script: kernel and the image's agent initramfs from js1 on the
+    // port mprov-jobserver serves, the nonce and the CA pin.
     let (_, script) = send(
         &c.app,
         "GET",
@@ -544,11 +545,11 @@ pub(crate) async fn node_enrollment_refusals(engine: Engine) {
     let script = script.as_str().unwrap();
     assert!(
         script
-            .contains("kernel http://10.0.0.2:8080/images/compute/1/vmlinuz initrd=initramfs.img"),
+            .contains("kernel http://10.0.0.2:8081/images/compute/1/vmlinuz initrd=initramfs.img"),
         "{script}"
     );
     assert!(
-        script.contains("initrd http://10.0.0.2:8080/agent/initramfs.img"),
+        script.contains("initrd http://10.0.0.2:8081/images/compute/1/initramfs.img"),
         "{script}"
     );
     let fp = script

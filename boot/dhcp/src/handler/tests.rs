@@ -66,7 +66,7 @@ fn snapshot() -> BootConfig {
         ],
         upstream_resolvers: vec![],
         boot: BootServices {
-            ipxe_script_url: Some("http://10.0.0.1:8080/ipxe/?mac=${net0/mac}".into()),
+            ipxe_script_url: Some(mprov_api::boot::ipxe_chain_url("http://10.0.0.1:8080")),
         },
     }
 }
@@ -431,7 +431,7 @@ fn ipxe(mac: Mac, how: &str) -> Message {
 
 #[test]
 fn boot_file_follows_the_client() {
-    let script = "http://10.0.0.1:8080/ipxe/?mac=${net0/mac}";
+    let script = &mprov_api::boot::ipxe_chain_url("http://10.0.0.1:8080");
     let cases: Vec<(&str, Message, Option<&str>)> = vec![
         (
             "bios",
@@ -569,6 +569,7 @@ fn flags_are_copied() {
 /// round trip, and get the expected boot file.
 #[test]
 fn captured_packets_round_trip() {
+    let script = mprov_api::boot::ipxe_chain_url("http://10.0.0.1:8080");
     let cases: &[(&str, &[u8], MessageType, Option<&str>)] = &[
         (
             "udhcpc-discover",
@@ -604,7 +605,7 @@ fn captured_packets_round_trip() {
             "ipxe-discover",
             include_bytes!("../testdata/ipxe-discover.bin"),
             MessageType::Discover,
-            Some("http://10.0.0.1:8080/ipxe/?mac=${net0/mac}"),
+            Some(script.as_str()),
         ),
     ];
     for (name, bytes, mtype, boot) in cases {
