@@ -29,6 +29,27 @@ enum Command {
     },
     /// Prints the agent's version.
     Version,
+    /// Streams a rootfs.tar.zst into a folder as /init does: hashed,
+    /// decompressed and unpacked in one pass, resumed with Range after a
+    /// drop, waiting on 503, falling back to the next URL on a checksum
+    /// mismatch or a dead server. Exits non-zero unless the image verified.
+    Fetch {
+        /// The image's size in bytes (as the control service recorded it).
+        #[arg(long)]
+        size: u64,
+        /// Its sha256, hex (as the control service recorded it).
+        #[arg(long)]
+        sha256: String,
+        /// The folder to unpack into; created if missing, emptied first.
+        #[arg(long)]
+        into: std::path::PathBuf,
+        /// Print each step (resumes, waits, fallbacks, progress) on stderr.
+        #[arg(long)]
+        verbose: bool,
+        /// The image's URLs, best first.
+        #[arg(required = true)]
+        urls: Vec<String>,
+    },
 }
 
 /// Parses the arguments and runs the command.
@@ -56,9 +77,70 @@ pub fn run() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+        Command::Fetch {
+            size,
+            sha256,
+            into,
+            verbose,
+            urls,
+        } => fetch(size, &sha256, &into, verbose, &urls),
         Command::Version => {
             println!("mprov-agent {}", crate::VERSION);
             ExitCode::SUCCESS
+        }
+    }
+}
+
+fn fetch(
+    size: u64,
+    sha256: &str,
+    into: &std::path::Path,
+    verbose: bool,
+    urls: &[String],
+) -> ExitCode {
+    let mut digest = [0u8; 32];
+    if hex::decode_to_slice(sha256.trim(), &mut digest).is_err() {
+        eprintln!("mprov-agent: --sha256 must be 64 hex digits, got {sha256:?}");
+        return ExitCode::FAILURE;
+    }
+    if let Err(err) = std::fs::create_dir_all(into) {
+        eprintln!("mprov-agent: creating {}: {err}", into.display());
+        return ExitCode::FAILURE;
+    }
+    let client = match crate::image::client() {
+        Ok(client) => client,
+        Err(err) => {
+            eprintln!("mprov-agent: {}", crate::init::chain(&err));
+            return ExitCode::FAILURE;
+        }
+    };
+    let expected = crate::image::Expected {
+        size,
+        sha256: digest,
+    };
+    let options = mprov_unpack::UnpackOptions {
+        whiteouts: false,
+        preserve_owner: nix::unistd::geteuid().is_root(),
+    };
+    let observe = |event: &crate::image::Event<'_>| {
+        if verbose && !matches!(event, crate::image::Event::Progress { .. }) {
+            eprintln!("mprov-agent: {}", crate::image::describe(event));
+        }
+    };
+    match crate::image::fetch(&client, urls, &expected, into, options, &observe) {
+        Ok(root) => {
+            let done = root.unpacked();
+            println!(
+                "verified {} ({size} bytes, {} entries) into {}",
+                root.source(),
+                done.entries,
+                root.path().display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("mprov-agent: {}", crate::init::chain(&err));
+            ExitCode::FAILURE
         }
     }
 }

@@ -122,11 +122,24 @@ pub enum Param {
     Enroll,
     /// `mprov_url`: the control service.
     Url,
+    /// `mprov_mac`: the MAC address that booted (the interface to bring up).
+    Mac,
+    /// `mprov_image`: the image and version, `<slug>:<version>`.
+    Image,
+    /// `mprov_rescue`: `1` drops to a rescue shell on a fatal error.
+    Rescue,
 }
 
 impl Param {
     /// Every parameter, in the order the agent reports them.
-    pub const ALL: [Param; 3] = [Param::Enroll, Param::Ca, Param::Url];
+    pub const ALL: [Param; 6] = [
+        Param::Enroll,
+        Param::Ca,
+        Param::Url,
+        Param::Mac,
+        Param::Image,
+        Param::Rescue,
+    ];
 
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
@@ -134,6 +147,9 @@ impl Param {
             Param::Ca => "mprov_ca",
             Param::Enroll => "mprov_enroll",
             Param::Url => "mprov_url",
+            Param::Mac => "mprov_mac",
+            Param::Image => "mprov_image",
+            Param::Rescue => "mprov_rescue",
         }
     }
 
@@ -164,6 +180,15 @@ pub enum ParamError {
     /// A character that the value may not hold.
     #[error("invalid character (byte 0x{0:02x})")]
     InvalidCharacter(u8),
+    /// `mprov_mac` is not six `:`-separated hex pairs.
+    #[error("not a MAC address (aa:bb:cc:dd:ee:ff)")]
+    BadMac,
+    /// `mprov_image` is not `<slug>:<version>`.
+    #[error("not <image slug>:<version>")]
+    BadImage,
+    /// `mprov_rescue` is neither `0` nor `1`.
+    #[error("neither 0 nor 1")]
+    BadFlag,
     /// `mprov_url` names no host.
     #[error("no host in the URL")]
     NoHost,
@@ -322,6 +347,91 @@ impl fmt::Display for ControlUrl {
     }
 }
 
+/// A MAC address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mac(pub [u8; 6]);
+
+impl Mac {
+    /// Six hex pairs separated by `:` or `-`, either case.
+    pub fn parse(value: &[u8]) -> Result<Mac, ParamError> {
+        if value.is_empty() {
+            return Err(ParamError::Empty);
+        }
+        if value.len() != 17 {
+            return Err(ParamError::BadMac);
+        }
+        let mut mac = [0u8; 6];
+        for (i, byte) in mac.iter_mut().enumerate() {
+            let at = i * 3;
+            if i > 0 && !matches!(value[at - 1], b':' | b'-') {
+                return Err(ParamError::BadMac);
+            }
+            let hex = |b: u8| (b as char).to_digit(16).ok_or(ParamError::BadMac);
+            *byte = u8::try_from(hex(value[at])? << 4 | hex(value[at + 1])?)
+                .map_err(|_| ParamError::BadMac)?;
+        }
+        Ok(Mac(mac))
+    }
+}
+
+impl fmt::Display for Mac {
+    /// Lowercase, `:`-separated, as sysfs writes it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+/// The image to boot: its slug and version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRef {
+    /// The image's slug.
+    pub slug: String,
+    /// The version.
+    pub version: i64,
+}
+
+impl ImageRef {
+    /// `<slug>:<version>`: a slug of `[a-z0-9-]` (1-63), a version of 1-18
+    /// digits.
+    pub fn parse(value: &[u8]) -> Result<ImageRef, ParamError> {
+        if value.is_empty() {
+            return Err(ParamError::Empty);
+        }
+        let text = std::str::from_utf8(value).map_err(|_| ParamError::BadImage)?;
+        let (slug, version) = text.rsplit_once(':').ok_or(ParamError::BadImage)?;
+        let slug_ok = (1..=63).contains(&slug.len())
+            && slug
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        let version_ok =
+            (1..=18).contains(&version.len()) && version.bytes().all(|b| b.is_ascii_digit());
+        if !slug_ok || !version_ok {
+            return Err(ParamError::BadImage);
+        }
+        Ok(ImageRef {
+            slug: slug.to_owned(),
+            version: version.parse().map_err(|_| ParamError::BadImage)?,
+        })
+    }
+}
+
+impl fmt::Display for ImageRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.slug, self.version)
+    }
+}
+
+/// `0` or `1`.
+fn parse_flag(value: &[u8]) -> Result<bool, ParamError> {
+    match value {
+        b"" => Err(ParamError::Empty),
+        b"1" => Ok(true),
+        b"0" => Ok(false),
+        _ => Err(ParamError::BadFlag),
+    }
+}
+
 /// The `mprov_*` parameters of a command line, each present, absent or
 /// refused (with why).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -329,6 +439,9 @@ pub struct BootParams {
     enroll: Option<Result<Nonce, ParamError>>,
     ca: Option<Result<CaFingerprint, ParamError>>,
     url: Option<Result<ControlUrl, ParamError>>,
+    mac: Option<Result<Mac, ParamError>>,
+    image: Option<Result<ImageRef, ParamError>>,
+    rescue: Option<Result<bool, ParamError>>,
 }
 
 impl BootParams {
@@ -344,6 +457,9 @@ impl BootParams {
                 Param::Ca => params.ca = Some(CaFingerprint::parse(value)),
                 Param::Enroll => params.enroll = Some(Nonce::parse(value)),
                 Param::Url => params.url = Some(ControlUrl::parse(value)),
+                Param::Mac => params.mac = Some(Mac::parse(value)),
+                Param::Image => params.image = Some(ImageRef::parse(value)),
+                Param::Rescue => params.rescue = Some(parse_flag(value)),
             }
         }
         params
@@ -362,6 +478,21 @@ impl BootParams {
     /// The control service's URL, if given and valid.
     pub fn url(&self) -> Option<&ControlUrl> {
         self.url.as_ref()?.as_ref().ok()
+    }
+
+    /// The MAC that booted, if given and valid.
+    pub fn mac(&self) -> Option<Mac> {
+        self.mac.as_ref()?.as_ref().ok().copied()
+    }
+
+    /// The image to boot, if given and valid.
+    pub fn image(&self) -> Option<&ImageRef> {
+        self.image.as_ref()?.as_ref().ok()
+    }
+
+    /// Whether a fatal error drops to a rescue shell (`mprov_rescue=1`).
+    pub fn rescue(&self) -> bool {
+        matches!(self.rescue, Some(Ok(true)))
     }
 
     /// The parameters given with a value that was refused.
@@ -403,6 +534,9 @@ impl BootParams {
             Param::Ca => of(&self.ca, ToString::to_string),
             Param::Enroll => of(&self.enroll, Nonce::redacted),
             Param::Url => of(&self.url, ToString::to_string),
+            Param::Mac => of(&self.mac, ToString::to_string),
+            Param::Image => of(&self.image, ToString::to_string),
+            Param::Rescue => of(&self.rescue, |on| if *on { "1" } else { "0" }.to_owned()),
         }
     }
 }
@@ -519,8 +653,60 @@ mod tests {
                 "mprov_enroll: a… (6 characters)".to_owned(),
                 format!("mprov_ca: {}", CA.to_ascii_lowercase()),
                 "mprov_url: http://10.99.0.1:8080".to_owned(),
+                "mprov_mac: not given".to_owned(),
+                "mprov_image: not given".to_owned(),
+                "mprov_rescue: not given".to_owned(),
             ]
         );
+    }
+
+    #[test]
+    fn mac_image_and_rescue() {
+        let params = BootParams::parse(
+            b"mprov_mac=52:54:00:AB:cd:01 mprov_image=compute-gpu:12 mprov_rescue=1",
+        );
+        assert_eq!(params.mac(), Some(Mac([0x52, 0x54, 0, 0xab, 0xcd, 1])));
+        assert_eq!(
+            params.mac().map(|m| m.to_string()).as_deref(),
+            Some("52:54:00:ab:cd:01")
+        );
+        assert_eq!(
+            params.image(),
+            Some(&ImageRef {
+                slug: "compute-gpu".to_owned(),
+                version: 12
+            })
+        );
+        assert!(params.rescue());
+        assert!(!BootParams::parse(b"mprov_rescue=0").rescue());
+        assert!(!BootParams::parse(b"").rescue());
+        let check = |line: &[u8], param: Param, err: ParamError| {
+            assert_eq!(
+                BootParams::parse(line).errors(),
+                [(param, err)],
+                "{}",
+                printable(line)
+            );
+        };
+        check(b"mprov_mac=52:54:00:ab:cd", Param::Mac, ParamError::BadMac);
+        check(
+            b"mprov_mac=52:54:00:ab:cd:0g",
+            Param::Mac,
+            ParamError::BadMac,
+        );
+        check(
+            b"mprov_mac=52.54.00.ab.cd.01",
+            Param::Mac,
+            ParamError::BadMac,
+        );
+        check(b"mprov_image=compute", Param::Image, ParamError::BadImage);
+        check(b"mprov_image=Compute:1", Param::Image, ParamError::BadImage);
+        check(
+            b"mprov_image=compute:-1",
+            Param::Image,
+            ParamError::BadImage,
+        );
+        check(b"mprov_rescue=yes", Param::Rescue, ParamError::BadFlag);
     }
 
     #[test]
@@ -564,6 +750,9 @@ mod tests {
                 "mprov_enroll: refused: no value",
                 "mprov_ca: refused: no value",
                 "mprov_url: refused: no value",
+                "mprov_mac: not given",
+                "mprov_image: not given",
+                "mprov_rescue: not given",
             ]
         );
         let params = BootParams::parse(b"console=ttyS0 mprov_other=1 mprov_enrollx=1 mprov");

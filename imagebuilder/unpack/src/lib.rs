@@ -1,0 +1,626 @@
+//! `mprov-unpack`: unpacks a tar stream into a root directory. One unpacker
+//! for every caller: the image builder's OCI and `docker save` layers (with
+//! whiteouts), `mprov-image unpack`, and the node agent streaming
+//! `rootfs.tar.zst` into its staging tmpfs. Small on purpose (tar, nix,
+//! xattr): the agent is a static binary and must not pull in the image
+//! builder.
+//!
+//! The `tar` crate reads the stream (GNU long names, PAX records, GNU sparse
+//! entries); creating the entries is done here, because its `Entry::unpack`
+//! turns device nodes and FIFOs into empty regular files, links hard links
+//! relative to the working directory, and skips (rather than reports) paths
+//! that escape the destination.
+//!
+//! Paths are confined to the root the way a container runtime does it: a
+//! name with a `..` component is an error ([`UnpackError::PathEscapes`]), and
+//! symlinks met on the way to an entry's parent are resolved as if the root
+//! were `/` (an absolute target, or `..` at the top, stays inside). A hard
+//! link's target is confined the same way.
+//!
+//! Whiteouts (OCI image spec, "Representation of Changes"): `.wh.NAME`
+//! deletes `NAME` from the lower layers, `.wh..wh..opq` empties its directory
+//! of everything the lower layers put there. Neither is written out.
+//!
+//! Metadata is applied in the order that keeps it: owner first (a `chown`
+//! clears setuid bits and file capabilities), then mode, then xattrs, then
+//! mtime; directory mtimes last, deepest first, once nothing more is written
+//! inside them.
+
+#![warn(missing_docs)]
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{PermissionsExt, lchown, symlink};
+use std::path::{Component, Path, PathBuf};
+
+use nix::sys::stat::{Mode, SFlag, lutimes, makedev, mknod};
+use nix::sys::time::TimeVal;
+use tar::EntryType;
+
+/// The OCI whiteout prefix.
+const WHITEOUT: &str = ".wh.";
+/// The OCI opaque-directory marker.
+const OPAQUE: &str = ".wh..wh..opq";
+/// How many symlinks a path may pass through (Linux's `MAXSYMLINKS`).
+const MAX_SYMLINKS: usize = 40;
+
+/// How to unpack.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnpackOptions {
+    /// Treat `.wh.*` names as OCI whiteouts.
+    pub whiteouts: bool,
+    /// Set owners from the archive (needs root); otherwise files belong to
+    /// whoever unpacks.
+    pub preserve_owner: bool,
+}
+
+/// What [`unpack`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unpacked {
+    /// Entries written (whiteouts not included).
+    pub entries: u64,
+    /// Whiteouts applied.
+    pub whiteouts: u64,
+}
+
+/// Why unpacking failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UnpackError {
+    /// Creating or changing an entry failed.
+    #[error("writing {path}")]
+    Create {
+        /// The entry's path on disk.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        err: io::Error,
+    },
+    /// A name or link target leads out of the root.
+    #[error("{path} leads out of the root")]
+    PathEscapes {
+        /// The offending name as the archive spells it.
+        path: String,
+    },
+    /// The stream is not a readable tar archive.
+    #[error("reading the archive")]
+    Read {
+        /// The cause.
+        #[source]
+        err: io::Error,
+    },
+    /// An entry of a type a root file system cannot hold.
+    #[error("{path}: unsupported entry type {kind:?}")]
+    Unsupported {
+        /// The entry's name.
+        path: String,
+        /// Its tar type.
+        kind: EntryType,
+    },
+}
+
+/// Unpacks the tar stream `reader` into `root`, which must exist.
+pub fn unpack<R: Read>(
+    reader: R,
+    root: &Path,
+    options: UnpackOptions,
+) -> Result<Unpacked, UnpackError> {
+    let mut archive = tar::Archive::new(reader);
+    let mut done = Unpacked::default();
+    // Paths this stream wrote: an opaque whiteout keeps them.
+    let mut ours: HashSet<PathBuf> = HashSet::new();
+    let mut dirs: Vec<(PathBuf, u64)> = Vec::new();
+    // Resolved parents by their archive path: most entries share their
+    // parent with the one before, and resolving walks every component. A
+    // resolution stays true until something that exists is removed (every
+    // component on its way exists, so nothing new can appear there without
+    // a removal first); then the cache is emptied.
+    let mut parents: HashMap<PathBuf, PathBuf> = HashMap::new();
+    let read_err = |err| UnpackError::Read { err };
+    for entry in archive.entries().map_err(read_err)? {
+        let mut entry = entry.map_err(read_err)?;
+        let raw = entry.path_bytes().into_owned();
+        let shown = String::from_utf8_lossy(&raw).into_owned();
+        let rel = confine(&raw).ok_or_else(|| UnpackError::PathEscapes {
+            path: shown.clone(),
+        })?;
+        let kind = entry.header().entry_type();
+        let xattrs = pax_xattrs(&mut entry).map_err(read_err)?;
+        if rel.as_os_str().is_empty() {
+            // The root itself (`./`): only its metadata.
+            if kind.is_dir() {
+                apply_meta(entry.header(), &xattrs, root, options)?;
+                dirs.push((root.to_path_buf(), entry.header().mtime().unwrap_or(0)));
+            }
+            continue;
+        }
+        let name = rel.file_name().unwrap_or_default().to_os_string();
+        let parent_rel = rel.parent().unwrap_or(Path::new(""));
+        let parent = match parents.get(parent_rel) {
+            Some(parent) => parent.clone(),
+            None => {
+                let parent = resolve(root, parent_rel, true)
+                    .map_err(|err| create_err(root.join(&rel), err))?
+                    .ok_or_else(|| UnpackError::PathEscapes {
+                        path: shown.clone(),
+                    })?;
+                parents.insert(parent_rel.to_path_buf(), parent.clone());
+                parent
+            }
+        };
+
+        if options.whiteouts && name.as_bytes().starts_with(WHITEOUT.as_bytes()) {
+            parents.clear();
+            if name == OPAQUE {
+                clear_lower(&parent, &ours).map_err(|err| create_err(parent.clone(), err))?;
+            } else {
+                let victim = parent.join(OsStr::from_bytes(&name.as_bytes()[WHITEOUT.len()..]));
+                remove_any(&victim).map_err(|err| create_err(victim.clone(), err))?;
+            }
+            done.whiteouts += 1;
+            continue;
+        }
+
+        let dest = parent.join(&name);
+        ours.insert(dest.clone());
+        let existing = fs::symlink_metadata(&dest).ok();
+        let keep_dir = kind.is_dir() && existing.as_ref().is_some_and(|m| m.is_dir());
+        if existing.is_some() && !keep_dir {
+            parents.clear();
+            remove_any(&dest).map_err(|err| create_err(dest.clone(), err))?;
+        }
+        let header = entry.header().clone();
+        let c = |err| create_err(dest.clone(), err);
+        match kind {
+            EntryType::Directory => {
+                if !keep_dir {
+                    fs::create_dir(&dest).map_err(c)?;
+                }
+            }
+            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
+                let mut file = File::create(&dest).map_err(c)?;
+                if kind == EntryType::GNUSparse {
+                    copy_sparse(&mut entry, &mut file).map_err(c)?;
+                } else {
+                    io::copy(&mut entry, &mut file).map_err(c)?;
+                }
+            }
+            EntryType::Symlink => {
+                let target = entry
+                    .link_name_bytes()
+                    .ok_or_else(|| read_err(io::Error::other(format!("{shown}: no link target"))))?
+                    .into_owned();
+                symlink(OsStr::from_bytes(&target), &dest).map_err(c)?;
+            }
+            EntryType::Link => {
+                let target = entry
+                    .link_name_bytes()
+                    .ok_or_else(|| read_err(io::Error::other(format!("{shown}: no link target"))))?
+                    .into_owned();
+                let target_rel = confine(&target).ok_or_else(|| UnpackError::PathEscapes {
+                    path: String::from_utf8_lossy(&target).into_owned(),
+                })?;
+                let source = resolve(root, &target_rel, false)
+                    .map_err(c)?
+                    .ok_or_else(|| UnpackError::PathEscapes {
+                        path: String::from_utf8_lossy(&target).into_owned(),
+                    })?;
+                fs::hard_link(&source, &dest).map_err(c)?;
+                // A hard link shares its inode's metadata: nothing to apply.
+                done.entries += 1;
+                continue;
+            }
+            EntryType::Char | EntryType::Block | EntryType::Fifo => {
+                let flag = match kind {
+                    EntryType::Char => SFlag::S_IFCHR,
+                    EntryType::Block => SFlag::S_IFBLK,
+                    _ => SFlag::S_IFIFO,
+                };
+                let major = header.device_major().ok().flatten().unwrap_or(0);
+                let minor = header.device_minor().ok().flatten().unwrap_or(0);
+                mknod(
+                    &dest,
+                    flag,
+                    Mode::from_bits_truncate(0o600),
+                    makedev(u64::from(major), u64::from(minor)),
+                )
+                .map_err(|e| c(io::Error::from(e)))?;
+            }
+            other => {
+                return Err(UnpackError::Unsupported {
+                    path: shown,
+                    kind: other,
+                });
+            }
+        }
+        apply_meta(&header, &xattrs, &dest, options)?;
+        if kind.is_dir() {
+            dirs.push((dest, header.mtime().unwrap_or(0)));
+        }
+        done.entries += 1;
+    }
+    // Deepest first, so setting a child's time does not touch its parent's.
+    dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
+    for (dir, mtime) in dirs {
+        set_mtime(&dir, mtime).map_err(|err| create_err(dir.clone(), err))?;
+    }
+    Ok(done)
+}
+
+/// A reader fed by another thread, a few chunks ahead: decompression (and,
+/// in the agent, the download and its hash) on a thread of its own, so it
+/// overlaps with the system calls that create the files (as `zstd -dc | tar
+/// x` overlaps two processes).
+pub struct ReadAhead {
+    chunks: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    current: io::Cursor<Vec<u8>>,
+}
+
+impl ReadAhead {
+    /// Chunks in flight at most.
+    const DEPTH: usize = 4;
+    /// The size of one chunk.
+    pub const CHUNK: usize = 1024 * 1024;
+
+    /// The reader, and the function that feeds it from `source` until the
+    /// end, an error, or the reader is dropped (run it on another thread).
+    pub fn new<R: Read + Send>(mut source: R) -> (Self, impl FnOnce() + Send) {
+        let (tx, chunks) = std::sync::mpsc::sync_channel(Self::DEPTH);
+        let feeder = move || {
+            loop {
+                let mut chunk = vec![0u8; Self::CHUNK];
+                let mut filled = 0;
+                let result = loop {
+                    match source.read(&mut chunk[filled..]) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => {
+                            filled += n;
+                            if filled == chunk.len() {
+                                break Ok(());
+                            }
+                        }
+                        Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                        Err(err) => break Err(err),
+                    }
+                };
+                chunk.truncate(filled);
+                let end = filled < Self::CHUNK;
+                let sent = match result {
+                    Ok(()) if chunk.is_empty() => break,
+                    Ok(()) => tx.send(Ok(chunk)),
+                    Err(err) => {
+                        let _ = tx.send(Ok(chunk));
+                        tx.send(Err(err))
+                    }
+                };
+                if sent.is_err() || end {
+                    break;
+                }
+            }
+        };
+        let reader = Self {
+            chunks,
+            current: io::Cursor::new(Vec::new()),
+        };
+        (reader, feeder)
+    }
+}
+
+impl std::fmt::Debug for ReadAhead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadAhead")
+            .field(
+                "buffered",
+                &(self.current.get_ref().len() as u64 - self.current.position()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let n = self.current.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            match self.chunks.recv() {
+                Ok(chunk) => self.current = io::Cursor::new(chunk?),
+                // The feeder is done: end of stream.
+                Err(_) => return Ok(0),
+            }
+        }
+    }
+}
+
+fn create_err(path: PathBuf, err: io::Error) -> UnpackError {
+    UnpackError::Create { path, err }
+}
+
+/// The archive name as a relative path with no `.` components, or `None` if a
+/// `..` leads out of the root. Leading `/` are dropped, as GNU tar does.
+pub fn confine(raw: &[u8]) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for part in Path::new(OsStr::from_bytes(raw)).components() {
+        match part {
+            Component::Normal(p) => out.push(p),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+            Component::ParentDir => return None,
+        }
+    }
+    Some(out)
+}
+
+/// `rel` resolved inside `root` as if `root` were `/`: symlinks on the way are
+/// followed and clamped to the root; the last component is followed too only
+/// if `follow_last`. Missing directories on the way are created (0755) when
+/// `follow_last` is set (an entry's parent). `None` if the symlinks loop.
+fn resolve(root: &Path, rel: &Path, follow_last: bool) -> io::Result<Option<PathBuf>> {
+    // The components still to walk, last first.
+    let mut todo: Vec<PathBuf> = rel
+        .components()
+        .rev()
+        .map(|c| PathBuf::from(c.as_os_str()))
+        .collect();
+    let mut at: Vec<PathBuf> = Vec::new();
+    let mut jumps = 0;
+    while let Some(part) = todo.pop() {
+        match part.to_str() {
+            Some(".") => continue,
+            Some("..") => {
+                at.pop();
+                continue;
+            }
+            _ => {}
+        }
+        let here: PathBuf = root.join(at.iter().collect::<PathBuf>()).join(&part);
+        let last = todo.is_empty();
+        match fs::symlink_metadata(&here) {
+            Ok(meta) if meta.file_type().is_symlink() && (!last || follow_last) => {
+                jumps += 1;
+                if jumps > MAX_SYMLINKS {
+                    return Ok(None);
+                }
+                let target = fs::read_link(&here)?;
+                if target.is_absolute() {
+                    at.clear();
+                }
+                for c in target.components().rev() {
+                    if !matches!(c, Component::RootDir) {
+                        todo.push(PathBuf::from(c.as_os_str()));
+                    }
+                }
+            }
+            Ok(_) => at.push(part),
+            Err(err) if err.kind() == io::ErrorKind::NotFound && follow_last => {
+                fs::create_dir(&here)?;
+                fs::set_permissions(&here, fs::Permissions::from_mode(0o755))?;
+                at.push(part);
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound && last => at.push(part),
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(Some(root.join(at.iter().collect::<PathBuf>())))
+}
+
+/// Removes whatever is at `path`, if anything.
+fn remove_any(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// An opaque whiteout: removes the children of `dir` that this stream did not
+/// write itself.
+fn clear_lower(dir: &Path, ours: &HashSet<PathBuf>) -> io::Result<()> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(err),
+    };
+    for entry in entries {
+        let path = entry?.path();
+        if !ours.contains(&path) {
+            remove_any(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies a sparse entry's data, seeking over zero blocks so holes stay holes.
+fn copy_sparse<R: Read>(from: &mut R, to: &mut File) -> io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut len = 0u64;
+    loop {
+        let n = from.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if buf[..n].iter().all(|b| *b == 0) {
+            to.seek(SeekFrom::Current(n as i64))?;
+        } else {
+            to.write_all(&buf[..n])?;
+        }
+        len += n as u64;
+    }
+    to.set_len(len)
+}
+
+/// Owner, mode, xattrs and (except for directories) mtime from the entry.
+fn apply_meta(
+    header: &tar::Header,
+    xattrs: &[(Vec<u8>, Vec<u8>)],
+    path: &Path,
+    options: UnpackOptions,
+) -> Result<(), UnpackError> {
+    let kind = header.entry_type();
+    let c = |err| create_err(path.to_path_buf(), err);
+    if options.preserve_owner {
+        let uid = header.uid().map_err(|err| UnpackError::Read { err })?;
+        let gid = header.gid().map_err(|err| UnpackError::Read { err })?;
+        let uid = u32::try_from(uid).map_err(|_| c(io::Error::other("uid out of range")))?;
+        let gid = u32::try_from(gid).map_err(|_| c(io::Error::other("gid out of range")))?;
+        lchown(path, Some(uid), Some(gid)).map_err(c)?;
+    }
+    if kind != EntryType::Symlink {
+        let mode = header.mode().map_err(|err| UnpackError::Read { err })? & 0o7777;
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(c)?;
+    }
+    for (name, value) in xattrs {
+        xattr::set(path, OsStr::from_bytes(name), value).map_err(c)?;
+    }
+    if !kind.is_dir() {
+        set_mtime(path, header.mtime().unwrap_or(0)).map_err(c)?;
+    }
+    Ok(())
+}
+
+/// The entry's `SCHILY.xattr.*` PAX records as (name, value) pairs, read
+/// before its data (the records come from the header before it).
+fn pax_xattrs<R: Read>(entry: &mut tar::Entry<'_, R>) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    const PREFIX: &[u8] = b"SCHILY.xattr.";
+    let Some(records) = entry.pax_extensions()? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for ext in records {
+        let ext = ext?;
+        if let Some(name) = ext.key_bytes().strip_prefix(PREFIX) {
+            out.push((name.to_vec(), ext.value_bytes().to_vec()));
+        }
+    }
+    Ok(out)
+}
+
+/// Sets atime and mtime without following a symlink.
+fn set_mtime(path: &Path, mtime: u64) -> io::Result<()> {
+    let t = TimeVal::new(mtime as i64, 0);
+    lutimes(path, &t, &t).map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confine_strips_and_rejects() {
+        let check = |raw: &str, want: Option<&str>| {
+            assert_eq!(confine(raw.as_bytes()), want.map(PathBuf::from), "{raw}");
+        };
+        check("./usr/bin", Some("usr/bin"));
+        check("/etc/passwd", Some("etc/passwd"));
+        check("./", Some(""));
+        check("a/./b/", Some("a/b"));
+        check("../etc/passwd", None);
+        check("a/../../b", None);
+    }
+
+    #[test]
+    fn read_ahead_passes_every_byte_and_the_error() {
+        let chunk = ReadAhead::CHUNK;
+        for len in [0, 1, chunk - 1, chunk, chunk + 1, 3 * chunk + 17] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let out = std::thread::scope(|scope| {
+                let (mut reader, feeder) = ReadAhead::new(&data[..]);
+                scope.spawn(feeder);
+                let mut out = Vec::new();
+                reader.read_to_end(&mut out).map(|_| out)
+            });
+            assert!(out.unwrap() == data, "{len} bytes");
+        }
+
+        // A source that fails after some bytes: those bytes, then the error.
+        let failing = (&[7u8; 10][..]).chain(FailingRead);
+        let result = std::thread::scope(|scope| {
+            let (mut reader, feeder) = ReadAhead::new(failing);
+            scope.spawn(feeder);
+            let mut out = Vec::new();
+            let err = reader.read_to_end(&mut out).unwrap_err();
+            (out, err)
+        });
+        assert_eq!(result.0, [7u8; 10]);
+        assert_eq!(result.1.to_string(), "corrupt frame");
+
+        // The reader going away early stops the feeder (the scope ends).
+        let endless = io::repeat(1);
+        std::thread::scope(|scope| {
+            let (mut reader, feeder) = ReadAhead::new(endless);
+            scope.spawn(feeder);
+            let mut first = [0u8; 100];
+            reader.read_exact(&mut first).unwrap();
+        });
+    }
+
+    /// A directory replaced by a symlink later in the same stream: entries
+    /// under it resolve through the symlink, clamped to the root, and never
+    /// through what was resolved (and cached) for the directory.
+    #[test]
+    fn a_directory_replaced_by_a_symlink_stays_confined() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let (root, outside) = (dir.path().join("root"), dir.path().join("outside"));
+        fs::create_dir_all(&root)?;
+        fs::create_dir_all(&outside)?;
+        let mut tar = tar::Builder::new(Vec::new());
+        let header = |kind: EntryType, size: u64| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_mode(0o755);
+            h.set_size(size);
+            h
+        };
+        tar.append_data(&mut header(EntryType::Directory, 0), "a/", io::empty())?;
+        tar.append_data(&mut header(EntryType::Regular, 1), "a/x", &b"x"[..])?;
+        tar.append_link(&mut header(EntryType::Symlink, 0), "a", &outside)?;
+        tar.append_data(&mut header(EntryType::Regular, 1), "a/y", &b"y"[..])?;
+        let stream = tar.into_inner()?;
+
+        let done =
+            unpack(&stream[..], &root, UnpackOptions::default()).map_err(io::Error::other)?;
+        assert_eq!(done.entries, 4);
+        assert!(!outside.join("y").exists(), "wrote outside the root");
+        let clamped = root.join(outside.strip_prefix("/").map_err(io::Error::other)?);
+        assert_eq!(fs::read(clamped.join("y"))?, b"y");
+        assert_eq!(fs::read_link(root.join("a"))?, outside);
+        Ok(())
+    }
+
+    struct FailingRead;
+
+    impl Read for FailingRead {
+        fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+            Err(io::Error::other("corrupt frame"))
+        }
+    }
+
+    #[test]
+    fn resolve_clamps_symlinks_to_the_root() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let root = dir.path();
+        fs::create_dir_all(root.join("usr/lib"))?;
+        symlink("/usr/lib", root.join("lib"))?;
+        symlink("../../../../..", root.join("up"))?;
+        assert_eq!(
+            resolve(root, Path::new("lib/x"), true)?,
+            Some(root.join("usr/lib/x"))
+        );
+        // `..` past the top stays at the root.
+        assert_eq!(
+            resolve(root, Path::new("up/etc"), true)?,
+            Some(root.join("etc"))
+        );
+        // The last component is not followed for a hard link's target.
+        assert_eq!(
+            resolve(root, Path::new("lib"), false)?,
+            Some(root.join("lib"))
+        );
+        symlink("loop", root.join("loop"))?;
+        assert_eq!(resolve(root, Path::new("loop/x"), true)?, None);
+        Ok(())
+    }
+}
