@@ -1,4 +1,5 @@
-//! The `mprov-control` command line: `serve`, `migrate`, `superuser`, `apikey`.
+//! The `mprov-control` command line: `serve`, `migrate`, `superuser`, `apikey`,
+//! `backup`, `restore`.
 //!
 //! Every subcommand reads the same settings (flags or the original mProv's
 //! environment variables, see `--help`), so `mprov-control apikey list` talks to
@@ -89,6 +90,37 @@ enum Command {
         /// Hours until it expires.
         #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=720))]
         hours: u32,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Write a backup: every table (scripts and uploaded files included) of one
+    /// consistent snapshot, taken while the service keeps serving, as one
+    /// archive (mode 0600, in a 0700 folder) with a manifest of versions, row
+    /// counts and SHA-256 sums.
+    Backup {
+        /// The folder to write into (default: MPROV_BACKUP_DIR, i.e.
+        /// STATE_DIR/backups). Folders the network is served from are refused.
+        #[arg(long)]
+        output_dir: Option<std::path::PathBuf>,
+        /// Also put the secret key and the TLS folder (the CA key) in the
+        /// archive, so another host can open the BMC credentials and keep the
+        /// CA. The archive is then a credential: keep it like the CA key.
+        #[arg(long)]
+        with_secrets: bool,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Restore a backup into the configured database (SQLite, MariaDB or
+    /// PostgreSQL, whichever the backup came from). The archive is checked
+    /// first; a database that holds data is refused without --force; an older
+    /// backup is migrated; a newer one is refused. Stop the control service
+    /// first.
+    Restore {
+        /// The archive `mprov-control backup` wrote.
+        file: std::path::PathBuf,
+        /// Replace a database that holds data (and a different secret key).
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         settings: Settings,
     },
@@ -234,7 +266,93 @@ async fn run(command: Command) -> Result<()> {
             let (_, db, sb) = open(settings).await?;
             apikey(&db, &sb, action).await
         }
+        Command::Backup {
+            output_dir,
+            with_secrets,
+            settings,
+        } => backup(settings, output_dir, with_secrets).await,
+        Command::Restore {
+            file,
+            force,
+            settings,
+        } => restore(settings, &file, force).await,
     }
+}
+
+async fn backup(
+    settings: Settings,
+    output_dir: Option<std::path::PathBuf>,
+    with_secrets: bool,
+) -> Result<()> {
+    let config = Config::from_settings(settings)?;
+    let _ = LOG_TZ.set(config.time_zone.1.clone());
+    first_start::make_dirs(&config)?;
+    let key = first_start::secret_key(&config)?;
+    // Migrated like every subcommand: the archive records the current level.
+    let db = crate::db::Db::open(&config.database_url).await?;
+    let out = output_dir.unwrap_or_else(|| config.backup_dir.clone());
+    let report = crate::backup::backup(&config, &db, &key, &out, with_secrets).await?;
+    let rows: u64 = report.manifest.parts.iter().filter_map(|p| p.rows).sum();
+    println!(
+        "wrote {} ({} bytes, {} tables, {rows} rows, revision {}, schema level {}, {})",
+        report.path.display(),
+        report.bytes,
+        report
+            .manifest
+            .parts
+            .iter()
+            .filter(|p| p.rows.is_some())
+            .count(),
+        report.manifest.revision,
+        report.manifest.schema_level,
+        db.engine()
+    );
+    if with_secrets {
+        eprintln!(
+            "warning: this archive holds the secret key and the CA key: anyone who has it can open the BMC passwords and issue certificates this cluster trusts. Keep it like the CA key."
+        );
+    } else {
+        eprintln!(
+            "note: the secret key is not in this archive. BMC passwords restored on another host open only with this install's secret key ({}): keep a copy of it, or use --with-secrets.",
+            config
+                .config_dir
+                .join(first_start::SECRET_KEY_FILE)
+                .display()
+        );
+    }
+    db.pool().close().await;
+    Ok(())
+}
+
+async fn restore(settings: Settings, file: &std::path::Path, force: bool) -> Result<()> {
+    let config = Config::from_settings(settings)?;
+    let _ = LOG_TZ.set(config.time_zone.1.clone());
+    first_start::make_dirs(&config)?;
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let report = crate::backup::restore(&config, bytes, force).await?;
+    let rows: u64 = report.rows.iter().map(|(_, n)| n).sum();
+    println!(
+        "restored {rows} rows in {} tables into {} (schema level {} migrated to {}); inventory revision {}",
+        report.rows.len(),
+        crate::db::redact_url(&config.database_url),
+        report.from_level,
+        report.to_level,
+        report.revision
+    );
+    if report.secrets_restored {
+        println!(
+            "restored the secret key into {} and the TLS folder {}",
+            config.config_dir.display(),
+            config.tls_dir.display()
+        );
+    } else if !report.key_matches {
+        eprintln!(
+            "warning: the backup holds no secret key and this host's key is not the one it was made with: BMC passwords cannot be decrypted here. Copy the original install's {} to {} (or restore a backup made with --with-secrets), or set the BMC passwords again.",
+            first_start::SECRET_KEY_FILE,
+            config.config_dir.display()
+        );
+    }
+    Ok(())
 }
 
 async fn serve(settings: Settings) -> Result<()> {

@@ -138,6 +138,15 @@ pub struct Settings {
     /// The install's secret key; generated and kept in the config folder if unset.
     #[arg(long, env = "SECRET_KEY", hide_env_values = true)]
     pub secret_key: Option<String>,
+    /// Where `mprov-control backup` writes by default (root-only; default:
+    /// STATE_DIR/backups, i.e. /var/lib/mprov/backups).
+    #[arg(long, env = "MPROV_BACKUP_DIR")]
+    pub backup_dir: Option<PathBuf>,
+    /// Comma-separated folders a web server on this host serves, which a
+    /// backup must never be written into (the TLS folder and
+    /// STATE_DIR/export always count).
+    #[arg(long, env = "MPROV_SERVED_DIRS", default_value = "")]
+    pub served_dirs: String,
 }
 
 /// A knob has a value we cannot use.
@@ -215,6 +224,10 @@ pub struct Config {
     pub superuser_password: Option<String>,
     /// The secret key, if given in the environment.
     pub secret_key: Option<String>,
+    /// The default backup folder.
+    pub backup_dir: PathBuf,
+    /// Further folders served to the network (see `backup::served_dirs`).
+    pub served_dirs: Vec<PathBuf>,
 }
 
 fn list(s: &str) -> impl Iterator<Item = &str> {
@@ -333,6 +346,15 @@ impl Config {
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or_else(|| s.state_dir.join("tls"));
         let nonempty = |p: Option<PathBuf>| p.filter(|p| !p.as_os_str().is_empty());
+        let backup_dir = nonempty(s.backup_dir.clone())
+            .unwrap_or_else(|| s.state_dir.join(crate::backup::BACKUP_DIR_NAME));
+        let served_dirs = s
+            .served_dirs
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect();
         Ok(Config {
             listen: s.listen,
             listen_file: s.listen_file,
@@ -359,6 +381,8 @@ impl Config {
             public_url,
             superuser_password: s.superuser_password.filter(|p| !p.is_empty()),
             secret_key: s.secret_key.filter(|k| !k.is_empty()),
+            backup_dir,
+            served_dirs,
         })
     }
 

@@ -11,6 +11,7 @@
 //! [`privileges`] the switch from root to the service's own users. Only this crate touches the
 //! database: every other component goes through the API (`mprov-api`).
 
+pub mod backup;
 pub mod bootconfig;
 pub mod cli;
 pub mod config;

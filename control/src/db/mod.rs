@@ -287,12 +287,7 @@ impl Db {
 
     /// Runs every pending migration for this engine.
     pub async fn migrate(&self) -> Result<(), OpenError> {
-        let migrator = match self.engine {
-            Engine::Mysql => sqlx::migrate!("migrations/mysql"),
-            Engine::Postgres => sqlx::migrate!("migrations/postgres"),
-            Engine::Sqlite => sqlx::migrate!("migrations/sqlite"),
-        };
-        migrator
+        migrator(self.engine)
             .run(&self.pool)
             .await
             .map_err(|err| OpenError::Migrate {
@@ -346,6 +341,37 @@ impl Db {
         ins.query().execute(&mut *tx).await?;
         tx.commit().await
     }
+}
+
+/// The migrations of `engine`, built into the binary.
+pub fn migrator(engine: Engine) -> sqlx::migrate::Migrator {
+    match engine {
+        Engine::Mysql => sqlx::migrate!("migrations/mysql"),
+        Engine::Postgres => sqlx::migrate!("migrations/postgres"),
+        Engine::Sqlite => sqlx::migrate!("migrations/sqlite"),
+    }
+}
+
+/// The tables `engine`'s migrations create, read from their statements (so
+/// a restore drops only our own tables from a shared database).
+pub fn known_tables(engine: Engine) -> std::collections::BTreeSet<String> {
+    let mut tables = std::collections::BTreeSet::new();
+    for m in migrator(engine).iter() {
+        let sql = m.sql.as_str();
+        let mut rest = sql;
+        while let Some(at) = rest.find("CREATE TABLE ") {
+            rest = &rest[at + "CREATE TABLE ".len()..];
+            let name: String = rest
+                .trim_start_matches("IF NOT EXISTS ")
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                tables.insert(name);
+            }
+        }
+    }
+    tables
 }
 
 /// Reads an integer column whatever width the engine gave it.

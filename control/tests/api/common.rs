@@ -159,6 +159,24 @@ impl Ctx {
         }
     }
 
+    /// A context over an existing database (a restored one) that already
+    /// holds the admin API key `key`.
+    pub(crate) async fn on(tdb: TestDb, key: String) -> Ctx {
+        let cfg = config(&tdb.url, &[]);
+        let db = Db::open(&tdb.url).await.expect("open database");
+        let state = Arc::new(http::Inner::new(
+            db,
+            Arc::new(cfg),
+            SecretBox::new("test secret key"),
+        ));
+        Ctx {
+            app: http::router(state.clone()),
+            state,
+            key,
+            db: tdb,
+        }
+    }
+
     pub(crate) async fn cleanup(self) {
         self.state.db.pool().close().await;
         self.db.cleanup().await;

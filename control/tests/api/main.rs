@@ -1,6 +1,7 @@
 //! The control service's API suite. Every test runs on SQLite, MariaDB and
 //! PostgreSQL (see `common`), against the router in process.
 
+mod backup;
 mod common;
 mod process;
 mod scopes;
