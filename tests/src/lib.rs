@@ -12,6 +12,8 @@ mod control;
 pub mod db;
 pub mod enroll_bench;
 pub mod inventory_bench;
+pub mod lab;
+pub mod netboot;
 pub mod netns;
 mod process;
 pub mod vm;

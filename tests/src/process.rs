@@ -40,6 +40,18 @@ impl Process {
         }
     }
 
+    /// Kills the process at once (SIGKILL), as a crash would, and reaps it.
+    pub(crate) fn kill(mut self) -> Result<ExitStatus> {
+        let name = self.name.clone();
+        match self.child.take() {
+            Some(mut child) => {
+                child.kill().with_context(|| format!("killing {name}"))?;
+                child.wait().with_context(|| format!("waiting for {name}"))
+            }
+            None => bail!("{name} was already stopped"),
+        }
+    }
+
     /// Stops the process and returns how it exited. Fails if it had to be killed.
     pub(crate) fn stop(mut self) -> Result<ExitStatus> {
         let name = self.name.clone();

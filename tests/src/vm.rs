@@ -216,12 +216,9 @@ pub struct DirectBoot {
 
 /// QEMU under TCG with the lab's common options: no default devices (no
 /// SLIRP NIC), serial console to `serial`, and an exit instead of a reboot.
-fn qemu(cmd: &mut Command, serial: &Path) {
+fn qemu(cmd: &mut Command, serial: &Path, memory_mib: u32) {
+    cmd.args(["-accel", "tcg", "-m", &memory_mib.to_string()]);
     cmd.args([
-        "-accel",
-        "tcg",
-        "-m",
-        "512",
         "-smp",
         "1",
         "-nodefaults",
@@ -234,13 +231,19 @@ fn qemu(cmd: &mut Command, serial: &Path) {
 }
 
 impl Vm {
-    /// Starts QEMU (TCG) network-booting from `spec.tap`.
+    /// Starts QEMU (TCG, 512 MiB) network-booting from `spec.tap`.
     pub fn boot(spec: &VmSpec) -> Result<Vm> {
+        Vm::boot_sized(spec, 512)
+    }
+
+    /// Starts QEMU (TCG) with `memory_mib` of RAM network-booting from
+    /// `spec.tap`.
+    pub fn boot_sized(spec: &VmSpec, memory_mib: u32) -> Result<Vm> {
         fs::create_dir_all(&spec.run_dir)?;
         let serial = spec.run_dir.join("serial.log");
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &spec.netns, "qemu-system-x86_64"]);
-        qemu(&mut cmd, &serial);
+        qemu(&mut cmd, &serial, memory_mib);
         cmd.args([
             "-netdev",
             &format!("tap,id=n0,ifname={},script=no,downscript=no", spec.tap),
@@ -276,7 +279,7 @@ impl Vm {
         fs::create_dir_all(&spec.run_dir)?;
         let serial = spec.run_dir.join("serial.log");
         let mut cmd = Command::new("qemu-system-x86_64");
-        qemu(&mut cmd, &serial);
+        qemu(&mut cmd, &serial, 512);
         cmd.args(["-machine", "pc", "-kernel"]).arg(&spec.kernel);
         cmd.arg("-initrd").arg(&spec.initrd);
         cmd.arg("-append").arg(&spec.append);
@@ -301,6 +304,16 @@ impl Vm {
             process: Process::new("qemu", child, Duration::from_secs(5)),
             serial,
         })
+    }
+
+    /// QEMU's exit status if it has exited, without waiting.
+    pub fn exited(&mut self) -> Result<Option<ExitStatus>> {
+        self.process.try_wait()
+    }
+
+    /// Where the serial console is written.
+    pub fn serial_path(&self) -> &Path {
+        &self.serial
     }
 
     /// The serial console so far.

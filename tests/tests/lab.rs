@@ -8,6 +8,9 @@ use std::future::Future;
 use anyhow::{Context, Result};
 use mprov_tests::db::{MariaDb, Postgres};
 
+#[path = "lab/netboot.rs"]
+mod netboot;
+
 /// Runs `future` to completion on a fresh current-thread runtime.
 fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
     tokio::runtime::Builder::new_current_thread()

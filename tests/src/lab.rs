@@ -1,0 +1,934 @@
+//! The netboot lab: a real Debian node image and the network a VM boots it on.
+//!
+//! - [`debian_image`]: a Debian root from mmdebstrap (systemd, the Debian
+//!   kernel) built into an image version by `mprov-image build --recipe`,
+//!   cached under the target folder by the content of its recipe and of the
+//!   agent it carries, so every test, `cargo xtask demo --check` and the
+//!   benchmark of one run share one build.
+//! - [`LabNet`]: a network namespace holding the lab bridge (`br0`,
+//!   [`SERVER_IP`]/24 and an IPv6 /64 so router advertisements have a
+//!   prefix), with a tap device per VM; the servers run inside it.
+//! - [`JobServer`] and [`LabControl`]: `mprov-jobserver` and `mprov-control
+//!   serve`, started inside the namespace and stopped by their PIDs.
+//! - [`cpio_initrd`] and [`busybox_stream_initrd`]: the two incumbent ways of
+//!   booting the same root, for the time-to-ready benchmark: the whole root as
+//!   one cpio initrd (as Warewulf does), and a busybox initramfs that streams
+//!   `rootfs.tar.zst` with `wget | zstd -d | tar x` and switches root.
+//!
+//! The root carries a unit that prints [`READY_MARKER`] on the serial console
+//! once `multi-user.target` is reached (after the agent's own `ready` report
+//! when the image has the agent), and powers the VM off when the kernel
+//! command line says `mprov_lab_poweroff`.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use sha2::{Digest, Sha256};
+
+use crate::netns::Netns;
+use crate::process::Process;
+use crate::xtask::target_dir;
+
+/// The job server's (and the control service's) address on the lab bridge.
+pub const SERVER_IP: &str = "10.99.0.1";
+/// A second address on the bridge, for a second job server.
+pub const SECOND_SERVER_IP: &str = "10.99.0.2";
+/// The lab's network, as the inventory records it.
+pub const LAB_SUBNET: &str = "10.99.0.0";
+/// Its prefix length.
+pub const LAB_PREFIX: u8 = 24;
+/// The control service's HTTP port on the bridge.
+pub const CONTROL_PORT: u16 = 8080;
+/// The control service's HTTPS port on the bridge.
+pub const CONTROL_HTTPS_PORT: u16 = 8443;
+/// The image's slug in the lab.
+pub const IMAGE_SLUG: &str = "debian";
+/// The image's version in the lab's cache.
+pub const IMAGE_VERSION: i64 = 1;
+/// What the root prints on the serial console once multi-user is reached.
+pub const READY_MARKER: &str = "MPROV-LAB-READY";
+/// The kernel argument that makes the root power off once ready.
+pub const POWEROFF_ARG: &str = "mprov_lab_poweroff";
+/// The Debian packages of the lab root, beyond mmdebstrap's minbase.
+pub const DEBIAN_PACKAGES: &[&str] = &[
+    "systemd-sysv",
+    "linux-image-amd64",
+    "udev",
+    "kmod",
+    "iproute2",
+];
+/// Memory of a VM that boots the real root (the incumbents hold it in RAM).
+pub const DEBIAN_VM_MIB: u32 = 3072;
+
+/// The unit that tells the lab the root is up.
+const READY_SCRIPT: &str = r#"set -e
+cat > /etc/systemd/system/mprov-lab-ready.service <<'EOF'
+[Unit]
+Description=mProv lab: multi-user reached
+After=multi-user.target mprov-agent.service
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'echo "MPROV-LAB-READY: $(hostname) multi-user after $(cut -d" " -f1 /proc/uptime) s of uptime" > /dev/ttyS0'
+ExecStart=/bin/sh -c 'if grep -qw mprov_lab_poweroff /proc/cmdline; then systemctl --no-block poweroff; fi'
+
+[Install]
+WantedBy=multi-user.target
+EOF
+mkdir -p /etc/systemd/system/multi-user.target.wants
+ln -sf ../mprov-lab-ready.service /etc/systemd/system/multi-user.target.wants/mprov-lab-ready.service
+echo lab-node > /etc/hostname
+# No login prompt on the serial console: nobody logs in, and its device
+# wait costs a 90 s timeout when the root came from an initramfs.
+ln -sf /dev/null /etc/systemd/system/serial-getty@ttyS0.service
+"#;
+
+/// Runs a command to completion; fails with its output if it fails.
+fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {cmd:?}"))?;
+    ensure!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs a shell script to completion.
+fn sh(script: &str) -> Result<String> {
+    run(Command::new("sh").args(["-ec", script]))
+}
+
+/// The lab's binaries: `mprov-control`, `mprov-jobserver`, `mprov-image`,
+/// `mash`, as `cargo build` or `cargo test --workspace` left them.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    dir: PathBuf,
+}
+
+impl Binaries {
+    /// The debug binaries of the target folder.
+    pub fn debug() -> Binaries {
+        Binaries {
+            dir: target_dir().join("debug"),
+        }
+    }
+
+    /// The binaries in `dir`.
+    pub fn in_dir(dir: PathBuf) -> Binaries {
+        Binaries { dir }
+    }
+
+    /// The path of `name`; fails with what builds it when it is missing.
+    pub fn get(&self, name: &str) -> Result<PathBuf> {
+        let path = self.dir.join(name);
+        ensure!(
+            path.is_file(),
+            "{} is missing: `cargo build --workspace` (or `cargo test --workspace`) builds it",
+            path.display()
+        );
+        Ok(path)
+    }
+}
+
+/// The apt sources mmdebstrap bootstraps from: the machine's own.
+fn apt_sources() -> Result<PathBuf> {
+    for candidate in [
+        "/etc/apt/sources.list.d/debian.sources",
+        "/etc/apt/sources.list",
+    ] {
+        let path = Path::new(candidate);
+        if path.is_file() && fs::metadata(path)?.len() > 0 {
+            return Ok(path.to_path_buf());
+        }
+    }
+    bail!("no apt sources on this machine to bootstrap the Debian image from (/etc/apt/sources.list.d/debian.sources)")
+}
+
+/// The machine's Debian release codename (`bookworm`).
+fn codename() -> Result<String> {
+    let text = fs::read_to_string("/etc/os-release").context("reading /etc/os-release")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+        .map(|c| c.trim_matches('"').to_owned())
+        .filter(|c| !c.is_empty())
+        .context("/etc/os-release names no VERSION_CODENAME: the lab needs Debian")
+}
+
+/// The image-gen script that slims the root: files no lab boot uses
+/// (the distro's own initrd, docs, translations, drivers for hardware a VM
+/// lacks). Every way of booting gets the same root, so the comparison stays
+/// fair.
+const SLIM_SCRIPT: &str = r#"set -e
+rm -f /boot/initrd.img-*
+rm -rf /usr/share/doc/* /usr/share/man/* /usr/share/locale/* /usr/share/info/*
+for m in /usr/lib/modules/*; do
+  rm -rf "$m/kernel/drivers/gpu" "$m/kernel/drivers/media" "$m/kernel/drivers/infiniband" \
+         "$m/kernel/drivers/staging" "$m/kernel/drivers/iio" "$m/kernel/sound" \
+         "$m/kernel/drivers/net/wireless" "$m/kernel/net/wireless" "$m/kernel/net/mac80211"
+  depmod -a "$(basename "$m")"
+done
+"#;
+
+/// The mmdebstrap command of the lab root: minbase plus
+/// [`DEBIAN_PACKAGES`], from the machine's own apt sources.
+fn bootstrap_args() -> Result<Vec<String>> {
+    Ok(vec![
+        "--variant=minbase".to_owned(),
+        format!("--include={}", DEBIAN_PACKAGES.join(",")),
+        codename()?,
+    ])
+}
+
+/// The recipe of the lab image, from the bootstrapped root in `root`.
+pub fn debian_recipe(root: &Path) -> String {
+    let indent = |script: &str| {
+        script
+            .lines()
+            .map(|l| format!("      {l}\n"))
+            .collect::<String>()
+    };
+    format!(
+        "slug: {IMAGE_SLUG}\nsource:\n  dir: '{}'\nscripts:\n  - slug: lab-slim\n    content: |\n{}  - slug: lab-ready\n    content: |\n{}",
+        root.display(),
+        indent(SLIM_SCRIPT),
+        indent(READY_SCRIPT),
+    )
+}
+
+/// A built image version of the lab.
+#[derive(Debug, Clone)]
+pub struct Image {
+    /// The images folder (`<out>` of `mprov-image build`): `<slug>/<version>/`.
+    pub images: PathBuf,
+    /// The version's folder.
+    pub dir: PathBuf,
+    /// The image's slug.
+    pub slug: String,
+    /// Its version.
+    pub version: i64,
+    /// The root, unpacked (owners kept), for the incumbents' initrds.
+    pub root: PathBuf,
+    /// The kernel release of the image's own kernel.
+    pub kernel_release: String,
+}
+
+impl Image {
+    /// A file of the version.
+    pub fn file(&self, file: mprov_api::boot::ImageFile) -> PathBuf {
+        self.dir.join(file.file_name())
+    }
+
+    /// The sha256 of `rootfs.tar.zst`, lowercase hex.
+    pub fn rootfs_sha256(&self) -> Result<String> {
+        sha256_file(&self.file(mprov_api::boot::ImageFile::Rootfs))
+    }
+}
+
+/// The lowercase hex sha256 of a file.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut file = fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// One build at a time inside this process; across processes a file lock.
+static BUILD: Mutex<()> = Mutex::new(());
+
+/// Removes the `<prefix>*` entries of `dir` other than `keep`.
+fn remove_others(dir: &Path, prefix: &str, keep: &Path) -> Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with(prefix) && path != keep {
+            if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            }
+            .with_context(|| format!("removing the old {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The bootstrapped Debian root (mmdebstrap), unpacked with its owners,
+/// cached by the command and the apt sources it used.
+fn debian_root(cache: &Path) -> Result<PathBuf> {
+    let args = bootstrap_args()?;
+    let sources = apt_sources()?;
+    let mut key = Sha256::new();
+    key.update(args.join(" ").as_bytes());
+    key.update(fs::read(&sources)?);
+    let key = hex::encode(key.finalize());
+    let home = cache.join(format!("bootstrap-{}", &key[..16]));
+    let root = home.join("root");
+    if home.join("done").is_file() {
+        return Ok(root);
+    }
+    remove_others(cache, "bootstrap-", &home)?;
+    if home.exists() {
+        fs::remove_dir_all(&home)?;
+    }
+    fs::create_dir_all(&home)?;
+    let tar = home.join("root.tar");
+    eprintln!(
+        "lab: bootstrapping a Debian root with mmdebstrap ({}), once; cached in {}",
+        DEBIAN_PACKAGES.join(", "),
+        home.display()
+    );
+    let started = Instant::now();
+    run(Command::new("mmdebstrap")
+        .args(&args)
+        .arg(&tar)
+        .arg(&sources))
+    .context("mmdebstrap (install the Debian package mmdebstrap)")?;
+    eprintln!("lab: bootstrapped in {:.0?}", started.elapsed());
+    fs::create_dir_all(&root)?;
+    run(Command::new("tar")
+        .args(["--numeric-owner", "-xpf"])
+        .arg(&tar)
+        .arg("-C")
+        .arg(&root))?;
+    fs::remove_file(&tar)?;
+    fs::write(home.join("done"), &key)?;
+    Ok(root)
+}
+
+/// The lab's Debian image: a root bootstrapped with mmdebstrap (systemd,
+/// the Debian kernel), built by `mprov-image build --recipe` with the lab's
+/// image-gen scripts and `agent` installed; cached under
+/// `<target>/lab-cache/` by content (the bootstrap by its command and apt
+/// sources, the image by the recipe, the agent and the `mprov-image` binary).
+pub fn debian_image(bins: &Binaries, agent: &Path) -> Result<Image> {
+    let _one = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = target_dir().join("lab-cache");
+    fs::create_dir_all(&cache)?;
+    let lock = fs::File::create(cache.join("debian.lock"))?;
+    lock.lock().context("locking the lab image cache")?;
+    let bootstrapped = debian_root(&cache)?;
+    let recipe = debian_recipe(&bootstrapped);
+    let tool = bins.get("mprov-image")?;
+    let mut key = Sha256::new();
+    key.update(recipe.as_bytes());
+    key.update(fs::read(agent).with_context(|| format!("reading {}", agent.display()))?);
+    key.update(fs::read(&tool)?);
+    let key = hex::encode(key.finalize());
+    let home = cache.join(format!("debian-{}", &key[..16]));
+    let images = home.join("export").join(mprov_api::boot::IMAGES_DIR);
+    let dir = images.join(IMAGE_SLUG).join(IMAGE_VERSION.to_string());
+    let root = home.join("root");
+    let done = home.join("done");
+    if !done.is_file() {
+        // Older builds go: each is a few hundred MB.
+        remove_others(&cache, "debian-", &home)?;
+        if home.exists() {
+            fs::remove_dir_all(&home)?;
+        }
+        fs::create_dir_all(&images)?;
+        let recipe_file = home.join("recipe.yaml");
+        fs::write(&recipe_file, &recipe)?;
+        eprintln!(
+            "lab: building the Debian image with mprov-image; cached in {}",
+            home.display()
+        );
+        let started = Instant::now();
+        run(Command::new(&tool)
+            .args(["build", "--quiet", "--recipe"])
+            .arg(&recipe_file)
+            .arg("--out")
+            .arg(&images)
+            .args(["--version", &IMAGE_VERSION.to_string()])
+            .arg("--agent")
+            .arg(agent))
+        .context("mprov-image build of the lab's Debian image")?;
+        eprintln!("lab: image built in {:.0?}", started.elapsed());
+        fs::create_dir_all(&root)?;
+        run(Command::new("tar")
+            .args(["--zstd", "--numeric-owner", "-xpf"])
+            .arg(dir.join("rootfs.tar.zst"))
+            .arg("-C")
+            .arg(&root))
+        .context("unpacking the lab image for the incumbents")?;
+        fs::write(&done, &key)?;
+    }
+    let modules = root.join("usr/lib/modules");
+    let kernel_release = fs::read_dir(&modules)
+        .with_context(|| format!("listing {}", modules.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .max()
+        .context("the lab image has no kernel modules")?;
+    Ok(Image {
+        images,
+        dir,
+        slug: IMAGE_SLUG.to_owned(),
+        version: IMAGE_VERSION,
+        root,
+        kernel_release,
+    })
+}
+
+/// The image's NIC modules, in load order, as a [`crate::vm::Kernel`] for
+/// [`crate::vm::busybox_initramfs`].
+pub fn image_kernel(image: &Image) -> Result<crate::vm::Kernel> {
+    let moddir = image
+        .root
+        .join("usr/lib/modules")
+        .join(&image.kernel_release);
+    let modules: Vec<PathBuf> = crate::vm::LAB_MODULES
+        .iter()
+        .map(|m| moddir.join(m))
+        .collect();
+    for m in &modules {
+        ensure!(m.is_file(), "{} is missing from the image", m.display());
+    }
+    Ok(crate::vm::Kernel {
+        vmlinuz: image.file(mprov_api::boot::ImageFile::Kernel),
+        release: image.kernel_release.clone(),
+        modules,
+    })
+}
+
+/// The first incumbent: the whole root as one zstd cpio initrd that the
+/// kernel unpacks into its rootfs, `/init` being systemd (cached beside the
+/// image).
+pub fn cpio_initrd(image: &Image) -> Result<PathBuf> {
+    let _one = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let out = image
+        .root
+        .parent()
+        .context("image root")?
+        .join("root.cpio.zst");
+    if out.is_file() {
+        return Ok(out);
+    }
+    let init = image.root.join("init");
+    if fs::symlink_metadata(&init).is_err() {
+        std::os::unix::fs::symlink("/sbin/init", &init)?;
+    }
+    let partial = out.with_extension("partial");
+    sh(&format!(
+        "cd '{}' && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --quiet | zstd -q -T0 -3 > '{}'",
+        image.root.display(),
+        partial.display()
+    ))
+    .context("packing the root as one cpio initrd")?;
+    fs::rename(&partial, &out)?;
+    Ok(out)
+}
+
+/// The second incumbent: a busybox initramfs (plus Debian's zstd and its
+/// libraries) whose `/init` loads the NIC modules, takes a lease with
+/// udhcpc, streams `lab_root=<URL>` with `wget -O- | zstd -d | tar x` into a
+/// tmpfs and switches root to the image's systemd.
+pub fn busybox_stream_initrd(image: &Image, out: &Path) -> Result<()> {
+    let kernel = image_kernel(image)?;
+    let init = r#"#!/bin/sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+echo "LAB-STREAM: init started"
+for m in $(cat /lib/modules/order); do insmod /lib/modules/$m 2>/dev/null; done
+url=$(sed -n 's/.*lab_root=\([^ ]*\).*/\1/p' /proc/cmdline)
+for i in $(ls /sys/class/net); do [ "$i" = lo ] || ip link set "$i" up; done
+i=0; while ! grep -qs 1 /sys/class/net/eth0/carrier && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+udhcpc -i eth0 -s /etc/udhcpc.script -n -q -t 10 -T 2 || { echo "LAB-STREAM: no lease"; poweroff -f; }
+mkdir -p /newroot
+mount -t tmpfs -o size=90% tmpfs /newroot
+echo "LAB-STREAM: streaming $url"
+if wget -q -O - "$url" | /lib/zstd/zstd -dc | tar -x -C /newroot; then
+  echo "LAB-STREAM: unpacked, switching root"
+  umount /proc /sys
+  mount --move /dev /newroot/dev 2>/dev/null || umount /dev
+  exec switch_root /newroot /sbin/init
+fi
+echo "LAB-STREAM: the stream failed"
+poweroff -f
+"#;
+    let stage = tempfile::tempdir()?;
+    let plain = stage.path().join("base.gz");
+    crate::vm::busybox_initramfs(&kernel, init, &plain)?;
+    // zstd is not a busybox applet: add Debian's, with its libraries, as a
+    // second cpio member (the kernel unpacks concatenated archives).
+    let extra = stage.path().join("extra");
+    let libs = sh("ldd /usr/bin/zstd | awk '/=>/ {print $3} /ld-linux/ {print $1}'")?;
+    let zdir = extra.join("lib/zstd");
+    fs::create_dir_all(&zdir)?;
+    fs::copy("/usr/bin/zstd", zdir.join("zstd")).context("zstd is missing: install zstd")?;
+    for lib in libs.lines().map(str::trim).filter(|l| l.starts_with('/')) {
+        let dest = extra.join(lib.trim_start_matches('/'));
+        fs::create_dir_all(dest.parent().context("lib path")?)?;
+        fs::copy(lib, &dest).with_context(|| format!("copying {lib}"))?;
+        // Debian's loader path is /lib64/ld-linux-x86-64.so.2 and libs in
+        // /lib/x86_64-linux-gnu; both come along as ldd names them.
+    }
+    sh(&format!(
+        "cd '{}' && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc --owner=0:0 --quiet | gzip -1 > '{}'",
+        extra.display(),
+        stage.path().join("extra.gz").display()
+    ))?;
+    let mut bytes = fs::read(&plain)?;
+    bytes.extend(fs::read(stage.path().join("extra.gz"))?);
+    fs::write(out, bytes)?;
+    Ok(())
+}
+
+/// Hard-links (or copies, across file systems) `from` to `to`.
+pub fn link_or_copy(from: &Path, to: &Path) -> Result<()> {
+    if let Some(parent) = to.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    if fs::hard_link(from, to).is_err() {
+        fs::copy(from, to)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    }
+    Ok(())
+}
+
+/// Puts the image's version into an export folder (`<export>/images/...`).
+pub fn export_image(image: &Image, export: &Path) -> Result<PathBuf> {
+    let dir = export
+        .join(mprov_api::boot::IMAGES_DIR)
+        .join(&image.slug)
+        .join(image.version.to_string());
+    fs::create_dir_all(&dir)?;
+    for entry in fs::read_dir(&image.dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            link_or_copy(&entry.path(), &dir.join(entry.file_name()))?;
+        }
+    }
+    Ok(dir)
+}
+
+static TAPS: AtomicU32 = AtomicU32::new(0);
+
+/// The lab network: a namespace with the bridge, deleted on drop.
+#[derive(Debug)]
+pub struct LabNet {
+    /// The namespace.
+    pub ns: Netns,
+}
+
+impl LabNet {
+    /// A namespace `<prefix>-<unique>` with `br0` at [`SERVER_IP`]/24 and
+    /// `fd99::1/64` (so router advertisements carry a prefix).
+    pub fn new(prefix: &str) -> Result<LabNet> {
+        let ns = Netns::new(prefix)?;
+        ns.ip(&[
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+        ])?;
+        ns.add_addr("br0", &format!("{SERVER_IP}/{LAB_PREFIX}"))?;
+        ns.ip(&["addr", "add", "fd99::1/64", "dev", "br0", "nodad"])?;
+        ns.up("br0")?;
+        // The root namespace may have bridge netfilter on; not in ours.
+        let _ = ns.exec(
+            "sh",
+            &[
+                "-c",
+                "echo 0 > /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null || true",
+            ],
+        );
+        Ok(LabNet { ns })
+    }
+
+    /// Adds an address to the bridge (e.g. [`SECOND_SERVER_IP`]).
+    pub fn add_server_ip(&self, ip: &str) -> Result<()> {
+        self.ns.add_addr("br0", &format!("{ip}/{LAB_PREFIX}"))
+    }
+
+    /// A new tap device on the bridge, for one VM.
+    pub fn tap(&self) -> Result<String> {
+        let tap = format!("tap{}", TAPS.fetch_add(1, Ordering::Relaxed));
+        self.ns
+            .ip(&["tuntap", "add", "dev", &tap, "mode", "tap"])?;
+        self.ns.ip(&["link", "set", &tap, "master", "br0"])?;
+        self.ns.up(&tap)?;
+        Ok(tap)
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        self.ns.name()
+    }
+}
+
+/// How a job server learns its boot config.
+#[derive(Debug, Clone)]
+pub enum BootConfigSource {
+    /// A fixed snapshot file (standalone).
+    File(PathBuf),
+    /// The control service, enrolling with a one-time token over HTTPS.
+    Control {
+        /// The control service's HTTPS URL.
+        url: String,
+        /// Its CA certificate.
+        ca: PathBuf,
+        /// The one-time enrollment token.
+        token: String,
+        /// The job server's name.
+        name: String,
+    },
+}
+
+/// What a lab job server serves.
+#[derive(Debug, Clone)]
+pub struct JobServerSpec {
+    /// Its boot config.
+    pub config: BootConfigSource,
+    /// Its address on the bridge.
+    pub ip: String,
+    /// Serve DHCP (and router advertisements) on the bridge.
+    pub dhcp: bool,
+    /// Its export folder.
+    pub export: PathBuf,
+    /// A folder for its state and log.
+    pub home: PathBuf,
+    /// Its metrics port on the namespace's loopback (unique per job server).
+    pub metrics_port: u16,
+}
+
+/// A running `mprov-jobserver` in the lab.
+#[derive(Debug)]
+pub struct JobServer {
+    process: Mutex<Option<Process>>,
+    log: PathBuf,
+    /// Its PID.
+    pub pid: u32,
+}
+
+impl JobServer {
+    /// Starts it inside `net`.
+    pub fn start(net: &LabNet, bins: &Binaries, spec: &JobServerSpec) -> Result<JobServer> {
+        fs::create_dir_all(&spec.home)?;
+        let log = spec.home.join("jobserver.log");
+        let exe = bins.get("mprov-jobserver")?;
+        let mut cmd = net.ns.command(exe.to_str().context("path")?);
+        match &spec.config {
+            BootConfigSource::File(file) => {
+                cmd.arg("--boot-config").arg(file);
+            }
+            BootConfigSource::Control {
+                url,
+                ca,
+                token,
+                name,
+            } => {
+                cmd.args(["--control-url", url, "--ca-file"])
+                    .arg(ca)
+                    .args(["--name", name])
+                    .env("MPROV_ENROLL_TOKEN", token)
+                    .arg("--apikey-file")
+                    .arg(spec.home.join("no-apikey"))
+                    .arg("--enroll-token-file")
+                    .arg(spec.home.join("no-token"));
+            }
+        }
+        cmd.args(["--server-ip", &spec.ip]);
+        if spec.dhcp {
+            cmd.args(["--dhcp", "0.0.0.0:67", "--dhcp-interface", "br0"]);
+            cmd.args(["--tftp", &format!("{}:69", spec.ip)]);
+        } else {
+            cmd.args(["--no-dhcp", "--no-tftp", "--no-ra"]);
+        }
+        cmd.args(["--no-dns", "--http", &format!("{}:8081", spec.ip)])
+            .args(["--metrics", &format!("127.0.0.1:{}", spec.metrics_port)])
+            .arg("--export")
+            .arg(&spec.export)
+            .arg("--state-dir")
+            .arg(spec.home.join("state"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log)?);
+        let child = cmd.spawn().context("starting mprov-jobserver")?;
+        let pid = child.id();
+        let mut process = Process::new("mprov-jobserver", child, Duration::from_secs(10));
+        // Up once its image server answers.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = process.try_wait()? {
+                bail!(
+                    "mprov-jobserver exited with {status}:\n{}",
+                    fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            let probe = net
+                .ns
+                .command("curl")
+                .args(["-s", "-o", "/dev/null", "-m", "2"])
+                .arg(format!("http://{}:8081/", spec.ip))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .context("running curl (install curl)")?;
+            if probe.success() {
+                break;
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "mprov-jobserver's HTTP did not answer within 60 s:\n{}",
+                fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(JobServer {
+            process: Mutex::new(Some(process)),
+            log,
+            pid,
+        })
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Kills it at once (SIGKILL), as a crash would.
+    pub fn kill(&self) -> Result<()> {
+        let taken = self.process.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(process) = taken {
+            process.kill()?;
+        }
+        Ok(())
+    }
+
+    /// Stops it with SIGTERM.
+    pub fn stop(self) -> Result<()> {
+        let taken = self.process.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(process) = taken {
+            process.stop()?;
+        }
+        Ok(())
+    }
+}
+
+/// A running `mprov-control serve` inside the lab namespace, on
+/// [`SERVER_IP`] ([`CONTROL_PORT`] HTTP, [`CONTROL_HTTPS_PORT`] HTTPS).
+#[derive(Debug)]
+pub struct LabControl {
+    process: Option<Process>,
+    ns: String,
+    /// Its folder (`etc/`, `var/`, `serve.log`).
+    pub home: PathBuf,
+    /// The admin's password, from the file first start wrote.
+    pub password: String,
+}
+
+impl LabControl {
+    /// Starts it inside `net` with its folders under `home`.
+    pub fn start(net: &LabNet, bins: &Binaries, home: &Path) -> Result<LabControl> {
+        fs::create_dir_all(home)?;
+        let exe = bins.get("mprov-control")?;
+        let log = home.join("serve.log");
+        let mut cmd = net.ns.command(exe.to_str().context("path")?);
+        cmd.arg("serve")
+            .env("MPROV_CONFIG_DIR", home.join("etc"))
+            .env("MPROV_STATE_DIR", home.join("var"))
+            .env("MPROV_LISTEN", format!("{SERVER_IP}:{CONTROL_PORT}"))
+            .env(
+                "MPROV_HTTPS_LISTEN",
+                format!("{SERVER_IP}:{CONTROL_HTTPS_PORT}"),
+            )
+            .env("MPROV_PUBLIC_URL", format!("http://{SERVER_IP}:{CONTROL_PORT}"))
+            .env("MPROV_MPCC_IPs", SERVER_IP)
+            .env("ALLOWED_HOSTS", SERVER_IP)
+            .env_remove("MPROV_SUPERUSER_PASSWORD")
+            .env_remove("MPROV_SKIP_VERSION_CHECK")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log)?);
+        let child = cmd.spawn().context("starting mprov-control")?;
+        let mut control = LabControl {
+            process: Some(Process::new("mprov-control", child, Duration::from_secs(20))),
+            ns: net.name().to_owned(),
+            home: home.to_owned(),
+            password: String::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Some(process) = control.process.as_mut()
+                && let Some(status) = process.try_wait()?
+            {
+                bail!("mprov-control exited with {status}:\n{}", control.log());
+            }
+            // First start writes the admin's random password, then serves.
+            let file = home.join("etc").join("superuser_password");
+            if let Ok(password) = fs::read_to_string(&file) {
+                control.password = password.trim().to_owned();
+                if control.api("GET", "/api/v1/", None).is_ok() {
+                    return Ok(control);
+                }
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "mprov-control's API did not answer within 90 s:\n{}",
+                control.log()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.home.join("serve.log")).unwrap_or_default()
+    }
+
+    /// The HTTP base URL.
+    pub fn url(&self) -> String {
+        format!("http://{SERVER_IP}:{CONTROL_PORT}")
+    }
+
+    /// The HTTPS base URL.
+    pub fn https_url(&self) -> String {
+        format!("https://{SERVER_IP}:{CONTROL_HTTPS_PORT}")
+    }
+
+    /// The CA certificate's file.
+    pub fn ca(&self) -> PathBuf {
+        self.home.join("var/tls/ca.crt")
+    }
+
+    /// One API call as the admin, with curl inside the namespace; the JSON
+    /// reply (`null` for an empty body). Fails on a status >= 400.
+    pub fn api(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<serde_json::Value> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns, "curl", "-sS", "-m", "30"])
+            .args(["-X", method, "-u", &format!("admin:{}", self.password)])
+            .args([
+                "-H",
+                &format!(
+                    "{}: {}",
+                    mprov_api::VERSION_HEADER,
+                    mprov_api::api_version()
+                ),
+            ])
+            .args(["-H", "content-type: application/json"])
+            .args(["-w", "\n%{http_code}"]);
+        if let Some(body) = body {
+            cmd.args(["--data-binary", &body.to_string()]);
+        }
+        cmd.arg(format!("{}{path}", self.url()));
+        let out = run(&mut cmd)?;
+        let (text, code) = out.rsplit_once('\n').context("curl's status line")?;
+        let code: u16 = code.trim().parse().context("curl's status code")?;
+        ensure!(code < 400, "{method} {path}: HTTP {code}: {text}");
+        if text.trim().is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_str(text).with_context(|| format!("{method} {path}: not JSON: {text}"))
+    }
+
+    /// A one-time job-server enrollment token (`mprov-control enroll-token`).
+    pub fn enroll_token(&self, bins: &Binaries, name: &str) -> Result<String> {
+        let out = run(Command::new(bins.get("mprov-control")?)
+            .args(["enroll-token", "--name", name])
+            .env("MPROV_CONFIG_DIR", self.home.join("etc"))
+            .env("MPROV_STATE_DIR", self.home.join("var")))?;
+        let token = out
+            .lines()
+            .map(str::trim)
+            .rfind(|l| !l.is_empty())
+            .context("mprov-control enroll-token printed nothing")?;
+        Ok(token.to_owned())
+    }
+
+    /// Stops it with SIGTERM.
+    pub fn stop(mut self) -> Result<()> {
+        if let Some(process) = self.process.take() {
+            process.stop()?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes a file and makes it world-readable.
+pub fn write_file(path: &Path, content: impl AsRef<[u8]>) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    let mut file = fs::File::create(path)?;
+    file.write_all(content.as_ref())?;
+    Ok(())
+}
+
+/// The smoke test's image: a busybox root (static busybox, the lab kernel's
+/// NIC modules, the agent) whose `/sbin/init` runs `mprov-agent ready`,
+/// prints [`READY_MARKER`] and powers off. Built with `mprov-image build
+/// --root` into `out` (the fastest boot of our stack: a few MB to stream).
+pub fn busybox_image(bins: &Binaries, agent: &Path, out: &Path) -> Result<Image> {
+    let kernel = crate::vm::lab_kernel(&target_dir().join("lab-cache"))?;
+    let stage = tempfile::tempdir()?;
+    let root = stage.path().join("root");
+    for d in ["bin", "sbin", "dev", "proc", "sys", "tmp", "etc", "run", "var"] {
+        fs::create_dir_all(root.join(d))?;
+    }
+    fs::copy("/bin/busybox", root.join("bin/busybox"))
+        .context("busybox is missing: install busybox-static")?;
+    std::os::unix::fs::symlink("busybox", root.join("bin/sh"))?;
+    let package = target_dir().join("lab-cache").join(&kernel.release);
+    for module in &kernel.modules {
+        let rel = module.strip_prefix(&package).context("module path")?;
+        let dest = root.join(rel);
+        fs::create_dir_all(dest.parent().context("module folder")?)?;
+        fs::copy(module, &dest)?;
+    }
+    let init = format!(
+        "#!/bin/sh\n/bin/busybox --install -s /bin\nmount -t proc proc /proc 2>/dev/null\nmount -t sysfs sys /sys 2>/dev/null\nmount -t devtmpfs dev /dev 2>/dev/null\necho \"LAB-SMOKE: busybox root up\"\nif /usr/libexec/mprov/mprov-agent ready; then\n  echo \"{READY_MARKER}: busybox root, ready reported\"\nelse\n  echo \"LAB-SMOKE: mprov-agent ready failed\"\nfi\nsync\npoweroff -f\n"
+    );
+    fs::write(root.join("sbin/init"), init)?;
+    run(Command::new("chmod").arg("0755").arg(root.join("sbin/init")))?;
+    fs::write(root.join("etc/hostname"), "smoke\n")?;
+    fs::create_dir_all(out)?;
+    run(Command::new(bins.get("mprov-image")?)
+        .args(["build", "--quiet", "--slug", "smoke", "--version", "1", "--root"])
+        .arg(&root)
+        .arg("--kernel")
+        .arg(&kernel.vmlinuz)
+        .arg("--agent")
+        .arg(agent)
+        .arg("--out")
+        .arg(out))
+    .context("mprov-image build of the busybox smoke image")?;
+    let dir = out.join("smoke").join("1");
+    Ok(Image {
+        images: out.to_owned(),
+        dir,
+        slug: "smoke".to_owned(),
+        version: 1,
+        root,
+        kernel_release: kernel.release,
+    })
+}

@@ -1,0 +1,681 @@
+//! Netbooting the lab's Debian image in a QEMU VM, three ways:
+//!
+//! - [`Way::Mprov`]: our stack. The control service and one or two job
+//!   servers (following it, enrolled with one-time tokens) run in the lab
+//!   namespace; the node is registered through the API; the VM's firmware
+//!   takes a lease from our DHCP, chains to `/ipxe/`, fetches the kernel and
+//!   the image's agent initramfs, and the agent enrolls, streams and verifies
+//!   `rootfs.tar.zst` and switches root; the root's `mprov-agent` unit reports
+//!   `ready`. The timeline is read back through the API.
+//! - [`Way::Cpio`] and [`Way::Stream`]: the incumbents (see [`crate::lab`]),
+//!   served by a standalone job server (our DHCP, TFTP and HTTP: the same
+//!   transport, so only the boot method differs).
+//!
+//! "Ready" is the root's [`READY_MARKER`] on the serial console (multi-user
+//! reached, after the agent's unit), timed from QEMU's start.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use mprov_api::boot::{BootEvent, BootPhase, EVENTS_PATH, ImageFile};
+
+use crate::lab::{
+    self, Binaries, BootConfigSource, DEBIAN_VM_MIB, Image, JobServer, JobServerSpec, LabControl,
+    LabNet, POWEROFF_ARG, READY_MARKER, SECOND_SERVER_IP, SERVER_IP,
+};
+use crate::vm::{Firmware, Vm, VmSpec};
+
+/// How long a real-root boot may take under TCG before we call it stuck.
+pub const BOOT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A way of booting the lab root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// Our stack, end to end.
+    Mprov,
+    /// The whole root as one cpio initrd.
+    Cpio,
+    /// busybox `wget | zstd -d | tar x` into a tmpfs, then switch_root.
+    Stream,
+}
+
+impl Way {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Way::Mprov => "mprov (agent: enroll, stream, verify, switch_root)",
+            Way::Cpio => "whole root as one cpio initrd",
+            Way::Stream => "busybox wget | zstd -d | tar x",
+        }
+    }
+}
+
+/// The firmware and NIC of one boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Machine {
+    /// SeaBIOS with the NIC's iPXE ROM (virtio).
+    BiosIpxe,
+    /// OVMF with the NIC's iPXE-EFI ROM (virtio).
+    UefiIpxe,
+    /// OVMF's own PXE client on virtio (`romfile=`): TFTP `snponly.efi`,
+    /// then iPXE, then HTTP.
+    UefiNativePxe,
+}
+
+impl Machine {
+    fn firmware(self) -> Firmware {
+        match self {
+            Machine::BiosIpxe => Firmware::Bios,
+            _ => Firmware::Uefi,
+        }
+    }
+
+    fn nic(self) -> &'static str {
+        match self {
+            Machine::UefiNativePxe => "virtio-net-pci,romfile=",
+            _ => "virtio-net-pci",
+        }
+    }
+}
+
+/// A boot that reached ready.
+#[derive(Debug)]
+pub struct Booted {
+    /// From QEMU's start to the ready marker.
+    pub ready_after: Duration,
+    /// The serial console.
+    pub console: String,
+    /// The VM, still running unless it powered off.
+    pub vm: Vm,
+}
+
+/// What a console shows when a boot has failed for good: the firmware gave
+/// up, or the kernel panicked.
+const DEAD_ENDS: &[&str] = &[
+    "No bootable device",
+    "BdsDxe: No bootable option",
+    "Kernel panic - not syncing",
+];
+
+/// The dead end `console` shows, if any.
+pub fn dead_end(console: &str) -> Option<&'static str> {
+    DEAD_ENDS.iter().copied().find(|d| console.contains(d))
+}
+
+/// Waits for the ready marker, failing early at a dead end.
+fn wait_ready(vm: &mut Vm) -> Result<String> {
+    let deadline = Instant::now() + BOOT_TIMEOUT;
+    loop {
+        match vm.wait_for(READY_MARKER, Duration::from_secs(2)) {
+            Ok(console) => return Ok(console),
+            Err(err) => {
+                let console = vm.console();
+                if let Some(end) = dead_end(&console) {
+                    bail!("the boot failed ({end:?}); console:\n{}", tail(&console, 60));
+                }
+                if Instant::now() > deadline || vm.exited()?.is_some() {
+                    return Err(err);
+                }
+            }
+        }
+    }
+}
+
+/// Starts a VM and waits for the ready marker.
+fn boot_vm(net: &LabNet, machine: Machine, mac: &str, run: &Path) -> Result<Booted> {
+    let tap = net.tap()?;
+    let started = Instant::now();
+    let mut vm = Vm::boot_sized(
+        &VmSpec {
+            netns: net.name().to_owned(),
+            tap,
+            mac: mac.to_owned(),
+            firmware: machine.firmware(),
+            nic: machine.nic().to_owned(),
+            run_dir: run.to_owned(),
+        },
+        DEBIAN_VM_MIB,
+    )?;
+    let console = wait_ready(&mut vm)?;
+    Ok(Booted {
+        ready_after: started.elapsed(),
+        console,
+        vm,
+    })
+}
+
+/// The incumbents' lab: a standalone job server serving per-MAC iPXE
+/// scripts, the image's kernel and the two incumbent initrds.
+#[derive(Debug)]
+pub struct IncumbentLab {
+    /// The network.
+    pub net: LabNet,
+    jobserver: JobServer,
+    lab_files: PathBuf,
+    image: Image,
+    run: PathBuf,
+}
+
+/// The folder under the export with the incumbents' files.
+const LAB_FILES: &str = "images/lab";
+
+impl IncumbentLab {
+    /// Builds the incumbents' initrds and starts the job server; `macs` get
+    /// reservations.
+    pub fn start(bins: &Binaries, image: &Image, run: &Path, macs: &[&str]) -> Result<IncumbentLab> {
+        let net = LabNet::new("bench")?;
+        let export = run.join("export");
+        let lab_files = export.join(LAB_FILES);
+        fs::create_dir_all(&lab_files)?;
+        lab::export_image(image, &export)?;
+        lab::link_or_copy(&image.file(ImageFile::Kernel), &lab_files.join("vmlinuz"))?;
+        lab::link_or_copy(&lab::cpio_initrd(image)?, &lab_files.join("root.cpio.zst"))?;
+        lab::busybox_stream_initrd(image, &lab_files.join("stream.gz"))?;
+        fs::write(
+            lab_files.join("boot.ipxe"),
+            format!("#!ipxe\nchain http://{SERVER_IP}:8081/{LAB_FILES}/${{net0/mac:hexhyp}}.ipxe\n"),
+        )?;
+        let hosts: Vec<serde_json::Value> = macs
+            .iter()
+            .enumerate()
+            .map(|(i, mac)| {
+                serde_json::json!({"mac": mac, "ipv4": format!("10.99.0.{}", 21 + i),
+                    "hostname": format!("bench{:02}", i + 1), "network": "lab", "bootable": true})
+            })
+            .collect();
+        let snapshot = serde_json::json!({
+            "revision": 1,
+            "networks": [{"slug": "lab", "subnet": lab::LAB_SUBNET, "prefix": lab::LAB_PREFIX,
+                          "domain": "lab", "pool": ["10.99.0.100", "10.99.0.199"], "dhcp": true}],
+            "hosts": hosts,
+            "boot": {"ipxe_script_url": format!("http://{SERVER_IP}:8081/{LAB_FILES}/boot.ipxe")}
+        });
+        let config = run.join("boot.json");
+        fs::write(&config, snapshot.to_string())?;
+        let jobserver = JobServer::start(
+            &net,
+            bins,
+            &JobServerSpec {
+                config: BootConfigSource::File(config),
+                ip: SERVER_IP.to_owned(),
+                dhcp: true,
+                export,
+                home: run.join("jobserver"),
+                metrics_port: 9102,
+            },
+        )?;
+        Ok(IncumbentLab {
+            net,
+            jobserver,
+            lab_files,
+            image: image.clone(),
+            run: run.to_owned(),
+        })
+    }
+
+    /// Boots `mac` the incumbent `way` to ready; the VM powers off after.
+    pub fn boot(&self, way: Way, machine: Machine, mac: &str) -> Result<Booted> {
+        let hex = mac.replace(':', "-");
+        let base = format!("http://{SERVER_IP}:8081/{LAB_FILES}");
+        let (initrd, extra) = match way {
+            Way::Cpio => ("root.cpio.zst", String::new()),
+            Way::Stream => (
+                "stream.gz",
+                format!(
+                    " lab_root=http://{SERVER_IP}:8081/{}",
+                    mprov_api::boot::image_file_path(
+                        &self.image.slug,
+                        self.image.version,
+                        ImageFile::Rootfs
+                    )
+                ),
+            ),
+            Way::Mprov => bail!("the incumbents' lab does not boot our stack"),
+        };
+        fs::write(
+            self.lab_files.join(format!("{hex}.ipxe")),
+            format!(
+                "#!ipxe\nkernel {base}/vmlinuz initrd={initrd} console=ttyS0 panic=-1 quiet {POWEROFF_ARG}{extra}\ninitrd {base}/{initrd}\nboot\n"
+            ),
+        )?;
+        let run = self
+            .run
+            .join(format!("vm-{}-{hex}", if way == Way::Cpio { "cpio" } else { "stream" }));
+        boot_vm(&self.net, machine, mac, &run).with_context(|| {
+            format!(
+                "{} ({machine:?}); job server log:\n{}",
+                way.name(),
+                tail(&self.jobserver.log(), 40)
+            )
+        })
+    }
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Options of [`Stack::start`].
+#[derive(Debug, Clone, Default)]
+pub struct StackOptions {
+    /// Start a second job server on [`SECOND_SERVER_IP`] (no DHCP) hosting
+    /// the image too.
+    pub second_jobserver: bool,
+    /// The first job server serves a corrupted `rootfs.tar.zst`.
+    pub corrupt_first: bool,
+}
+
+/// Our stack in the lab: the control service and its job servers.
+#[derive(Debug)]
+pub struct Stack {
+    /// The network.
+    pub net: LabNet,
+    /// The control service.
+    pub control: LabControl,
+    /// The job servers, the DHCP one first.
+    pub jobservers: Vec<JobServer>,
+    /// The image.
+    pub image: Image,
+    /// Each job server's name and export folder.
+    exports: Vec<(String, PathBuf)>,
+    run: PathBuf,
+}
+
+/// A node of the lab inventory.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Its host name.
+    pub hostname: String,
+    /// Its MAC.
+    pub mac: String,
+    /// Its reserved address.
+    pub ip: String,
+}
+
+impl Stack {
+    /// Starts the control service, registers the lab network, job servers and
+    /// image through the API, and starts the job servers, enrolled with
+    /// one-time tokens.
+    pub fn start(bins: &Binaries, image: &Image, run: &Path, options: &StackOptions) -> Result<Stack> {
+        let net = LabNet::new("mprov")?;
+        let control = LabControl::start(&net, bins, &run.join("control"))?;
+        control
+            .api(
+                "POST",
+                "/api/v1/networks/",
+                Some(&serde_json::json!({
+                    "slug": "lab", "name": "the lab bridge", "subnet": lab::LAB_SUBNET,
+                    "netmask": lab::LAB_PREFIX, "domain": "lab",
+                    "dhcp_start": "10.99.0.100", "dhcp_end": "10.99.0.199",
+                    "isdhcp": true, "isbootable": true
+                })),
+            )
+            .context("registering the lab network")?;
+        let mut servers = vec![("js1", SERVER_IP, true)];
+        if options.second_jobserver {
+            net.add_server_ip(SECOND_SERVER_IP)?;
+            servers.push(("js2", SECOND_SERVER_IP, false));
+        }
+        for (name, ip, _) in &servers {
+            control
+                .api(
+                    "POST",
+                    "/api/v1/jobservers/",
+                    Some(&serde_json::json!({
+                        "name": name, "addresses": [ip], "port": mprov_api::boot::DEFAULT_HTTP_PORT,
+                        "network": "lab"
+                    })),
+                )
+                .with_context(|| format!("registering job server {name}"))?;
+        }
+        let mut exports = Vec::new();
+        let mut jobservers = Vec::new();
+        for (i, (name, ip, dhcp)) in servers.iter().enumerate() {
+            let export = run.join(format!("export-{name}"));
+            fs::create_dir_all(&export)?;
+            exports.push(((*name).to_owned(), export.clone()));
+            let token = control.enroll_token(bins, name)?;
+            jobservers.push(JobServer::start(
+                &net,
+                bins,
+                &JobServerSpec {
+                    config: BootConfigSource::Control {
+                        url: control.https_url(),
+                        ca: control.ca(),
+                        token,
+                        name: (*name).to_owned(),
+                    },
+                    ip: (*ip).to_owned(),
+                    dhcp: *dhcp,
+                    export,
+                    home: run.join(format!("jobserver-{name}")),
+                    metrics_port: 9102 + u16::try_from(i)?,
+                },
+            )?);
+        }
+        let stack = Stack {
+            net,
+            control,
+            jobservers,
+            exports,
+            image: image.clone(),
+            run: run.to_owned(),
+        };
+        stack.host_image(image, options.corrupt_first)?;
+        Ok(stack)
+    }
+
+    /// Puts `image` on every job server (corrupting the first one's
+    /// `rootfs.tar.zst` if asked) and registers it, hosted by them all, with
+    /// its published checksum.
+    pub fn host_image(&self, image: &Image, corrupt_first: bool) -> Result<()> {
+        for (i, (_, export)) in self.exports.iter().enumerate() {
+            let dir = lab::export_image(image, export)?;
+            if i == 0 && corrupt_first {
+                corrupt(&dir.join(ImageFile::Rootfs.file_name()))?;
+            }
+        }
+        let names: Vec<&str> = self.exports.iter().map(|(n, _)| n.as_str()).collect();
+        self.control
+            .api(
+                "POST",
+                "/api/v1/images/",
+                Some(&serde_json::json!({
+                    "slug": image.slug, "install_kernel_cmdline": "console=ttyS0 quiet",
+                    "jobservers": names
+                })),
+            )
+            .with_context(|| format!("registering the image {}", image.slug))?;
+        publish_checksum(&self.control, image)
+    }
+
+    /// Registers a node booting the lab image from the network.
+    pub fn register(&self, hostname: &str, mac: &str, ip: &str, netboot: bool) -> Result<Node> {
+        self.register_with(hostname, mac, ip, netboot, &self.image.slug)
+    }
+
+    /// Registers a node booting `image` (a slug) from the network.
+    pub fn register_with(
+        &self,
+        hostname: &str,
+        mac: &str,
+        ip: &str,
+        netboot: bool,
+        image: &str,
+    ) -> Result<Node> {
+        self.control
+            .api(
+                "POST",
+                "/api/v1/systems/",
+                Some(&serde_json::json!({
+                    "hostname": hostname, "image": image, "netboot": netboot,
+                    "nics": [{"name": "eth0", "mac": mac, "ipv4": ip, "bootable": true, "network": "lab"}]
+                })),
+            )
+            .with_context(|| format!("registering node {hostname}"))?;
+        Ok(Node {
+            hostname: hostname.to_owned(),
+            mac: mac.to_owned(),
+            ip: ip.to_owned(),
+        })
+    }
+
+    /// The node's boot timeline as the API serves it.
+    pub fn timeline(&self, node: &Node) -> Result<Vec<BootEvent>> {
+        let reply = self
+            .control
+            .api("GET", &format!("{EVENTS_PATH}?system={}", node.hostname), None)?;
+        let items = reply.get("items").cloned().unwrap_or(reply);
+        serde_json::from_value(items).context("reading the boot timeline")
+    }
+
+    /// Boots `node` on `machine` until the ready marker; `on_event` sees each
+    /// new timeline event as it arrives (when the control service serves the
+    /// timeline).
+    pub fn boot(
+        &self,
+        node: &Node,
+        machine: Machine,
+        mut on_event: impl FnMut(&BootEvent),
+    ) -> Result<Booted> {
+        let tap = self.net.tap()?;
+        let run = self.run.join(format!("vm-{}", node.hostname));
+        let started = Instant::now();
+        let mut vm = Vm::boot_sized(
+            &VmSpec {
+                netns: self.net.name().to_owned(),
+                tap,
+                mac: node.mac.clone(),
+                firmware: machine.firmware(),
+                nic: machine.nic().to_owned(),
+                run_dir: run,
+            },
+            DEBIAN_VM_MIB,
+        )?;
+        let mut seen = 0usize;
+        let deadline = started + BOOT_TIMEOUT;
+        loop {
+            if let Ok(events) = self.timeline(node) {
+                for event in events.iter().skip(seen) {
+                    on_event(event);
+                }
+                seen = seen.max(events.len());
+            }
+            let console = vm.console();
+            if console.contains(READY_MARKER) {
+                return Ok(Booted {
+                    ready_after: started.elapsed(),
+                    console,
+                    vm,
+                });
+            }
+            if let Some(end) = dead_end(&console) {
+                bail!(
+                    "the boot failed ({end:?}); console:\n{}\n{}",
+                    tail(&console, 60),
+                    self.where_it_stopped(node)
+                );
+            }
+            if let Some(status) = vm.exited()? {
+                bail!(
+                    "the VM exited ({status}) before ready; console:\n{}\n{}",
+                    tail(&console, 60),
+                    self.where_it_stopped(node)
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "no {READY_MARKER} within {BOOT_TIMEOUT:?}; console:\n{}\n{}",
+                    tail(&console, 60),
+                    self.where_it_stopped(node)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// What the servers logged, for a failed boot.
+    pub fn where_it_stopped(&self, node: &Node) -> String {
+        let mut text = format!("{} did not reach ready.", node.hostname);
+        match self.timeline(node) {
+            Ok(events) => {
+                text.push_str("\ntimeline:");
+                for e in events {
+                    text.push_str(&format!("\n  {} {} {} {}", e.at, e.phase.as_str(), e.source, e.detail));
+                }
+            }
+            Err(err) => text.push_str(&format!("\nno timeline from the API: {err:#}")),
+        }
+        text.push_str(&format!(
+            "\ncontrol log:\n{}",
+            tail(&self.control.log(), 30)
+        ));
+        for (i, js) in self.jobservers.iter().enumerate() {
+            text.push_str(&format!("\njob server {} log:\n{}", i + 1, tail(&js.log(), 30)));
+        }
+        text
+    }
+}
+
+/// Records the published version's rootfs checksum and size on the image,
+/// under whatever names the control service's image kind has for them.
+fn publish_checksum(control: &LabControl, image: &Image) -> Result<()> {
+    let openapi = control.api("GET", "/api/v1/openapi.json", None)?;
+    let props = &openapi["components"]["schemas"]["Image"]["properties"];
+    let Some(props) = props.as_object() else {
+        return Ok(());
+    };
+    let mut patch = serde_json::Map::new();
+    let size = fs::metadata(image.file(ImageFile::Rootfs))?.len();
+    for name in props.keys() {
+        if name.contains("sha256") {
+            patch.insert(name.clone(), image.rootfs_sha256()?.into());
+        } else if name.contains("size") && name.contains("rootfs") {
+            patch.insert(name.clone(), size.into());
+        }
+    }
+    if !patch.is_empty() {
+        control
+            .api(
+                "PATCH",
+                &format!("/api/v1/images/{}/", image.slug),
+                Some(&serde_json::Value::Object(patch)),
+            )
+            .context("recording the image's checksum")?;
+    }
+    Ok(())
+}
+
+/// Flips bytes in the middle of a file copy (breaking a hard link first).
+fn corrupt(path: &Path) -> Result<()> {
+    let mut bytes = fs::read(path)?;
+    ensure!(bytes.len() > 1024, "{} is too small to corrupt", path.display());
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 64] {
+        *b ^= 0xa5;
+    }
+    fs::remove_file(path)?;
+    fs::write(path, bytes)?;
+    Ok(())
+}
+
+/// Whether `events` pass `phases` in this order (others may come between).
+pub fn in_order(events: &[BootEvent], phases: &[BootPhase]) -> Result<()> {
+    let mut rest = events.iter();
+    for want in phases {
+        rest.find(|e| e.phase == *want).with_context(|| {
+            let got: Vec<&str> = events.iter().map(|e| e.phase.as_str()).collect();
+            format!("no {} (in order) in the timeline {got:?}", want.as_str())
+        })?;
+    }
+    Ok(())
+}
+
+/// `cargo xtask bench netboot [--smoke]`: time to ready of the same Debian
+/// root on the same VM (SeaBIOS + iPXE, virtio, 3 GiB, TCG), our stack
+/// against the two incumbents, in one run. `--smoke` boots each way once.
+pub fn run(smoke: bool) -> Result<()> {
+    let bins = Binaries::in_dir(crate::control::build(
+        &["mprov-control", "mprov-boot", "mprov-image"],
+        true,
+    )?);
+    let agent = crate::agent::build_static()?;
+    let image = lab::debian_image(&bins, &agent.path)?;
+    let rounds = if smoke { 1 } else { 3 };
+    let tmp = tempfile::tempdir()?;
+    let mut results: Vec<(Way, Vec<Duration>, Option<String>)> = Vec::new();
+
+    {
+        let lab = IncumbentLab::start(&bins, &image, &tmp.path().join("incumbents"), &["52:54:00:99:01:01"])?;
+        for way in [Way::Cpio, Way::Stream] {
+            let mut times = Vec::new();
+            let mut failure = None;
+            for _ in 0..rounds {
+                match lab.boot(way, Machine::BiosIpxe, "52:54:00:99:01:01") {
+                    Ok(mut booted) => {
+                        eprintln!("{}: ready after {:.1?}", way.name(), booted.ready_after);
+                        times.push(booted.ready_after);
+                        booted.vm.wait_exit(Duration::from_secs(120))?;
+                    }
+                    Err(err) => {
+                        failure = Some(format!("{err:#}"));
+                        break;
+                    }
+                }
+            }
+            results.push((way, times, failure));
+        }
+    }
+    {
+        let mut times = Vec::new();
+        let mut failure = None;
+        match Stack::start(&bins, &image, &tmp.path().join("mprov"), &StackOptions::default()) {
+            Ok(stack) => {
+                for round in 0..rounds {
+                    let node = stack.register(
+                        &format!("bench{:02}", round + 1),
+                        &format!("52:54:00:99:02:{:02x}", round + 1),
+                        &format!("10.99.0.{}", 31 + round),
+                        true,
+                    );
+                    match node.and_then(|n| stack.boot(&n, Machine::BiosIpxe, |_| {})) {
+                        Ok(booted) => {
+                            eprintln!("{}: ready after {:.1?}", Way::Mprov.name(), booted.ready_after);
+                            times.push(booted.ready_after);
+                        }
+                        Err(err) => {
+                            failure = Some(format!("{err:#}"));
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(err) => failure = Some(format!("{err:#}")),
+        }
+        results.push((Way::Mprov, times, failure));
+    }
+
+    let median = |t: &[Duration]| -> Option<Duration> {
+        let mut t = t.to_vec();
+        t.sort();
+        t.get(t.len() / 2).copied()
+    };
+    println!("\nnetboot time to ready (SeaBIOS + iPXE, virtio, TCG, {rounds} round(s) each, median):");
+    let cpio = results
+        .iter()
+        .find(|r| r.0 == Way::Cpio)
+        .and_then(|r| median(&r.1));
+    let mut failed = Vec::new();
+    for (way, times, failure) in &results {
+        match (median(times), failure) {
+            (Some(m), None) => {
+                let ratio = cpio.map(|c| m.as_secs_f64() / c.as_secs_f64());
+                println!(
+                    "  {:<52} {:>6.1} s  {}",
+                    way.name(),
+                    m.as_secs_f64(),
+                    ratio.map(|r| format!("{r:.2}x the cpio way")).unwrap_or_default()
+                );
+            }
+            (_, failure) => {
+                println!(
+                    "  {:<52} did not reach ready: {}",
+                    way.name(),
+                    failure
+                        .as_deref()
+                        .map(|f| tail(f, 12))
+                        .unwrap_or_default()
+                );
+                failed.push(way.name());
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!("did not reach ready: {}", failed.join(", "));
+    }
+    Ok(())
+}
