@@ -153,7 +153,9 @@ fn apt_sources() -> Result<PathBuf> {
             return Ok(path.to_path_buf());
         }
     }
-    bail!("no apt sources on this machine to bootstrap the Debian image from (/etc/apt/sources.list.d/debian.sources)")
+    bail!(
+        "no apt sources on this machine to bootstrap the Debian image from (/etc/apt/sources.list.d/debian.sources)"
+    )
 }
 
 /// The machine's Debian release codename (`bookworm`).
@@ -371,6 +373,7 @@ pub fn debian_image(bins: &Binaries, agent: &Path) -> Result<Image> {
         .context("unpacking the lab image for the incumbents")?;
         fs::write(&done, &key)?;
     }
+    ensure_initramfs(bins, agent, &dir, &root.join("usr/lib/modules"))?;
     let modules = root.join("usr/lib/modules");
     let kernel_release = fs::read_dir(&modules)
         .with_context(|| format!("listing {}", modules.display()))?
@@ -386,6 +389,39 @@ pub fn debian_image(bins: &Binaries, agent: &Path) -> Result<Image> {
         root,
         kernel_release,
     })
+}
+
+/// Until `mprov-image build` writes the image's `initramfs.img` itself,
+/// the lab builds it the same way with `mprov-initramfs` (the agent as
+/// `/init`, the NIC modules of the image's kernel from `modules`, its
+/// `lib/modules` folder), so the chain can go on; it is then missing from
+/// the manifest, and a message says so.
+fn ensure_initramfs(bins: &Binaries, agent: &Path, dir: &Path, modules: &Path) -> Result<()> {
+    let out = dir.join(mprov_api::boot::ImageFile::Initramfs.file_name());
+    if out.is_file() {
+        return Ok(());
+    }
+    let release = fs::read_dir(modules)
+        .with_context(|| format!("listing {}", modules.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .max()
+        .context("the image has no kernel modules")?;
+    eprintln!(
+        "lab: mprov-image wrote no {}; building it with mprov-initramfs (not in the manifest)",
+        out.display()
+    );
+    run(Command::new(bins.get("mprov-initramfs")?)
+        .arg("--init")
+        .arg(agent)
+        .arg("--kernel-modules")
+        .arg(modules.join(&release))
+        .args(["--module", "e1000", "--module", "virtio_net"])
+        .args(["--extra", "virtio_net=virtio_pci"])
+        .arg("-o")
+        .arg(&out))
+    .context("building the image's agent initramfs with mprov-initramfs")?;
+    Ok(())
 }
 
 /// The image's NIC modules, in load order, as a [`crate::vm::Kernel`] for
@@ -567,8 +603,7 @@ impl LabNet {
     /// A new tap device on the bridge, for one VM.
     pub fn tap(&self) -> Result<String> {
         let tap = format!("tap{}", TAPS.fetch_add(1, Ordering::Relaxed));
-        self.ns
-            .ip(&["tuntap", "add", "dev", &tap, "mode", "tap"])?;
+        self.ns.ip(&["tuntap", "add", "dev", &tap, "mode", "tap"])?;
         self.ns.ip(&["link", "set", &tap, "master", "br0"])?;
         self.ns.up(&tap)?;
         Ok(tap)
@@ -713,7 +748,11 @@ impl JobServer {
 
     /// Kills it at once (SIGKILL), as a crash would.
     pub fn kill(&self) -> Result<()> {
-        let taken = self.process.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let taken = self
+            .process
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(process) = taken {
             process.kill()?;
         }
@@ -722,7 +761,11 @@ impl JobServer {
 
     /// Stops it with SIGTERM.
     pub fn stop(self) -> Result<()> {
-        let taken = self.process.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let taken = self
+            .process
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(process) = taken {
             process.stop()?;
         }
@@ -757,7 +800,10 @@ impl LabControl {
                 "MPROV_HTTPS_LISTEN",
                 format!("{SERVER_IP}:{CONTROL_HTTPS_PORT}"),
             )
-            .env("MPROV_PUBLIC_URL", format!("http://{SERVER_IP}:{CONTROL_PORT}"))
+            .env(
+                "MPROV_PUBLIC_URL",
+                format!("http://{SERVER_IP}:{CONTROL_PORT}"),
+            )
             .env("MPROV_MPCC_IPs", SERVER_IP)
             .env("ALLOWED_HOSTS", SERVER_IP)
             .env_remove("MPROV_SUPERUSER_PASSWORD")
@@ -767,7 +813,11 @@ impl LabControl {
             .stderr(fs::File::create(&log)?);
         let child = cmd.spawn().context("starting mprov-control")?;
         let mut control = LabControl {
-            process: Some(Process::new("mprov-control", child, Duration::from_secs(20))),
+            process: Some(Process::new(
+                "mprov-control",
+                child,
+                Duration::from_secs(20),
+            )),
             ns: net.name().to_owned(),
             home: home.to_owned(),
             password: String::new(),
@@ -892,7 +942,9 @@ pub fn busybox_image(bins: &Binaries, agent: &Path, out: &Path) -> Result<Image>
     let kernel = crate::vm::lab_kernel(&target_dir().join("lab-cache"))?;
     let stage = tempfile::tempdir()?;
     let root = stage.path().join("root");
-    for d in ["bin", "sbin", "dev", "proc", "sys", "tmp", "etc", "run", "var"] {
+    for d in [
+        "bin", "sbin", "dev", "proc", "sys", "tmp", "etc", "run", "var",
+    ] {
         fs::create_dir_all(root.join(d))?;
     }
     fs::copy("/bin/busybox", root.join("bin/busybox"))
@@ -909,11 +961,21 @@ pub fn busybox_image(bins: &Binaries, agent: &Path, out: &Path) -> Result<Image>
         "#!/bin/sh\n/bin/busybox --install -s /bin\nmount -t proc proc /proc 2>/dev/null\nmount -t sysfs sys /sys 2>/dev/null\nmount -t devtmpfs dev /dev 2>/dev/null\necho \"LAB-SMOKE: busybox root up\"\nif /usr/libexec/mprov/mprov-agent ready; then\n  echo \"{READY_MARKER}: busybox root, ready reported\"\nelse\n  echo \"LAB-SMOKE: mprov-agent ready failed\"\nfi\nsync\npoweroff -f\n"
     );
     fs::write(root.join("sbin/init"), init)?;
-    run(Command::new("chmod").arg("0755").arg(root.join("sbin/init")))?;
+    run(Command::new("chmod")
+        .arg("0755")
+        .arg(root.join("sbin/init")))?;
     fs::write(root.join("etc/hostname"), "smoke\n")?;
     fs::create_dir_all(out)?;
     run(Command::new(bins.get("mprov-image")?)
-        .args(["build", "--quiet", "--slug", "smoke", "--version", "1", "--root"])
+        .args([
+            "build",
+            "--quiet",
+            "--slug",
+            "smoke",
+            "--version",
+            "1",
+            "--root",
+        ])
         .arg(&root)
         .arg("--kernel")
         .arg(&kernel.vmlinuz)
@@ -923,6 +985,7 @@ pub fn busybox_image(bins: &Binaries, agent: &Path, out: &Path) -> Result<Image>
         .arg(out))
     .context("mprov-image build of the busybox smoke image")?;
     let dir = out.join("smoke").join("1");
+    ensure_initramfs(bins, agent, &dir, &root.join("lib/modules"))?;
     Ok(Image {
         images: out.to_owned(),
         dir,

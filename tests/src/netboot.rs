@@ -113,7 +113,10 @@ fn wait_ready(vm: &mut Vm) -> Result<String> {
             Err(err) => {
                 let console = vm.console();
                 if let Some(end) = dead_end(&console) {
-                    bail!("the boot failed ({end:?}); console:\n{}", tail(&console, 60));
+                    bail!(
+                        "the boot failed ({end:?}); console:\n{}",
+                        tail(&console, 60)
+                    );
                 }
                 if Instant::now() > deadline || vm.exited()?.is_some() {
                     return Err(err);
@@ -164,7 +167,12 @@ const LAB_FILES: &str = "images/lab";
 impl IncumbentLab {
     /// Builds the incumbents' initrds and starts the job server; `macs` get
     /// reservations.
-    pub fn start(bins: &Binaries, image: &Image, run: &Path, macs: &[&str]) -> Result<IncumbentLab> {
+    pub fn start(
+        bins: &Binaries,
+        image: &Image,
+        run: &Path,
+        macs: &[&str],
+    ) -> Result<IncumbentLab> {
         let net = LabNet::new("bench")?;
         let export = run.join("export");
         let lab_files = export.join(LAB_FILES);
@@ -175,7 +183,9 @@ impl IncumbentLab {
         lab::busybox_stream_initrd(image, &lab_files.join("stream.gz"))?;
         fs::write(
             lab_files.join("boot.ipxe"),
-            format!("#!ipxe\nchain http://{SERVER_IP}:8081/{LAB_FILES}/${{net0/mac:hexhyp}}.ipxe\n"),
+            format!(
+                "#!ipxe\nchain http://{SERVER_IP}:8081/{LAB_FILES}/${{net0/mac:hexhyp}}.ipxe\n"
+            ),
         )?;
         let hosts: Vec<serde_json::Value> = macs
             .iter()
@@ -240,9 +250,10 @@ impl IncumbentLab {
                 "#!ipxe\nkernel {base}/vmlinuz initrd={initrd} console=ttyS0 panic=-1 quiet {POWEROFF_ARG}{extra}\ninitrd {base}/{initrd}\nboot\n"
             ),
         )?;
-        let run = self
-            .run
-            .join(format!("vm-{}-{hex}", if way == Way::Cpio { "cpio" } else { "stream" }));
+        let run = self.run.join(format!(
+            "vm-{}-{hex}",
+            if way == Way::Cpio { "cpio" } else { "stream" }
+        ));
         boot_vm(&self.net, machine, mac, &run).with_context(|| {
             format!(
                 "{} ({machine:?}); job server log:\n{}",
@@ -300,7 +311,12 @@ impl Stack {
     /// Starts the control service, registers the lab network, job servers and
     /// image through the API, and starts the job servers, enrolled with
     /// one-time tokens.
-    pub fn start(bins: &Binaries, image: &Image, run: &Path, options: &StackOptions) -> Result<Stack> {
+    pub fn start(
+        bins: &Binaries,
+        image: &Image,
+        run: &Path,
+        options: &StackOptions,
+    ) -> Result<Stack> {
         let net = LabNet::new("mprov")?;
         let control = LabControl::start(&net, bins, &run.join("control"))?;
         control
@@ -426,11 +442,41 @@ impl Stack {
 
     /// The node's boot timeline as the API serves it.
     pub fn timeline(&self, node: &Node) -> Result<Vec<BootEvent>> {
-        let reply = self
-            .control
-            .api("GET", &format!("{EVENTS_PATH}?system={}", node.hostname), None)?;
+        let reply = self.control.api(
+            "GET",
+            &format!("{EVENTS_PATH}?system={}", node.hostname),
+            None,
+        )?;
         let items = reply.get("items").cloned().unwrap_or(reply);
         serde_json::from_value(items).context("reading the boot timeline")
+    }
+
+    /// Powers on a VM for `node` on `machine` (on a new tap of the bridge).
+    pub fn power_on(&self, node: &Node, machine: Machine) -> Result<Vm> {
+        let tap = self.net.tap()?;
+        Vm::boot_sized(
+            &VmSpec {
+                netns: self.net.name().to_owned(),
+                tap,
+                mac: node.mac.clone(),
+                firmware: machine.firmware(),
+                nic: machine.nic().to_owned(),
+                run_dir: self.run.join(format!("vm-{}", node.hostname)),
+            },
+            DEBIAN_VM_MIB,
+        )
+    }
+
+    /// The CA fingerprint the control service logged at start, as `/ipxe/`
+    /// puts it in `mprov_ca=`.
+    pub fn ca_fingerprint(&self) -> Result<String> {
+        let log = self.control.log();
+        log.lines()
+            .filter(|l| l.contains("CA certificate"))
+            .find_map(|l| l.split("(sha256 ").nth(1))
+            .and_then(|rest| rest.split(')').next())
+            .map(str::to_owned)
+            .context("the control service logged no CA fingerprint")
     }
 
     /// Boots `node` on `machine` until the ready marker; `on_event` sees each
@@ -442,20 +488,8 @@ impl Stack {
         machine: Machine,
         mut on_event: impl FnMut(&BootEvent),
     ) -> Result<Booted> {
-        let tap = self.net.tap()?;
-        let run = self.run.join(format!("vm-{}", node.hostname));
         let started = Instant::now();
-        let mut vm = Vm::boot_sized(
-            &VmSpec {
-                netns: self.net.name().to_owned(),
-                tap,
-                mac: node.mac.clone(),
-                firmware: machine.firmware(),
-                nic: machine.nic().to_owned(),
-                run_dir: run,
-            },
-            DEBIAN_VM_MIB,
-        )?;
+        let mut vm = self.power_on(node, machine)?;
         let mut seen = 0usize;
         let deadline = started + BOOT_TIMEOUT;
         loop {
@@ -505,7 +539,13 @@ impl Stack {
             Ok(events) => {
                 text.push_str("\ntimeline:");
                 for e in events {
-                    text.push_str(&format!("\n  {} {} {} {}", e.at, e.phase.as_str(), e.source, e.detail));
+                    text.push_str(&format!(
+                        "\n  {} {} {} {}",
+                        e.at,
+                        e.phase.as_str(),
+                        e.source,
+                        e.detail
+                    ));
                 }
             }
             Err(err) => text.push_str(&format!("\nno timeline from the API: {err:#}")),
@@ -515,7 +555,11 @@ impl Stack {
             tail(&self.control.log(), 30)
         ));
         for (i, js) in self.jobservers.iter().enumerate() {
-            text.push_str(&format!("\njob server {} log:\n{}", i + 1, tail(&js.log(), 30)));
+            text.push_str(&format!(
+                "\njob server {} log:\n{}",
+                i + 1,
+                tail(&js.log(), 30)
+            ));
         }
         text
     }
@@ -553,7 +597,11 @@ fn publish_checksum(control: &LabControl, image: &Image) -> Result<()> {
 /// Flips bytes in the middle of a file copy (breaking a hard link first).
 fn corrupt(path: &Path) -> Result<()> {
     let mut bytes = fs::read(path)?;
-    ensure!(bytes.len() > 1024, "{} is too small to corrupt", path.display());
+    ensure!(
+        bytes.len() > 1024,
+        "{} is too small to corrupt",
+        path.display()
+    );
     let mid = bytes.len() / 2;
     for b in &mut bytes[mid..mid + 64] {
         *b ^= 0xa5;
@@ -590,7 +638,12 @@ pub fn run(smoke: bool) -> Result<()> {
     let mut results: Vec<(Way, Vec<Duration>, Option<String>)> = Vec::new();
 
     {
-        let lab = IncumbentLab::start(&bins, &image, &tmp.path().join("incumbents"), &["52:54:00:99:01:01"])?;
+        let lab = IncumbentLab::start(
+            &bins,
+            &image,
+            &tmp.path().join("incumbents"),
+            &["52:54:00:99:01:01"],
+        )?;
         for way in [Way::Cpio, Way::Stream] {
             let mut times = Vec::new();
             let mut failure = None;
@@ -613,7 +666,12 @@ pub fn run(smoke: bool) -> Result<()> {
     {
         let mut times = Vec::new();
         let mut failure = None;
-        match Stack::start(&bins, &image, &tmp.path().join("mprov"), &StackOptions::default()) {
+        match Stack::start(
+            &bins,
+            &image,
+            &tmp.path().join("mprov"),
+            &StackOptions::default(),
+        ) {
             Ok(stack) => {
                 for round in 0..rounds {
                     let node = stack.register(
@@ -624,7 +682,11 @@ pub fn run(smoke: bool) -> Result<()> {
                     );
                     match node.and_then(|n| stack.boot(&n, Machine::BiosIpxe, |_| {})) {
                         Ok(booted) => {
-                            eprintln!("{}: ready after {:.1?}", Way::Mprov.name(), booted.ready_after);
+                            eprintln!(
+                                "{}: ready after {:.1?}",
+                                Way::Mprov.name(),
+                                booted.ready_after
+                            );
                             times.push(booted.ready_after);
                         }
                         Err(err) => {
@@ -644,7 +706,9 @@ pub fn run(smoke: bool) -> Result<()> {
         t.sort();
         t.get(t.len() / 2).copied()
     };
-    println!("\nnetboot time to ready (SeaBIOS + iPXE, virtio, TCG, {rounds} round(s) each, median):");
+    println!(
+        "\nnetboot time to ready (SeaBIOS + iPXE, virtio, TCG, {rounds} round(s) each, median):"
+    );
     let cpio = results
         .iter()
         .find(|r| r.0 == Way::Cpio)
@@ -658,17 +722,16 @@ pub fn run(smoke: bool) -> Result<()> {
                     "  {:<52} {:>6.1} s  {}",
                     way.name(),
                     m.as_secs_f64(),
-                    ratio.map(|r| format!("{r:.2}x the cpio way")).unwrap_or_default()
+                    ratio
+                        .map(|r| format!("{r:.2}x the cpio way"))
+                        .unwrap_or_default()
                 );
             }
             (_, failure) => {
                 println!(
                     "  {:<52} did not reach ready: {}",
                     way.name(),
-                    failure
-                        .as_deref()
-                        .map(|f| tail(f, 12))
-                        .unwrap_or_default()
+                    failure.as_deref().map(|f| tail(f, 12)).unwrap_or_default()
                 );
                 failed.push(way.name());
             }

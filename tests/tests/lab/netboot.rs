@@ -38,14 +38,18 @@ fn debian_image_boots_to_multi_user_the_incumbent_ways() -> Result<()> {
     for way in [Way::Cpio, Way::Stream] {
         let mut booted = lab.boot(way, Machine::BiosIpxe, mac)?;
         ensure!(
-            booted.console.contains(&format!("{READY_MARKER}: lab-node multi-user")),
+            booted
+                .console
+                .contains(&format!("{READY_MARKER}: lab-node multi-user")),
             "{}: no multi-user on the console:\n{}",
             way.name(),
             booted.console
         );
         if way == Way::Stream {
             ensure!(
-                booted.console.contains("LAB-STREAM: unpacked, switching root"),
+                booted
+                    .console
+                    .contains("LAB-STREAM: unpacked, switching root"),
                 "{}",
                 booted.console
             );
