@@ -27,6 +27,18 @@ enum Command {
         /// The command line; /proc/cmdline if not given.
         line: Option<String>,
     },
+    /// Reports this node "ready" to the control service with its own
+    /// certificate (run by the image's mprov-agent unit after boot). Reads
+    /// the identity /init left in /etc/mprov (node.key, node.crt, ca.crt,
+    /// control-url).
+    Ready {
+        /// The root holding etc/mprov/ (default /).
+        #[arg(long, default_value = "/")]
+        root: std::path::PathBuf,
+        /// Free text for the timeline.
+        #[arg(long, default_value = "booted to multi-user")]
+        detail: String,
+    },
     /// Prints the agent's version.
     Version,
     /// Streams a rootfs.tar.zst into a folder as /init does: hashed,
@@ -84,9 +96,27 @@ pub fn run() -> ExitCode {
             verbose,
             urls,
         } => fetch(size, &sha256, &into, verbose, &urls),
+        Command::Ready { root, detail } => ready(&root, &detail),
         Command::Version => {
             println!("mprov-agent {}", crate::VERSION);
             ExitCode::SUCCESS
+        }
+    }
+}
+
+fn ready(root: &std::path::Path, detail: &str) -> ExitCode {
+    let result = crate::enroll::read_identity(root).and_then(|(identity, url)| {
+        crate::enroll::Control::new(&url, &identity)?
+            .report(mprov_api::boot::BootPhase::Ready, detail)
+    });
+    match result {
+        Ok(()) => {
+            println!("mprov-agent: reported ready");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("mprov-agent: reporting ready: {}", crate::init::chain(&err));
+            ExitCode::FAILURE
         }
     }
 }

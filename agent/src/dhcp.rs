@@ -266,6 +266,51 @@ impl Client {
     }
 }
 
+/// Runs the exchange on `interface` (up, no address yet) for `mac`: a UDP
+/// socket on port 68 bound to the interface, broadcasts to port 67, the
+/// [`Client`]'s retries and backoff. `None` if every try went unanswered.
+pub fn obtain(interface: &str, mac: [u8; 6], xid: u32) -> std::io::Result<Option<Lease>> {
+    use std::io::ErrorKind;
+    use std::net::UdpSocket;
+    use std::time::Instant;
+
+    let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 68))?;
+    socket.set_broadcast(true)?;
+    nix::sys::socket::setsockopt(
+        &socket,
+        nix::sys::socket::sockopt::BindToDevice,
+        &std::ffi::OsString::from(interface),
+    )?;
+    let (mut client, mut action) = Client::new(mac, xid);
+    let mut deadline = Instant::now();
+    let mut buf = vec![0u8; 1500];
+    loop {
+        match action {
+            Action::Send(bytes, wait) => {
+                socket.send_to(&bytes, (Ipv4Addr::BROADCAST, 67))?;
+                deadline = Instant::now() + wait;
+            }
+            Action::Bound(lease) => return Ok(Some(lease)),
+            Action::GiveUp => return Ok(None),
+            Action::Wait => {}
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            action = client.timed_out();
+            continue;
+        }
+        socket.set_read_timeout(Some(left))?;
+        action = match socket.recv_from(&mut buf) {
+            Ok((n, _)) => client.received(&buf[..n]),
+            Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                client.timed_out()
+            }
+            Err(err) if err.kind() == ErrorKind::Interrupted => Action::Wait,
+            Err(err) => return Err(err),
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,6 +38,7 @@
 pub mod cli;
 pub mod cmdline;
 pub mod dhcp;
+pub mod enroll;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod image;

@@ -16,11 +16,12 @@ use std::os::unix::fs::{PermissionsExt, lchown, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use crate::manifest::{self, Artifact, FORMAT, KERNEL, MANIFEST, Manifest, ROOTFS};
+use crate::manifest::{self, Artifact, FORMAT, INITRAMFS, KERNEL, MANIFEST, Manifest, ROOTFS};
 use crate::oci::{self, OciError};
 use crate::pack::{self, PackError, PackOptions};
 use crate::recipe::{Bootstrap, BootstrapTool, Recipe, RecipeError, Script, Source};
 use crate::unpack::UnpackOptions;
+use sha2::Digest as _;
 
 /// Where the `--agent` hook installs the agent binary in the image.
 pub const AGENT_PATH: &str = "usr/libexec/mprov/mprov-agent";
@@ -29,24 +30,48 @@ pub const AGENT_UNIT: &str = "etc/systemd/system/mprov-agent.service";
 /// The symlink that enables the unit.
 pub const AGENT_WANTS: &str = "etc/systemd/system/multi-user.target.wants/mprov-agent.service";
 
-/// The agent's unit. It runs a command the agent has today (`cmdline`:
-/// the boot's `mprov_*` parameters, nonce redacted, into the journal); the
-/// post-boot script-runner and certificate renewal take its place when the
-/// agent gains them.
+/// The agent's unit: after boot, it records the boot's `mprov_*`
+/// parameters in the journal (nonce redacted) and reports the node "ready"
+/// to the control service with the certificate `/init` enrolled and left in
+/// `/etc/mprov` (`mprov-agent ready`). The post-boot script-runner will run
+/// before the report when the agent gains it.
 const UNIT: &str = "\
 [Unit]
-Description=mProv node agent: after boot, records the mprov_* boot parameters in the journal
+Description=mProv node agent: reports this node ready to the control service
 Wants=network-online.target
 After=network-online.target
 
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStart=/usr/libexec/mprov/mprov-agent cmdline
+ExecStartPre=-/usr/libexec/mprov/mprov-agent cmdline
+ExecStart=/usr/libexec/mprov/mprov-agent ready
+Restart=on-failure
+RestartSec=10
 
 [Install]
 WantedBy=multi-user.target
 ";
+
+/// The NIC drivers an image's agent initramfs carries, where its kernel has
+/// them (as modules; built-in drivers need nothing): QEMU's and the
+/// common server NICs.
+pub const NIC_MODULES: &[&str] = &[
+    "virtio_net",
+    "e1000",
+    "e1000e",
+    "igb",
+    "igc",
+    "ixgbe",
+    "i40e",
+    "ice",
+    "bnxt_en",
+    "tg3",
+    "r8169",
+    "mlx4_en",
+    "mlx5_core",
+    "vmxnet3",
+];
 
 /// Lines of a failing command's output kept in the error.
 const OUTPUT_TAIL: usize = 20;
@@ -121,6 +146,9 @@ pub enum BuildError {
         #[source]
         err: io::Error,
     },
+    /// The agent initramfs could not be built.
+    #[error("building initramfs.img")]
+    Initramfs(#[source] mprov_initramfs::BuildError),
     /// The root has no kernel and none was given.
     #[error(
         "no /boot/vmlinuz-* in the root; give one with --kernel, or build without with --no-kernel"
@@ -282,6 +310,16 @@ pub fn build(recipe: &Recipe, options: &BuildOptions) -> Result<Built, BuildErro
             size,
             sha256,
         });
+        if let Some(agent) = &options.agent {
+            let image = agent_initramfs(&root, agent, release.as_deref())?;
+            let dest = out_dir.join(INITRAMFS);
+            write_synced(&dest, &image)?;
+            artifacts.push(Artifact {
+                name: INITRAMFS.to_string(),
+                size: image.len() as u64,
+                sha256: hex::encode(sha2::Sha256::digest(&image)),
+            });
+        }
         kernel_version = release;
     }
     let manifest = Manifest {
@@ -317,6 +355,41 @@ pub fn build(recipe: &Recipe, options: &BuildOptions) -> Result<Built, BuildErro
         manifest,
         skipped: packed.skipped,
     })
+}
+
+/// The image's own agent initramfs: `agent` as `/init`, plus the
+/// [`NIC_MODULES`] the root's module tree for `release` has, with their
+/// dependencies. Without a module tree (a kernel given from outside the
+/// root), the initramfs holds no modules.
+fn agent_initramfs(
+    root: &Path,
+    agent: &Path,
+    release: Option<&str>,
+) -> Result<Vec<u8>, BuildError> {
+    let tree = release.and_then(|release| {
+        ["lib/modules", "usr/lib/modules"]
+            .iter()
+            .map(|dir| root.join(dir).join(release))
+            .find(|dir| dir.is_dir())
+    });
+    let mut builder = mprov_initramfs::Initramfs::builder().init(agent.to_path_buf());
+    if let Some(tree) = tree {
+        let modules = mprov_initramfs::ModuleTree::open(&tree)
+            .map_err(|err| BuildError::Initramfs(err.into()))?;
+        let present = modules.names();
+        let wanted: Vec<&str> = NIC_MODULES
+            .iter()
+            .copied()
+            .filter(|name| present.contains(name))
+            .collect();
+        builder = builder
+            .modules(tree.clone(), wanted)
+            .extra_dependency("virtio_net", "virtio_pci");
+    }
+    let built = builder
+        .build(mprov_initramfs::Compression::Zstd)
+        .map_err(BuildError::Initramfs)?;
+    Ok(built.image)
 }
 
 fn check_slug(slug: &str) -> Result<(), BuildError> {

@@ -1,6 +1,8 @@
 //! `mprov-image`: builds node images from a root directory, an OCI or
 //! `docker save` archive, or a distro bootstrap plus image-gen scripts, and
-//! packs `rootfs.tar.zst`, the kernel and `manifest.json` into
+//! packs `rootfs.tar.zst`, the kernel, the image's own agent initramfs
+//! (`initramfs.img`: the agent as `/init` plus the NIC modules of that
+//! kernel) and `manifest.json` into
 //! `<images>/<slug>/<version>/`, the layout the job servers serve
 //! (`mprov_api::boot::image_file_path`).
 //!

@@ -27,8 +27,8 @@ Examples:
   mprov-image verify images/compute/3
   mprov-image inspect images/compute/3";
 
-/// Builds mProv node images: rootfs.tar.zst, the kernel and manifest.json in
-/// <out>/<slug>/<version>/.
+/// Builds mProv node images: rootfs.tar.zst, the kernel, the agent
+/// initramfs (initramfs.img) and manifest.json in <out>/<slug>/<version>/.
 #[derive(Debug, Parser)]
 #[command(version, after_help = EXAMPLES)]
 struct Args {
@@ -97,7 +97,9 @@ struct BuildArgs {
     /// The mprov-agent binary to install at /usr/libexec/mprov/mprov-agent with
     /// an enabled systemd unit (default: MPROV_AGENT, else `mprov-agent` beside
     /// this program, else the build host's /usr/libexec/mprov/mprov-agent).
-    /// Build one with `cargo xtask agent`.
+    /// With a kernel, the same binary is /init of the image's initramfs.img,
+    /// with the NIC modules of that kernel. It must be static: build one with
+    /// `cargo xtask agent`.
     #[arg(
         long,
         value_name = "PATH",
@@ -105,8 +107,8 @@ struct BuildArgs {
         conflicts_with = "no_agent"
     )]
     agent: Option<PathBuf>,
-    /// Build an image without the agent (nodes then run no post-boot scripts
-    /// and cannot renew their certificates).
+    /// Build an image without the agent (and so without initramfs.img: such
+    /// an image cannot be netbooted by mProv).
     #[arg(long)]
     no_agent: bool,
     /// zstd level.

@@ -21,6 +21,8 @@ pub const MANIFEST: &str = "manifest.json";
 pub const ROOTFS: &str = "rootfs.tar.zst";
 /// The kernel's file name.
 pub const KERNEL: &str = "vmlinuz";
+/// The agent initramfs's file name (`mprov_api::boot::ImageFile::Initramfs`).
+pub const INITRAMFS: &str = "initramfs.img";
 /// The manifest format written by this version.
 pub const FORMAT: u32 = 1;
 

@@ -718,8 +718,34 @@ fn busybox_root_with_scripts_kernel_and_agent() -> Result<()> {
         .iter()
         .map(|a| a.name.as_str())
         .collect();
-    assert_eq!(names, ["rootfs.tar.zst", "vmlinuz"]);
+    assert_eq!(names, ["rootfs.tar.zst", "vmlinuz", "initramfs.img"]);
     assert_eq!(fs::read(built.dir.join("vmlinuz"))?, kernel);
+    // The image's own agent initramfs: the agent as /init, read by GNU cpio
+    // (the root has no module tree for its kernel, so no modules).
+    let listed = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "zstd -dc '{}' | cpio -t --quiet",
+            built.dir.join("initramfs.img").display()
+        ))
+        .output()?;
+    ensure!(listed.status.success(), "cpio -t failed");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    for entry in ["init", "dev/console", "etc/mprov/modules"] {
+        assert!(listed.lines().any(|l| l == entry), "{entry} in {listed}");
+    }
+    let extracted = tmp.path().join("initramfs");
+    fs::create_dir(&extracted)?;
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "zstd -dc '{}' | (cd '{}' && cpio -id --quiet init)",
+            built.dir.join("initramfs.img").display(),
+            extracted.display()
+        ))
+        .status()?;
+    ensure!(status.success(), "cpio -i failed");
+    assert_eq!(fs::read(extracted.join("init"))?, fs::read(&agent)?);
     // The source tree itself was not changed: the scripts ran in a copy.
     assert!(!root.join("log").exists());
 
@@ -737,7 +763,7 @@ fn busybox_root_with_scripts_kernel_and_agent() -> Result<()> {
     assert_eq!(fs::read(&bin)?, fs::read(&agent)?);
     assert_eq!(fs::metadata(&bin)?.mode() & 0o7777, 0o755);
     let unit = fs::read_to_string(dest.join("etc/systemd/system/mprov-agent.service"))?;
-    assert!(unit.contains("ExecStart=/usr/libexec/mprov/mprov-agent cmdline"));
+    assert!(unit.contains("ExecStart=/usr/libexec/mprov/mprov-agent ready"));
     assert!(unit.contains("WantedBy=multi-user.target"));
     assert_eq!(
         fs::read_link(dest.join("etc/systemd/system/multi-user.target.wants/mprov-agent.service"))?,

@@ -17,6 +17,7 @@
 # Needs: tar, zstd, curl, coreutils (apt-get install tar zstd curl), cargo.
 #
 # Usage: tests/bench/agent.sh [RUNS] [SIZE_MIB]   (defaults 3 and 512)
+#        AGENT_BIN=... JOBSERVER_BIN=... tests/bench/agent.sh   (no build)
 set -euo pipefail
 
 # `cargo xtask bench --smoke` (MPROV_BENCH_SMOKE=1): one run on 16 MiB with a
@@ -40,12 +41,16 @@ for tool in tar zstd curl sha256sum python3; do
   command -v "$tool" >/dev/null || { echo "$tool is missing (apt-get install $tool)" >&2; exit 1; }
 done
 
-(cd "$HERE" && cargo build --quiet --profile "${PROFILE/debug/dev}" -p mprov-agent --bin mprov-agent \
-  -p mprov-boot --bin mprov-jobserver)
-TARGET=$(cd "$HERE" && cargo metadata --format-version 1 --no-deps |
-  python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-AGENT="$TARGET/$PROFILE/mprov-agent"
-JOBSERVER="$TARGET/$PROFILE/mprov-jobserver"
+# AGENT_BIN and JOBSERVER_BIN use binaries already built (e.g. the static
+# agent of `cargo xtask agent`, which is what nodes run) instead of building.
+if [ -z "${AGENT_BIN:-}" ] || [ -z "${JOBSERVER_BIN:-}" ]; then
+  (cd "$HERE" && cargo build --quiet --profile "${PROFILE/debug/dev}" -p mprov-agent --bin mprov-agent \
+    -p mprov-boot --bin mprov-jobserver)
+  TARGET=$(cd "$HERE" && cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+fi
+AGENT=${AGENT_BIN:-$TARGET/$PROFILE/mprov-agent}
+JOBSERVER=${JOBSERVER_BIN:-$TARGET/$PROFILE/mprov-jobserver}
 
 # The tree: regular files of /usr up to SIZE_MIB, packed by GNU tar and zstd.
 LIMIT=$((SIZE_MIB * 1024 * 1024))

@@ -20,6 +20,7 @@
 
 pub mod modules;
 pub mod mounts;
+pub mod netlink;
 pub mod network;
 
 use std::fmt;

@@ -1,0 +1,437 @@
+//! Step 2 and what follows it: the control service's CA checked against
+//! `mprov_ca`, the node's own key pair and CSR (rcgen; the key never leaves
+//! the node), enrollment with the one-time nonce, then mTLS only: the boot
+//! manifest and the boot events. After `switch_root`, `mprov-agent ready`
+//! reads the identity back from the new root.
+//!
+//! What the agent writes into the new root (step 4), and nothing else
+//! secret: [`KEY_FILE`] (0600), [`CERT_FILE`], [`CA_FILE`] and
+//! [`CONTROL_URL_FILE`], all under `/etc/mprov/`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use mprov_api::boot::{BootEventReport, BootPhase, EVENTS_PATH, MANIFEST_PATH};
+use mprov_api::enroll::{Enrolled, NODE_PATH, NodeEnrollment};
+use reqwest::blocking::Client;
+use sha2::{Digest, Sha256};
+
+use crate::manifest::{self, Checked};
+
+/// The node's private key in the booted root (mode 0600).
+pub const KEY_FILE: &str = "etc/mprov/node.key";
+/// The node's certificate in the booted root.
+pub const CERT_FILE: &str = "etc/mprov/node.crt";
+/// The control service's CA certificate in the booted root.
+pub const CA_FILE: &str = "etc/mprov/ca.crt";
+/// The control service's URL in the booted root (one line).
+pub const CONTROL_URL_FILE: &str = "etc/mprov/control-url";
+
+/// How long a request to the control service may take.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The node's credentials.
+#[derive(Clone)]
+pub struct Identity {
+    /// The private key, PEM.
+    pub key_pem: String,
+    /// The certificate, PEM.
+    pub cert_pem: String,
+    /// The CA certificate, PEM.
+    pub ca_pem: String,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity")
+            .field("key_pem", &"(secret)")
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a step with the control service failed; each says what to check.
+#[derive(Debug, thiserror::Error)]
+pub enum EnrollError {
+    /// The CA certificate does not hash to `mprov_ca`.
+    #[error(
+        "the control service's CA certificate has sha256 {got}, the kernel command line pins {want}: someone else answered at {url}, or the CA changed since the boot script was made"
+    )]
+    CaMismatch {
+        /// The URL asked.
+        url: String,
+        /// What it hashed to.
+        got: String,
+        /// The pin.
+        want: String,
+    },
+    /// The CA certificate is not a PEM certificate.
+    #[error("{url}/ca.crt is not a PEM certificate")]
+    CaNotPem {
+        /// The URL asked.
+        url: String,
+    },
+    /// A request failed.
+    #[error("{what} at {url}")]
+    Http {
+        /// What was being done.
+        what: &'static str,
+        /// The URL.
+        url: String,
+        /// The cause.
+        #[source]
+        err: reqwest::Error,
+    },
+    /// The control service refused.
+    #[error("{what} at {url}: HTTP {status}: {body}")]
+    Refused {
+        /// What was being done.
+        what: &'static str,
+        /// The URL.
+        url: String,
+        /// The status.
+        status: u16,
+        /// The start of its body (the API's error message).
+        body: String,
+    },
+    /// The key pair or the CSR could not be made.
+    #[error("making the node's key pair and CSR")]
+    Key(#[source] rcgen::Error),
+    /// The manifest was refused.
+    #[error(transparent)]
+    Manifest(#[from] manifest::ManifestError),
+    /// Writing or reading the identity in a root failed.
+    #[error("{what} {path}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: String,
+        /// The cause.
+        #[source]
+        err: std::io::Error,
+    },
+}
+
+fn base(url: &str) -> &str {
+    url.trim_end_matches('/')
+}
+
+fn builder() -> reqwest::blocking::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::builder()
+        .connect_timeout(crate::image::CONNECT_TIMEOUT)
+        .timeout(TIMEOUT)
+        .no_proxy()
+        .user_agent(concat!("mprov-agent/", env!("CARGO_PKG_VERSION")))
+}
+
+/// The DER of the first certificate in `pem`.
+fn pem_der(pem: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let start = pem.find("-----BEGIN CERTIFICATE-----")? + "-----BEGIN CERTIFICATE-----".len();
+    let end = start + pem[start..].find("-----END CERTIFICATE-----")?;
+    let b64: String = pem[start..end]
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    base64::engine::general_purpose::STANDARD.decode(b64).ok()
+}
+
+/// `GET <url>/ca.crt` and checks its sha256 (of the DER, as `mprov_ca`
+/// carries it). The transport is not trusted for this request (there is
+/// nothing to trust it with yet); the pin is what counts. The PEM.
+pub fn fetch_ca(url: &str, pin: &[u8; 32]) -> Result<String, EnrollError> {
+    let ca_url = format!("{}/ca.crt", base(url));
+    let http = |err| EnrollError::Http {
+        what: "fetching the CA certificate",
+        url: ca_url.clone(),
+        err,
+    };
+    let client = builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .map_err(http)?;
+    let response = client.get(&ca_url).send().map_err(http)?;
+    let status = response.status().as_u16();
+    let pem = response.text().map_err(http)?;
+    if status != 200 {
+        return Err(EnrollError::Refused {
+            what: "fetching the CA certificate",
+            url: ca_url,
+            status,
+            body: pem.chars().take(200).collect(),
+        });
+    }
+    let der = pem_der(&pem).ok_or_else(|| EnrollError::CaNotPem {
+        url: base(url).to_owned(),
+    })?;
+    let got: [u8; 32] = Sha256::digest(&der).into();
+    if &got != pin {
+        return Err(EnrollError::CaMismatch {
+            url: base(url).to_owned(),
+            got: hex::encode(got),
+            want: hex::encode(pin),
+        });
+    }
+    Ok(pem)
+}
+
+/// Makes the node's key pair and enrolls with `nonce` at `url`, trusting
+/// only `ca_pem`.
+pub fn enroll(url: &str, ca_pem: &str, nonce: &str) -> Result<Identity, EnrollError> {
+    let key = rcgen::KeyPair::generate().map_err(EnrollError::Key)?;
+    let mut params =
+        rcgen::CertificateParams::new(Vec::<String>::new()).map_err(EnrollError::Key)?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    // The control service names the certificate after the system the nonce
+    // belongs to; what the CSR says is not trusted.
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "mprov-node");
+    let csr = params
+        .serialize_request(&key)
+        .and_then(|csr| csr.pem())
+        .map_err(EnrollError::Key)?;
+    let enroll_url = format!("{}{NODE_PATH}", base(url));
+    let http = |err| EnrollError::Http {
+        what: "enrolling",
+        url: enroll_url.clone(),
+        err,
+    };
+    let client = trusting(ca_pem, None).map_err(http)?;
+    let response = client
+        .post(&enroll_url)
+        .json(&NodeEnrollment {
+            nonce: nonce.to_owned(),
+            csr,
+        })
+        .send()
+        .map_err(http)?;
+    let enrolled: Enrolled = json_reply(response, "enrolling", &enroll_url)?;
+    Ok(Identity {
+        key_pem: key.serialize_pem(),
+        cert_pem: enrolled.certificate,
+        ca_pem: ca_pem.to_owned(),
+    })
+}
+
+/// A client that trusts only `ca_pem`, with `identity` as its client
+/// certificate if given.
+fn trusting(ca_pem: &str, identity: Option<&Identity>) -> Result<Client, reqwest::Error> {
+    let certs = reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes())?;
+    let mut builder = builder().tls_certs_only(certs);
+    if let Some(identity) = identity {
+        let pem = format!("{}\n{}", identity.key_pem, identity.cert_pem);
+        builder = builder.identity(reqwest::Identity::from_pem(pem.as_bytes())?);
+    }
+    builder.build()
+}
+
+fn json_reply<T: serde::de::DeserializeOwned>(
+    response: reqwest::blocking::Response,
+    what: &'static str,
+    url: &str,
+) -> Result<T, EnrollError> {
+    let status = response.status().as_u16();
+    let http = |err| EnrollError::Http {
+        what,
+        url: url.to_owned(),
+        err,
+    };
+    if status != 200 && status != 201 {
+        let body = response.text().map_err(http)?;
+        return Err(EnrollError::Refused {
+            what,
+            url: url.to_owned(),
+            status,
+            body: body.chars().take(300).collect(),
+        });
+    }
+    response.json().map_err(http)
+}
+
+/// The node's mTLS session with the control service.
+#[derive(Debug, Clone)]
+pub struct Control {
+    client: Client,
+    url: String,
+}
+
+impl Control {
+    /// A session at `url` as `identity`.
+    pub fn new(url: &str, identity: &Identity) -> Result<Control, EnrollError> {
+        let client =
+            trusting(&identity.ca_pem, Some(identity)).map_err(|err| EnrollError::Http {
+                what: "setting up mTLS",
+                url: url.to_owned(),
+                err,
+            })?;
+        Ok(Control {
+            client,
+            url: base(url).to_owned(),
+        })
+    }
+
+    /// `GET MANIFEST_PATH`, checked.
+    pub fn manifest(&self) -> Result<Checked, EnrollError> {
+        let url = format!("{}{MANIFEST_PATH}", self.url);
+        let response = self
+            .client
+            .get(&url)
+            .header(mprov_api::VERSION_HEADER, mprov_api::api_version())
+            .send()
+            .map_err(|err| EnrollError::Http {
+                what: "reading the boot manifest",
+                url: url.clone(),
+                err,
+            })?;
+        let status = response.status().as_u16();
+        let body = response.bytes().map_err(|err| EnrollError::Http {
+            what: "reading the boot manifest",
+            url: url.clone(),
+            err,
+        })?;
+        if status != 200 {
+            return Err(EnrollError::Refused {
+                what: "reading the boot manifest",
+                url,
+                status,
+                body: String::from_utf8_lossy(&body).chars().take(300).collect(),
+            });
+        }
+        Ok(manifest::parse(&body)?)
+    }
+
+    /// `POST EVENTS_PATH`: one step of this node's boot.
+    pub fn report(&self, phase: BootPhase, detail: &str) -> Result<(), EnrollError> {
+        let url = format!("{}{EVENTS_PATH}", self.url);
+        let http = |err| EnrollError::Http {
+            what: "reporting a boot event",
+            url: url.clone(),
+            err,
+        };
+        let response = self
+            .client
+            .post(&url)
+            .header(mprov_api::VERSION_HEADER, mprov_api::api_version())
+            .json(&BootEventReport {
+                phase,
+                mac: None,
+                system: None,
+                ip: None,
+                detail: detail.to_owned(),
+            })
+            .send()
+            .map_err(http)?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            let body = response.text().map_err(http)?;
+            return Err(EnrollError::Refused {
+                what: "reporting a boot event",
+                url,
+                status,
+                body: body.chars().take(300).collect(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Step 4: the identity and the control URL into the new root (the key
+/// 0600, created so; the folder 0700).
+pub fn write_identity(root: &Path, identity: &Identity, url: &str) -> Result<(), EnrollError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    let io = |what: &'static str, path: &Path| {
+        let path = path.display().to_string();
+        move |err| EnrollError::Io { what, path, err }
+    };
+    let dir = root.join("etc/mprov");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(io("creating", &dir))?;
+    for (file, contents, mode) in [
+        (KEY_FILE, identity.key_pem.as_str(), 0o600),
+        (CERT_FILE, identity.cert_pem.as_str(), 0o644),
+        (CA_FILE, identity.ca_pem.as_str(), 0o644),
+        (CONTROL_URL_FILE, url, 0o644),
+    ] {
+        let path = root.join(file);
+        let _ = std::fs::remove_file(&path);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&path)
+            .and_then(|mut f| {
+                f.write_all(contents.trim_end().as_bytes())
+                    .and_then(|()| f.write_all(b"\n"))
+            })
+            .map_err(io("writing", &path))?;
+    }
+    Ok(())
+}
+
+/// The identity and control URL [`write_identity`] left in `root`.
+pub fn read_identity(root: &Path) -> Result<(Identity, String), EnrollError> {
+    let read = |file: &str| {
+        let path = root.join(file);
+        std::fs::read_to_string(&path).map_err(|err| EnrollError::Io {
+            what: "reading",
+            path: path.display().to_string(),
+            err,
+        })
+    };
+    Ok((
+        Identity {
+            key_pem: read(KEY_FILE)?,
+            cert_pem: read(CERT_FILE)?,
+            ca_pem: read(CA_FILE)?,
+        },
+        read(CONTROL_URL_FILE)?.trim().to_owned(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    #[test]
+    fn the_identity_round_trips_with_the_key_private() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let identity = Identity {
+            key_pem: "KEY".to_owned(),
+            cert_pem: "CERT".to_owned(),
+            ca_pem: "CA".to_owned(),
+        };
+        write_identity(dir.path(), &identity, "https://ctl:8443").expect("writes");
+        let mode = |f: &str| {
+            std::fs::metadata(dir.path().join(f))
+                .expect("exists")
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode(KEY_FILE), 0o600);
+        assert_eq!(mode("etc/mprov"), 0o700);
+        let (back, url) = read_identity(dir.path()).expect("reads");
+        assert_eq!(back.key_pem.trim(), "KEY");
+        assert_eq!(back.cert_pem.trim(), "CERT");
+        assert_eq!(url, "https://ctl:8443");
+        assert!(!format!("{back:?}").contains("KEY"));
+        // Written again (a second boot into the same staging), still 0600.
+        write_identity(dir.path(), &identity, "https://ctl:8443").expect("writes again");
+        assert_eq!(mode(KEY_FILE), 0o600);
+    }
+
+    #[test]
+    fn pem_to_der() {
+        let pem = "-----BEGIN CERTIFICATE-----\nAAEC\nAw==\n-----END CERTIFICATE-----\n";
+        assert_eq!(pem_der(pem), Some(vec![0, 1, 2, 3]));
+        assert_eq!(pem_der("junk"), None);
+    }
+}
