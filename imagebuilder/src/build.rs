@@ -367,7 +367,7 @@ fn agent_initramfs(
     release: Option<&str>,
 ) -> Result<Vec<u8>, BuildError> {
     let tree = release.and_then(|release| {
-        ["lib/modules", "usr/lib/modules"]
+        ["usr/lib/modules", "lib/modules"]
             .iter()
             .map(|dir| root.join(dir).join(release))
             .find(|dir| dir.is_dir())
