@@ -48,6 +48,8 @@ pub const PACKAGES: &[&str] = &[
     "ipxe-qemu",
     "ovmf",
     "busybox-static",
+    // the static agent: ring (rustls) compiles C for the musl target
+    "musl-tools",
     "cpio",
     "kmod",
     // initramfs: the archives we write, decompressed by the system's tools
