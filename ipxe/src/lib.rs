@@ -11,6 +11,8 @@
 //! `${...}` and splits on spaces, so a stray character could change what a
 //! node boots.
 
+#![warn(missing_docs)]
+
 use std::fmt::Write as _;
 
 /// What a node that should boot from the network gets.

@@ -13,7 +13,9 @@
 //! `--help` lists them with a sentence each.
 //!
 //! The binary is `src/main.rs`; everything it does is here, so tests can run
-//! the same code (STYLE.md point 3).
+//! the same code.
+
+#![warn(missing_docs)]
 
 pub mod config;
 mod import;
