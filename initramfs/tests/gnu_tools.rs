@@ -5,7 +5,7 @@
 //! The tools are Debian packages that `cargo xtask test` installs; a missing
 //! tool fails these tests. Extraction needs root (mknod, chown).
 //!
-//! The one integration-test binary of this crate (STYLE.md point 24).
+//! The one integration-test binary of this crate (one binary links once).
 
 use std::fs;
 use std::io::Write;

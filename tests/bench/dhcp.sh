@@ -2,8 +2,7 @@
 # DHCP benchmark: perfdhcp (Kea's load generator) against our server, dnsmasq and
 # kea-dhcp4, one after another in the same run, over a veth pair between two
 # private network namespaces (nothing is routed to the host; 198.18.0.0/16 is
-# the RFC 2544 benchmarking range). Method as in
-# ../shared/reference/baselines.md section 2: perfdhcp acts as a relay (giaddr
+# the RFC 2544 benchmarking range). Method: perfdhcp acts as a relay (giaddr
 # 198.18.0.2, port 67 both ways), ACKs per second over the period, server CPU
 # time from /proc/<pid>/stat.
 #

@@ -2,8 +2,8 @@
 # DNS benchmark: mprov-dns vs dnsmasq, side by side in one run, on loopback.
 #
 # Both servers serve the same 10,000 host names under cluster.test:
-#   dnsmasq: an addn-hosts file, local=/cluster.test/ (as in
-#            ../shared/reference/baseline-kit/conf/dnsmasq-dns.conf)
+#   dnsmasq: an addn-hosts file, local=/cluster.test/ (its usual setup as
+#            a cluster's authoritative DNS)
 #   ours:    the same names as a BootConfig JSON, served by the
 #            `serve_snapshot` example of boot/dns (release build)
 # dnsperf (default settings: 1 client, 100 outstanding queries) cycles through

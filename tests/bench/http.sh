@@ -4,8 +4,8 @@
 # Both servers serve the same folder: one file of SIZE MiB of random bytes at
 # /images/bench/1/big.bin (2 GiB for the full run, as issue 3 asks; 64 MiB
 # for --smoke).
-#   nginx: sendfile on, access_log off, worker_processes auto (as in
-#          ../shared/reference/baseline-kit/50_http_bench.sh)
+#   nginx: sendfile on, access_log off, worker_processes auto (its fastest
+#          setup for static files)
 #   ours:  the `serve_dir` example of boot/images (release build), admission
 #          limit above the client count
 # Each run starts 32 concurrent `curl -o /dev/null` downloads of the file and

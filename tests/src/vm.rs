@@ -4,7 +4,7 @@
 //! console in a file we read.
 //!
 //! KVM does not work on these machines, so VMs run under TCG: a PXE boot to a
-//! shell takes 20 to 40 s. The recipe is `shared/reference/netboot-lab.md`.
+//! shell takes 20 to 40 s.
 
 use std::fs;
 use std::path::{Path, PathBuf};

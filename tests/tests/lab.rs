@@ -1,7 +1,7 @@
 //! The lab's own tests: its database servers start, answer through the CLI
 //! clients and through sqlx with the URLs they give, and leave nothing behind.
 //!
-//! The one integration-test binary of this crate (STYLE.md point 24).
+//! The one integration-test binary of this crate (one binary links once).
 
 use std::future::Future;
 

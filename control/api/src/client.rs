@@ -62,7 +62,7 @@ pub enum Auth {
     None,
 }
 
-// Hand-written so that secrets never reach a log line (STYLE.md point 11).
+// Hand-written so that secrets never reach a log line.
 impl fmt::Debug for Auth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -1,6 +1,6 @@
 //! Where mash finds the control service and its credentials.
 //!
-//! Two layers (STYLE.md point 9): flags and environment variables first
+//! Two layers: flags and environment variables first
 //! (`MPROV_URL`, `MPROV_APIKEY`, or `MPROV_USER` and `MPROV_PASSWORD`), then a
 //! TOML file, `--config` or the first of `$XDG_CONFIG_HOME/mprov/mash.toml`
 //! (`~/.config/mprov/mash.toml`) and `/etc/mprov/mash.toml` that exists. The
@@ -87,7 +87,7 @@ pub struct FileConfig {
     pub ca_cert: Option<PathBuf>,
 }
 
-// Hand-written so that secrets never reach the terminal (STYLE.md point 11).
+// Hand-written so that secrets never reach the terminal.
 impl fmt::Debug for FileConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let redact = |s: &Option<String>| s.as_ref().map(|_| "<redacted>");

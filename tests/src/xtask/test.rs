@@ -181,7 +181,7 @@ fn demo_check() -> Result<()> {
 }
 
 /// Every crate takes the workspace lints, and takes every dependency's version
-/// from the root manifest (STYLE.md point 1).
+/// from the root manifest, so versions and lints are declared once.
 fn tidy() -> Result<()> {
     let root = super::workspace_root();
     let manifest = std::fs::read_to_string(root.join("Cargo.toml"))?;
