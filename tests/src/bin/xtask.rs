@@ -1,13 +1,17 @@
-//! `cargo xtask`: the project's own commands (test, demo, bench, agent).
+//! `cargo xtask`: the project's own commands (test, demo, bench, agent,
+//! install, layering).
 //!
 //! This file only parses the command line; the commands live in
 //! `mprov_tests::xtask`.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mprov_tests::xtask::{self, BenchOptions, DemoOptions, TestOptions};
+use mprov_tests::xtask::{
+    self, BenchOptions, DemoOptions, InstallOptions, LayeringOptions, TestOptions,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -44,6 +48,35 @@ enum Cmd {
         #[arg(long)]
         check: bool,
     },
+    /// Put mProv's binaries on PATH: `cargo install --path` of each binary
+    /// crate (mprov-control, mash, mprov-jobserver, mprov-image,
+    /// mprov-initramfs), release builds, into ~/.cargo/bin unless --root says
+    /// otherwise. The node agent is not installed: `cargo xtask agent` builds
+    /// its static binary for images and the initramfs.
+    #[command(
+        after_help = "Examples:\n  cargo xtask install                      # all, into ~/.cargo/bin\n  cargo xtask install --root /usr/local    # into /usr/local/bin (as root)\n  cargo xtask install mash                 # only mash"
+    )]
+    Install {
+        /// Install into ROOT/bin (cargo's --root); default $CARGO_INSTALL_ROOT,
+        /// else ~/.cargo. Also accepted as --prefix.
+        #[arg(long, alias = "prefix", value_name = "ROOT")]
+        root: Option<PathBuf>,
+        /// Build with the dev profile: faster to build, slower to run.
+        #[arg(long)]
+        debug: bool,
+        /// Only these binaries (default: all of them).
+        #[arg(value_name = "BINARY")]
+        bins: Vec<String>,
+    },
+    /// Print what breaks the control service's layers: module cycles in
+    /// control/src, HTTP crates (axum, http, ...) named below the http
+    /// layer, upward references and modules in no layer. Not part of
+    /// `cargo xtask test` yet, since control is not layered.
+    Layering {
+        /// Exit non-zero when there is any violation.
+        #[arg(long)]
+        deny: bool,
+    },
     /// Install what the tests need, then run fmt, clippy and every test with
     /// real MariaDB and PostgreSQL servers.
     Test {
@@ -64,6 +97,8 @@ fn main() -> ExitCode {
         }),
         Cmd::Bench { name, smoke } => xtask::bench(&BenchOptions { name, smoke }),
         Cmd::Demo { listen, check } => xtask::demo(&DemoOptions { listen, check }),
+        Cmd::Install { root, debug, bins } => xtask::install(&InstallOptions { root, debug, bins }),
+        Cmd::Layering { deny } => xtask::layering(&LayeringOptions { deny }),
         Cmd::Test { cargo_test_args } => xtask::test(&TestOptions { cargo_test_args }),
     };
     match result {

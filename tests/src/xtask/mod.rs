@@ -1,4 +1,5 @@
-//! The `cargo xtask` commands: `test`, `demo` and `bench`.
+//! The `cargo xtask` commands: `test`, `demo`, `bench`, `install` and
+//! `layering`.
 //!
 //! `cargo xtask` is an alias (`.cargo/config.toml`) for the `xtask` binary of
 //! this crate, whose `main` only parses arguments and calls into here. The
@@ -13,10 +14,14 @@ use anyhow::{Context, Result, bail};
 
 mod bench;
 mod demo;
+mod install;
+pub mod layering;
 mod test;
 
 pub use bench::{BenchOptions, RUST_BENCHES, RustBench, bench};
 pub use demo::{DEFAULT_LISTEN, DemoOptions, demo};
+pub use install::{INSTALLED, InstallOptions, Installed, NOT_INSTALLED, install};
+pub use layering::{LayeringOptions, layering};
 pub use test::{MYSQL_URL_VAR, PACKAGES, PG_URL_VAR, RUSTUP_COMPONENTS, TestOptions, test};
 
 /// The workspace root: the folder above this crate's.
