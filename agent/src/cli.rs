@@ -1,6 +1,6 @@
 //! The agent when it is not PID 1: a small CLI.
 //!
-//! Later issues add the roles of DESIGN.md (`script-runner`, `nads`). `/init`
+//! Later issues add the node's other roles (`script-runner`, `nads`). `/init`
 //! itself has no subcommand on purpose: it mounts, loads modules and powers
 //! the machine off, so it runs only as PID 1 (see `main.rs`).
 

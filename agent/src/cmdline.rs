@@ -1,8 +1,8 @@
 //! The kernel command line (`/proc/cmdline`) and the `mprov_*` parameters the
 //! agent takes from it.
 //!
-//! The control service's iPXE script boots the kernel with (DESIGN.md, boot
-//! step 4):
+//! The control service's iPXE script boots the kernel with (ARCHITECTURE.md,
+//! "A node's boot", step 4):
 //!
 //! - `mprov_enroll=<nonce>`: the one-time enrollment nonce for this system, a
 //!   secret until it is used: printed only as a short prefix ([`Nonce`]).

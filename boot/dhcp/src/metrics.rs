@@ -1,7 +1,7 @@
 //! Prometheus metrics of the DHCP server.
 //!
 //! The caller owns the `Registry` (the job server serves it on its own
-//! listener, DESIGN.md "Operator surface"); [`Metrics::register`] adds ours
+//! metrics listener); [`Metrics::register`] adds ours
 //! under the `dhcp_` prefix. An unregistered [`Metrics::default`] counts into
 //! the void, which is what unit tests want.
 

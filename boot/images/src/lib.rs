@@ -5,7 +5,7 @@
 //!
 //! * `/images/<slug>/<version>/{rootfs.tar.zst, vmlinuz, initramfs.img,
 //!   manifest.json}` from `<root>/images/...` (the export layout of
-//!   `DESIGN.md`).
+//!   `mprov_api::boot`).
 //! * `/boot/<file>` from the iPXE folder (default `/usr/lib/ipxe`, the Debian
 //!   `ipxe` package).
 //!

@@ -1,7 +1,7 @@
 //! The listener: receives requests on the bound socket and starts one
 //! transfer task per accepted RRQ.
 //!
-//! Shape (STYLE.md points 12-15): the caller binds the socket and owns the
+//! Shape: the caller binds the socket and owns the
 //! shutdown token; `select!` between `recv_from` and cancellation; a
 //! semaphore bounds concurrent transfers (a request beyond it gets an ERROR
 //! packet at once, so the client can retry instead of timing out); every

@@ -11,8 +11,8 @@
 //! [`api_version`], and every reply must carry the same value. A reply from
 //! another version, or one without the header, is refused with
 //! [`ClientError::VersionMismatch`] before its body is looked at, because a
-//! body from another version may mean something else (DESIGN.md, "Trust
-//! model"). The server answers a request from another version with 426 Upgrade
+//! body from another version may mean something else (ARCHITECTURE.md,
+//! "Cross-cutting concerns"). The server answers a request from another version with 426 Upgrade
 //! Required, which becomes the same error. Only
 //! [`SKIP_VERSION_CHECK_ENV`]`=1` turns the check off, for development.
 //!
