@@ -147,6 +147,11 @@ pub struct Settings {
     /// STATE_DIR/export always count).
     #[arg(long, env = "MPROV_SERVED_DIRS", default_value = "")]
     pub served_dirs: String,
+    /// How long a job server's certificate is valid, in seconds (default 90
+    /// days, the most allowed; at least 60). Job servers renew theirs when a
+    /// third is left, so a short value (tests, drills) exercises renewal.
+    #[arg(long, env = "MPROV_JOBSERVER_CERT_SECONDS", value_parser = clap::value_parser!(u64).range(60..=crate::enroll::JOBSERVER_MAX_SECONDS))]
+    pub jobserver_cert_seconds: Option<u64>,
 }
 
 /// A knob has a value we cannot use.
@@ -206,6 +211,8 @@ pub struct Config {
     pub ips: Vec<IpAddr>,
     /// The cluster domain.
     pub domain: String,
+    /// A job server certificate's validity, seconds.
+    pub jobserver_cert_seconds: u64,
     /// Host header values accepted; `None` accepts any.
     pub allowed_hosts: Option<Vec<String>>,
     /// The time zone, and its name.
@@ -383,6 +390,9 @@ impl Config {
             secret_key: s.secret_key.filter(|k| !k.is_empty()),
             backup_dir,
             served_dirs,
+            jobserver_cert_seconds: s
+                .jobserver_cert_seconds
+                .unwrap_or(crate::enroll::JOBSERVER_MAX_SECONDS),
         })
     }
 

@@ -36,6 +36,8 @@ use mprov_api::enroll::{Enrolled, JobserverEnrollment, NodeEnrollment, Renewal};
 
 /// How long a job-server certificate is valid.
 pub const JOBSERVER_DAYS: u32 = 90;
+/// The same in seconds: the default and the most `MPROV_JOBSERVER_CERT_SECONDS` may ask.
+pub const JOBSERVER_MAX_SECONDS: u64 = JOBSERVER_DAYS as u64 * 86_400;
 /// How long an enrollment token is valid unless said otherwise.
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 /// The file a fresh token is left in for the local job server.
@@ -161,7 +163,7 @@ pub async fn enroll_jobserver(
         Profile::Jobserver,
         &body.name,
         body.csr,
-        JOBSERVER_DAYS,
+        Validity::Seconds(st.config.jobserver_cert_seconds),
     )
     .await?;
     // Consume the token and record the certificate in one transaction.
@@ -356,7 +358,13 @@ pub async fn enroll_node(
         )));
     }
     let hostname: String = row.try_get("hostname").map_err(internal)?;
-    let (enrolled, serial) = sign(&st, Profile::Node, &hostname, body.csr, NODE_DAYS).await?;
+    let (enrolled, serial) = sign(
+        &st,
+        Profile::Node,
+        &hostname,
+        body.csr,
+        Validity::Days(NODE_DAYS),
+    ).await?;
     let mut tx = db.pool().begin().await.map_err(internal)?;
     let mut sql = db.sql();
     sql.push("UPDATE enroll_nonces SET used_at = ");
@@ -394,11 +402,14 @@ pub async fn renew(
             "renewal needs the client certificate being renewed".into(),
         ));
     };
-    let (profile, days) = match agent.kind.as_str() {
-        "node" => (Profile::Node, NODE_DAYS),
-        _ => (Profile::Jobserver, JOBSERVER_DAYS),
+    let (profile, validity) = match agent.kind.as_str() {
+        "node" => (Profile::Node, Validity::Days(NODE_DAYS)),
+        _ => (
+            Profile::Jobserver,
+            Validity::Seconds(st.config.jobserver_cert_seconds),
+        ),
     };
-    let (enrolled, serial) = sign(&st, profile, &agent.identity, body.csr, days).await?;
+    let (enrolled, serial) = sign(&st, profile, &agent.identity, body.csr, validity).await?;
     let db = &st.db;
     let mut tx = db.pool().begin().await.map_err(internal)?;
     record(
@@ -415,6 +426,13 @@ pub async fn renew(
     Ok(Json(enrolled))
 }
 
+/// How long a certificate asked of the helper lasts.
+#[derive(Debug, Clone, Copy)]
+enum Validity {
+    Days(u32),
+    Seconds(u64),
+}
+
 /// Has the helper sign `csr` for `identity`: the reply for the agent, and
 /// the certificate's serial. A refusal is a 400 with the helper's reason.
 async fn sign(
@@ -422,7 +440,7 @@ async fn sign(
     profile: Profile,
     identity: &str,
     csr: String,
-    days: u32,
+    validity: Validity,
 ) -> Result<(Enrolled, String), ApiError> {
     let signer = st
         .signer
@@ -433,7 +451,14 @@ async fn sign(
         identity: identity.to_owned(),
         names: Vec::new(),
         csr_pem: csr,
-        days,
+        days: match validity {
+            Validity::Days(d) => d,
+            Validity::Seconds(s) => u32::try_from(s.div_ceil(86_400)).unwrap_or(u32::MAX),
+        },
+        seconds: match validity {
+            Validity::Days(_) => None,
+            Validity::Seconds(s) => Some(s),
+        },
     };
     match signer.sign(&request).await {
         Ok(SignReply::Signed {

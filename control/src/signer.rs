@@ -94,7 +94,15 @@ pub struct SignRequest {
     pub csr_pem: String,
     /// How many days it is valid.
     pub days: u32,
+    /// The validity in seconds instead of `days`, when set (a short-lived
+    /// job-server certificate, `MPROV_JOBSERVER_CERT_SECONDS`); at least
+    /// [`MIN_SECONDS`], at most the profile's maximum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<u64>,
 }
+
+/// The shortest validity the helper grants, in seconds.
+pub const MIN_SECONDS: u64 = 60;
 
 /// The helper's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,6 +167,16 @@ pub enum Refusal {
         /// The profile.
         profile: &'static str,
     },
+    /// The validity in seconds is out of bounds.
+    #[error("{secs} s is outside {MIN_SECONDS}..={max} s for a {profile} certificate")]
+    Seconds {
+        /// Asked.
+        secs: u64,
+        /// The bound.
+        max: u64,
+        /// The profile.
+        profile: &'static str,
+    },
     /// Signing itself failed.
     #[error("signing failed: {0}")]
     Signing(String),
@@ -208,6 +226,17 @@ impl Signer {
                 profile: profile.as_str(),
             });
         }
+        let validity = match req.seconds {
+            None => u64::from(req.days) * 86_400,
+            Some(secs) if (MIN_SECONDS..=u64::from(max) * 86_400).contains(&secs) => secs,
+            Some(secs) => {
+                return Err(Refusal::Seconds {
+                    secs,
+                    max: u64::from(max) * 86_400,
+                    profile: profile.as_str(),
+                });
+            }
+        };
         if !valid_identity(&req.identity) {
             return Err(Refusal::Identity(req.identity.clone()));
         }
@@ -257,7 +286,7 @@ impl Signer {
         params.extended_key_usages = vec![eku];
         params.use_authority_key_identifier_extension = true;
         let now = SystemTime::now();
-        let not_after = now + Duration::from_secs(u64::from(req.days) * 86_400);
+        let not_after = now + Duration::from_secs(validity);
         params.not_before = (now - BACKDATE).into();
         params.not_after = not_after.into();
         let serial = tls::serial().map_err(|e| Refusal::Signing(e.to_string()))?;
@@ -676,6 +705,7 @@ mod tests {
             names: Vec::new(),
             csr_pem,
             days,
+            seconds: None,
         }
     }
 
@@ -724,6 +754,27 @@ mod tests {
         own.distinguished_name.push(DnType::CommonName, "c01");
         own.subject_alt_names = vec![SanType::URI("urn:mprov:node:c01".try_into().unwrap())];
         assert!(s.sign(&node("c01", csr(own), 1)).is_ok());
+    }
+
+    #[test]
+    fn validity_in_seconds_is_honoured_within_bounds() {
+        use x509_parser::prelude::{FromDer as _, X509Certificate};
+        let (_dir, s) = signer();
+        let mut req = node("js1", csr(blank()), 1);
+        req.profile = Profile::Jobserver;
+        req.seconds = Some(300);
+        let SignReply::Signed { cert_pem, .. } = s.sign(&req).unwrap() else {
+            panic!("refused")
+        };
+        let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();
+        let (_, cert) = X509Certificate::from_der(&der).unwrap();
+        let span = cert.validity().not_after.timestamp() - cert.validity().not_before.timestamp();
+        // Backdated by an hour, valid for 300 s from signing.
+        assert_eq!(span, 3600 + 300);
+        req.seconds = Some(59);
+        assert!(refused(&s, &req).contains("59 s is outside 60"));
+        req.seconds = Some(91 * 86_400);
+        assert!(refused(&s, &req).contains("jobserver"));
     }
 
     #[test]

@@ -389,6 +389,7 @@ async fn ensure_server_cert(
         names,
         csr_pem: csr,
         days,
+        seconds: None,
     };
     let cert_pem = match signer.sign(&request).await {
         Ok(SignReply::Signed { cert_pem, .. }) => cert_pem,
@@ -564,6 +565,7 @@ mod tests {
             names: names.iter().map(|n| (*n).to_owned()).collect(),
             csr_pem: csr,
             days: 365,
+            seconds: None,
         };
         match signer.sign(&req).unwrap() {
             SignReply::Signed { cert_pem, .. } => cert_pem,
