@@ -67,6 +67,7 @@ pub async fn snapshot(
             dns: opt_bool(&r, "managedns")?.unwrap_or(false),
             netboot: opt_bool(&r, "isbootable")?.unwrap_or(true),
             mtu: None,
+            http_boot_url: None,
         });
     }
     let net = |id: Option<i64>| id.and_then(|i| slugs.get(&i).cloned());

@@ -31,7 +31,7 @@ use dhcproto::v4::{
 use crate::config::DhcpConfig;
 use crate::inventory::{Host, Inventory, Mac, Network};
 use crate::store::{LeaseKind, LeaseRecord};
-use crate::table::{LeaseTable, State};
+use crate::table::{LeaseTable, Pick, State};
 
 /// The BOOTP minimum message size (RFC 1542 §3.1.5).
 pub const MIN_REPLY_LEN: usize = 300;
@@ -170,6 +170,8 @@ pub struct Outcome {
     pub action: Action,
     /// A lease change to log first.
     pub commit: Option<LeaseRecord>,
+    /// What happened to a pool, for the log and the metrics.
+    pub pool: Option<PoolEvent>,
 }
 
 impl Outcome {
@@ -177,8 +179,43 @@ impl Outcome {
         Self {
             action: Action::NoResponse(reason),
             commit: None,
+            pool: None,
         }
     }
+}
+
+/// A pool's change of state, reported by [`handle`] for the listener to log
+/// and count (the handler itself does no I/O).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolEvent {
+    /// The pool had no free address, for the first time in this episode:
+    /// the one warning an admin sees.
+    Exhausted {
+        /// The network's slug.
+        network: String,
+        /// The pool's first and last address.
+        pool: (Ipv4Addr, Ipv4Addr),
+        /// Addresses in the pool.
+        size: u64,
+        /// Of those, bound to a client.
+        bound: u64,
+        /// Of those, held by an OFFER not yet confirmed.
+        offered: u64,
+        /// Whether an unconfirmed OFFER's address was reclaimed for this
+        /// client (else it got no answer: every address is bound).
+        reclaimed: bool,
+    },
+    /// No free address, so the oldest unconfirmed OFFER's address was offered
+    /// to this client instead (counted).
+    Reclaimed {
+        /// The network's slug.
+        network: String,
+    },
+    /// A full pool has a free address again: the episode is over.
+    Recovered {
+        /// The network's slug.
+        network: String,
+    },
 }
 
 /// Checks the fixed BOOTP header on raw bytes, before any decoding: op must
@@ -300,11 +337,17 @@ pub fn handle(req: &Message, ctx: &Context<'_>, table: &mut LeaseTable) -> Outco
 
     match mtype {
         MessageType::Discover => {
+            let mut event = None;
             let (ip, lease) = if let Some(ip) = reserved {
                 (ip, ctx.config.reserved_lease.as_secs())
             } else {
-                let Some(ip) = pick_pool_address(ctx, table, net, &mac, requested) else {
-                    return Outcome::drop(Reason::PoolExhausted);
+                let (ip, ev) = pick_pool_address(ctx, table, net, &mac, requested);
+                event = ev;
+                let Some(ip) = ip else {
+                    return Outcome {
+                        pool: event,
+                        ..Outcome::drop(Reason::PoolExhausted)
+                    };
                 };
                 (ip, ctx.config.pool_lease.as_secs())
             };
@@ -313,7 +356,10 @@ pub fn handle(req: &Message, ctx: &Context<'_>, table: &mut LeaseTable) -> Outco
             msg.set_yiaddr(ip);
             add_lease_options(&mut msg, net, host, lease);
             add_boot(&mut msg, req, ctx, net, host);
-            respond(req, ctx, ReplyKind::Offer, msg, None)
+            Outcome {
+                pool: event,
+                ..respond(req, ctx, ReplyKind::Offer, msg, None)
+            }
         }
         MessageType::Request => {
             let ciaddr = req.ciaddr();
@@ -364,6 +410,7 @@ pub fn handle(req: &Message, ctx: &Context<'_>, table: &mut LeaseTable) -> Outco
             Outcome {
                 action: Action::NoResponse(Reason::Released),
                 commit,
+                pool: None,
             }
         }
         MessageType::Decline => {
@@ -389,15 +436,19 @@ pub fn handle(req: &Message, ctx: &Context<'_>, table: &mut LeaseTable) -> Outco
 }
 
 /// A pool address for a client without a reservation: the one it holds, the
-/// one it asks for, or the next free one. Reserved addresses are never used.
+/// one it asks for, the next free one, or else the oldest unconfirmed offer's
+/// (see [`LeaseTable::allocate`]). Addresses the inventory assigns to any
+/// host are never used. Also what this did to the pool's exhaustion episode.
 fn pick_pool_address(
     ctx: &Context<'_>,
     table: &mut LeaseTable,
     net: &Network,
     mac: &Mac,
     requested: Option<Ipv4Addr>,
-) -> Option<Ipv4Addr> {
-    let pool = net.pool?;
+) -> (Option<Ipv4Addr>, Option<PoolEvent>) {
+    let Some(pool) = net.pool else {
+        return (None, None);
+    };
     let usable = |ip: Ipv4Addr, table: &LeaseTable| {
         net.in_pool(ip)
             && !ctx.inventory.reserved.contains_key(&ip)
@@ -406,16 +457,43 @@ fn pick_pool_address(
     if let Some((ip, _)) = table.of_mac(mac)
         && usable(ip, table)
     {
-        return Some(ip);
+        return (Some(ip), None);
     }
     if let Some(ip) = requested
         && usable(ip, table)
     {
-        return Some(ip);
+        return (Some(ip), None);
     }
-    table.allocate(pool, mac, ctx.now, |ip| {
+    let network = || net.slug.clone();
+    match table.allocate(pool, mac, ctx.now, |ip| {
         ctx.inventory.reserved.contains_key(&ip)
-    })
+    }) {
+        Pick::Free(ip) => {
+            let ended = table.mark_available(pool);
+            (Some(ip), ended.then(|| PoolEvent::Recovered { network: network() }))
+        }
+        full => {
+            let event = if table.mark_exhausted(pool) {
+                let (bound, offered, _) = table.census(pool, ctx.now);
+                Some(PoolEvent::Exhausted {
+                    network: network(),
+                    pool,
+                    size: u64::from(u32::from(pool.1).saturating_sub(u32::from(pool.0))) + 1,
+                    bound,
+                    offered,
+                    reclaimed: matches!(full, Pick::Reclaimed(_)),
+                })
+            } else if let Pick::Reclaimed(_) = full {
+                Some(PoolEvent::Reclaimed { network: network() })
+            } else {
+                None
+            };
+            match full {
+                Pick::Reclaimed(ip) => (Some(ip), event),
+                _ => (None, event),
+            }
+        }
+    }
 }
 
 /// proxyDHCP: answer PXE clients with boot information and nothing else.
@@ -425,7 +503,13 @@ fn proxy(req: &Message, ctx: &Context<'_>, mtype: MessageType, host: Option<&Hos
         MessageType::Request | MessageType::Inform => ReplyKind::Ack,
         _ => return Outcome::drop(Reason::Unsupported),
     };
-    let Some(boot) = boot_file(req, ctx, host, true) else {
+    let anchor = if req.giaddr().is_unspecified() {
+        ctx.config.server_ip
+    } else {
+        req.giaddr()
+    };
+    let net = ctx.inventory.network_of(anchor);
+    let Some(boot) = boot_file(req, ctx, net, host, true) else {
         return Outcome::drop(Reason::NotPxe);
     };
     let mtype = match kind {
@@ -439,11 +523,43 @@ fn proxy(req: &Message, ctx: &Context<'_>, mtype: MessageType, host: Option<&Hos
         msg.opts_mut()
             .insert(DhcpOption::ClassIdentifier(b"PXEClient".to_vec()));
         // PXE discovery control (PXE 2.1 Table 2-1, sub-option 6) = 8: skip
-        // boot server discovery and use the boot file named here.
-        msg.opts_mut()
-            .insert(DhcpOption::VendorExtensions(vec![6, 1, 8, 255]));
+        // boot server discovery and use the boot file named here. A boot
+        // server request (port 4011) that names a boot item (sub-option 71)
+        // gets it echoed, as PXE 2.1 §2.2.6 asks of a boot server.
+        let vendor = match boot_item(req).filter(|_| ctx.local_port == PXE_PORT) {
+            Some(item) => [&[71, 4][..], &item, &[255]].concat(),
+            None => vec![6, 1, 8, 255],
+        };
+        msg.opts_mut().insert(DhcpOption::VendorExtensions(vendor));
     }
     respond(req, ctx, kind, msg, None)
+}
+
+/// The PXE boot item (type and layer, PXE 2.1 Table 2-1 sub-option 71) a
+/// PXE client's vendor options (option 43) name, if any.
+fn boot_item(req: &Message) -> Option<[u8; 4]> {
+    let Some(DhcpOption::VendorExtensions(v)) = req.opts().get(OptionCode::VendorExtensions)
+    else {
+        return None;
+    };
+    let mut rest = v.as_slice();
+    while let [code, tail @ ..] = rest {
+        match *code {
+            0 => rest = tail,
+            255 => return None,
+            code => {
+                let [len, tail @ ..] = tail else {
+                    return None;
+                };
+                let value = tail.get(..usize::from(*len))?;
+                if code == 71 {
+                    return value.try_into().ok();
+                }
+                rest = &tail[value.len()..];
+            }
+        }
+    }
+    None
 }
 
 /// The skeleton of a reply to `req` (RFC 2131 Table 3).
@@ -498,7 +614,13 @@ struct Boot {
 }
 
 /// The boot file for this client, if it is a network-boot client and may boot.
-fn boot_file(req: &Message, ctx: &Context<'_>, host: Option<&Host>, proxy: bool) -> Option<Boot> {
+fn boot_file(
+    req: &Message,
+    ctx: &Context<'_>,
+    net: Option<&Network>,
+    host: Option<&Host>,
+    proxy: bool,
+) -> Option<Boot> {
     if host.is_some_and(|h| !h.netboot) {
         return None;
     }
@@ -531,10 +653,10 @@ fn boot_file(req: &Message, ctx: &Context<'_>, host: Option<&Host>, proxy: bool)
         return None;
     }
     if http || arch == Some(Architecture::X64_Http) {
-        return ctx
-            .config
-            .http_boot_url
-            .clone()
+        // The network's URL first, then the server's.
+        return net
+            .and_then(|n| n.http_boot_url.clone())
+            .or_else(|| ctx.config.http_boot_url.clone())
             .map(|file| Boot { file, http: true });
     }
     let file = match arch.unwrap_or(Architecture::X86_Bios) {
@@ -559,7 +681,7 @@ fn add_boot(
     if !net.netboot {
         return;
     }
-    if let Some(boot) = boot_file(req, ctx, host, false) {
+    if let Some(boot) = boot_file(req, ctx, Some(net), host, false) {
         apply_boot(msg, ctx, &boot);
     }
 }
@@ -589,6 +711,7 @@ fn respond(
     Outcome {
         action: Action::Respond(Box::new(Reply { kind, msg, dest })),
         commit,
+        pool: None,
     }
 }
 

@@ -34,6 +34,8 @@ pub struct Network {
     pub dhcp: bool,
     /// Network boot is allowed here.
     pub netboot: bool,
+    /// The UEFI HTTP boot URL here, instead of the server's.
+    pub http_boot_url: Option<String>,
 }
 
 impl Network {
@@ -60,6 +62,17 @@ pub struct Host {
     pub netboot: bool,
 }
 
+/// A pool covering addresses the inventory assigns to hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overlap {
+    /// The network's slug.
+    pub network: String,
+    /// The pool's first and last address.
+    pub pool: (Ipv4Addr, Ipv4Addr),
+    /// The assigned addresses inside it.
+    pub addresses: Vec<Ipv4Addr>,
+}
+
 /// One snapshot, indexed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Inventory {
@@ -69,8 +82,10 @@ pub struct Inventory {
     pub networks: Vec<Network>,
     /// Hosts by MAC.
     pub hosts: HashMap<Mac, Host>,
-    /// Reserved addresses and who holds them.
-    pub reserved: HashMap<Ipv4Addr, Mac>,
+    /// Addresses the inventory assigns, and to which MAC (`None`: a host
+    /// without one, such as a BMC or a switch with a static address). None of
+    /// them is ever handed out from a pool.
+    pub reserved: HashMap<Ipv4Addr, Option<Mac>>,
     /// Where iPXE gets its script.
     pub ipxe_script_url: Option<String>,
 }
@@ -99,21 +114,29 @@ impl Inventory {
                     pool: n.pool,
                     dhcp: n.dhcp,
                     netboot: n.netboot,
+                    http_boot_url: n.http_boot_url.clone().filter(|u| !u.is_empty()),
                 }
             })
             .collect();
         let mut hosts = HashMap::new();
         let mut reserved = HashMap::new();
         for h in &config.hosts {
-            let Some(mac) = h.mac.as_deref() else {
+            let Some(text) = h.mac.as_deref() else {
+                if let Some(ip) = h.ipv4 {
+                    reserved.entry(ip).or_insert(None);
+                }
                 continue;
             };
-            let Some(mac) = parse_mac(mac) else {
-                tracing::warn!(host = %h.hostname, mac, "skipping host with a bad MAC");
+            let Some(mac) = parse_mac(text) else {
+                tracing::warn!(host = %h.hostname, mac = text, "skipping host with a bad MAC");
+                // Its address is still taken: never hand it to a pool client.
+                if let Some(ip) = h.ipv4 {
+                    reserved.entry(ip).or_insert(None);
+                }
                 continue;
             };
             if let Some(ip) = h.ipv4 {
-                reserved.insert(ip, mac);
+                reserved.insert(ip, Some(mac));
             }
             hosts.insert(
                 mac,
@@ -124,13 +147,53 @@ impl Inventory {
                 },
             );
         }
-        Self {
+        let inventory = Self {
             revision: config.revision,
             networks,
             hosts,
             reserved,
             ipxe_script_url: config.boot.ipxe_script_url.clone(),
+        };
+        for o in inventory.pool_overlaps() {
+            tracing::warn!(
+                network = %o.network,
+                count = o.addresses.len(),
+                "the DHCP pool {}-{} of network {} covers {} address(es) the inventory assigns to hosts ({}); they are never handed out from the pool, which is that much smaller: move the pool or the hosts",
+                o.pool.0,
+                o.pool.1,
+                o.network,
+                o.addresses.len(),
+                o.addresses
+                    .iter()
+                    .take(8)
+                    .map(Ipv4Addr::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + if o.addresses.len() > 8 { ", ..." } else { "" },
+            );
         }
+        inventory
+    }
+
+    /// The pools that cover addresses the inventory assigns, with those
+    /// addresses in order.
+    pub fn pool_overlaps(&self) -> Vec<Overlap> {
+        let mut assigned: Vec<Ipv4Addr> = self.reserved.keys().copied().collect();
+        assigned.sort_unstable();
+        self.networks
+            .iter()
+            .filter(|n| n.dhcp)
+            .filter_map(|n| {
+                let pool = n.pool?;
+                let addresses: Vec<Ipv4Addr> =
+                    assigned.iter().copied().filter(|ip| n.in_pool(*ip)).collect();
+                (!addresses.is_empty()).then(|| Overlap {
+                    network: n.slug.clone(),
+                    pool,
+                    addresses,
+                })
+            })
+            .collect()
     }
 
     /// The network containing `ip`.
@@ -138,9 +201,9 @@ impl Inventory {
         self.networks.iter().find(|n| n.contains(ip))
     }
 
-    /// Whether `ip` is reserved for a MAC other than `mac`.
+    /// Whether `ip` is assigned to a host other than the one with `mac`.
     pub fn reserved_for_other(&self, ip: Ipv4Addr, mac: &Mac) -> bool {
-        self.reserved.get(&ip).is_some_and(|m| m != mac)
+        self.reserved.get(&ip).is_some_and(|m| m.as_ref() != Some(mac))
     }
 }
 

@@ -35,7 +35,7 @@ pub mod table;
 use std::net::{Ipv4Addr, SocketAddr};
 
 pub use config::DhcpConfig;
-pub use handler::{Action, Context, Outcome, Reason, Reply, ReplyKind, handle};
+pub use handler::{Action, Context, Outcome, PoolEvent, Reason, Reply, ReplyKind, handle};
 pub use inventory::Inventory;
 pub use metrics::Metrics;
 pub use server::Server;
@@ -89,6 +89,7 @@ fn fuzz_snapshot() -> mprov_api::boot::BootConfig {
             dns: false,
             netboot: true,
             mtu: None,
+            http_boot_url: None,
         }],
         hosts: vec![BootHost {
             mac: Some("02:00:00:00:00:01".into()),

@@ -11,13 +11,20 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::handler::{Reason, ReplyKind};
+use crate::handler::{PoolEvent, Reason, ReplyKind};
 
 /// The label of a drop.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct DropLabels {
     /// Why.
     pub reason: &'static str,
+}
+
+/// The label of a pool's metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct PoolLabels {
+    /// The network's slug.
+    pub network: String,
 }
 
 /// The server's counters and gauges. Clones share the values.
@@ -35,6 +42,13 @@ pub struct Metrics {
     pub malformed: Counter,
     /// Bound, unexpired leases.
     pub leases: Gauge,
+    /// 1 while a network's pool has no free address, else 0.
+    pub pool_exhausted: Family<PoolLabels, Gauge>,
+    /// Episodes of a pool without a free address.
+    pub pool_exhaustions: Family<PoolLabels, Counter>,
+    /// Unconfirmed OFFERs whose address went to another client because the
+    /// pool was full.
+    pub offers_reclaimed: Family<PoolLabels, Counter>,
 }
 
 impl Metrics {
@@ -52,7 +66,47 @@ impl Metrics {
             m.malformed.clone(),
         );
         r.register("leases", "Bound, unexpired leases", m.leases.clone());
+        r.register(
+            "pool_exhausted",
+            "1 while the network's pool has no free address",
+            m.pool_exhausted.clone(),
+        );
+        r.register(
+            "pool_exhaustions",
+            "Episodes of the network's pool without a free address",
+            m.pool_exhaustions.clone(),
+        );
+        r.register(
+            "offers_reclaimed",
+            "Unconfirmed offers whose address was given to another client because the pool was full",
+            m.offers_reclaimed.clone(),
+        );
         m
+    }
+
+    /// Counts what happened to a pool.
+    pub fn pool(&self, event: &PoolEvent) {
+        let labels = |network: &str| PoolLabels {
+            network: network.to_owned(),
+        };
+        match event {
+            PoolEvent::Exhausted {
+                network, reclaimed, ..
+            } => {
+                let l = labels(network);
+                self.pool_exhausted.get_or_create(&l).set(1);
+                self.pool_exhaustions.get_or_create(&l).inc();
+                if *reclaimed {
+                    self.offers_reclaimed.get_or_create(&l).inc();
+                }
+            }
+            PoolEvent::Reclaimed { network } => {
+                self.offers_reclaimed.get_or_create(&labels(network)).inc();
+            }
+            PoolEvent::Recovered { network } => {
+                self.pool_exhausted.get_or_create(&labels(network)).set(0);
+            }
+        }
     }
 
     /// Counts a sent reply.

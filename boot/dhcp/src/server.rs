@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::DhcpConfig;
-use crate::handler::{Action, Context, Reason, decode, encode, handle, prefilter};
+use crate::handler::{Action, Context, PoolEvent, Reason, decode, encode, handle, prefilter};
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
 use crate::store::{LeaseStore, unix_now};
@@ -187,6 +187,10 @@ impl Server {
             self.metrics.leases.set(gauge(table.bound_entries()));
             outcome
         };
+        if let Some(event) = &outcome.pool {
+            log_pool(event);
+            self.metrics.pool(event);
+        }
         if let Some(rec) = outcome.commit
             && let Err(err) = self.store.commit(rec).await
         {
@@ -234,6 +238,37 @@ impl Server {
             *cache = (current, inv);
         }
         cache.1.clone()
+    }
+}
+
+/// Logs a pool's change of state: a warning once per exhaustion episode.
+fn log_pool(event: &PoolEvent) {
+    match event {
+        PoolEvent::Exhausted {
+            network,
+            pool: (first, last),
+            size,
+            bound,
+            offered,
+            reclaimed,
+        } => tracing::warn!(
+            network = %network,
+            size,
+            bound,
+            offered,
+            "DHCP pool {first}-{last} of network {network} is exhausted: {bound} of its {size} addresses are leased and {offered} held by offers not yet confirmed; {}. Many DISCOVERs without a REQUEST (unknown nodes, a looping port, a starvation attempt) or a pool too small: enlarge it or give the nodes reservations",
+            if *reclaimed {
+                "the oldest offers are being given to new clients"
+            } else {
+                "new clients get no address until a lease ends"
+            }
+        ),
+        PoolEvent::Reclaimed { network } => {
+            tracing::debug!(network = %network, "pool full: reclaimed the oldest unconfirmed offer");
+        }
+        PoolEvent::Recovered { network } => {
+            tracing::info!(network = %network, "DHCP pool of network {network} has free addresses again");
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! one address, and if a commit fails the address merely stays taken until
 //! its lease would have ended (the safe direction).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 
 use crate::inventory::Mac;
@@ -43,6 +43,20 @@ pub struct LeaseTable {
     /// Entries in state `Bound` (expired ones included until reused), kept
     /// as a count so the leases gauge costs nothing per packet.
     bound_entries: usize,
+    /// Pools found without a free address, until one is free again.
+    exhausted: HashSet<(Ipv4Addr, Ipv4Addr)>,
+}
+
+/// What [`LeaseTable::allocate`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// A free address.
+    Free(Ipv4Addr),
+    /// No free address: the one held longest by an unconfirmed OFFER, to be
+    /// offered anew.
+    Reclaimed(Ipv4Addr),
+    /// Every address is bound, quarantined or reserved.
+    None,
 }
 
 impl LeaseTable {
@@ -130,31 +144,74 @@ impl LeaseTable {
         }
     }
 
-    /// A free address in `first..=last` for `mac`, skipping those `taken`
-    /// says are reserved. Scans from a moving cursor, so a busy pool is not
-    /// rescanned from its start for every client.
+    /// An address in `first..=last` for `mac`, skipping those `taken` says
+    /// are reserved: a free one if any, scanning from a moving cursor (so a
+    /// busy pool is not rescanned from its start for every client); else the
+    /// oldest address held by an unconfirmed OFFER, so that clients which
+    /// never REQUEST cannot starve the pool for the length of the offer
+    /// hold. A bound lease or a quarantined address is never taken.
     pub fn allocate(
         &mut self,
         (first, last): (Ipv4Addr, Ipv4Addr),
         mac: &Mac,
         now: u64,
         taken: impl Fn(Ipv4Addr) -> bool,
-    ) -> Option<Ipv4Addr> {
+    ) -> Pick {
         let (a, b) = (u32::from(first), u32::from(last));
         if a > b {
-            return None;
+            return Pick::None;
         }
         let size = u64::from(b - a) + 1;
+        let mut oldest: Option<(u64, Ipv4Addr)> = None;
         for i in 0..size {
             let off = (u64::from(self.cursor) + i) % size;
             // `off < size <= 2^32`, and `a + off <= b`, so neither overflows.
             let ip = Ipv4Addr::from(a + off as u32);
-            if !taken(ip) && self.free_for(ip, mac, now) {
+            if taken(ip) {
+                continue;
+            }
+            if self.free_for(ip, mac, now) {
                 self.cursor = ((off + 1) % size) as u32;
-                return Some(ip);
+                return Pick::Free(ip);
+            }
+            if let Some(held) = self.by_ip.get(&ip)
+                && held.state == State::Offered
+                && oldest.is_none_or(|(until, _)| held.until < until)
+            {
+                oldest = Some((held.until, ip));
             }
         }
-        None
+        match oldest {
+            Some((_, ip)) => Pick::Reclaimed(ip),
+            None => Pick::None,
+        }
+    }
+
+    /// Counts the addresses of `first..=last` by how they are held now:
+    /// (bound, offered, other: quarantined, reserved or free).
+    pub fn census(&self, (first, last): (Ipv4Addr, Ipv4Addr), now: u64) -> (u64, u64, u64) {
+        let (a, b) = (u32::from(first), u32::from(last));
+        let (mut bound, mut offered, mut other) = (0, 0, 0);
+        for n in a..=b {
+            match self.by_ip.get(&Ipv4Addr::from(n)) {
+                Some(h) if h.until > now && h.state == State::Bound => bound += 1,
+                Some(h) if h.until > now && h.state == State::Offered => offered += 1,
+                _ => other += 1,
+            }
+        }
+        (bound, offered, other)
+    }
+
+    /// Marks the pool `first..=last` exhausted; true if it was not already
+    /// (the start of an episode, which is warned about once).
+    pub fn mark_exhausted(&mut self, pool: (Ipv4Addr, Ipv4Addr)) -> bool {
+        self.exhausted.insert(pool)
+    }
+
+    /// Marks the pool as having free addresses again; true if this ends an
+    /// episode.
+    pub fn mark_available(&mut self, pool: (Ipv4Addr, Ipv4Addr)) -> bool {
+        self.exhausted.remove(&pool)
     }
 
     /// Unexpired bound leases.
@@ -182,16 +239,16 @@ mod tests {
         let mut t = LeaseTable::default();
         t.set(ip(10), A, 100, State::Bound);
         let got = t.allocate((ip(10), ip(12)), &B, 50, |i| i == ip(11));
-        assert_eq!(got, Some(ip(12)));
+        assert_eq!(got, Pick::Free(ip(12)));
         t.set(ip(12), B, 100, State::Bound);
         assert_eq!(
             t.allocate((ip(10), ip(12)), &[9; 6], 50, |i| i == ip(11)),
-            None
+            Pick::None
         );
         // After A's lease ends, .10 is free again.
         assert_eq!(
             t.allocate((ip(10), ip(12)), &[9; 6], 100, |i| i == ip(11)),
-            Some(ip(10))
+            Pick::Free(ip(10))
         );
     }
 
@@ -218,5 +275,33 @@ mod tests {
         t.set(ip(10), A, 100, State::Declined);
         assert!(!t.free_for(ip(10), &A, 50));
         assert!(t.free_for(ip(10), &A, 100));
+    }
+
+    #[test]
+    fn a_full_pool_reclaims_the_oldest_offer_never_a_lease() {
+        let mut t = LeaseTable::default();
+        let pool = (ip(10), ip(13));
+        t.set(ip(10), A, 500, State::Bound);
+        t.set(ip(11), B, 130, State::Offered);
+        t.set(ip(12), [3; 6], 120, State::Offered);
+        t.set(ip(13), [4; 6], 500, State::Declined);
+        let c = [5; 6];
+        assert_eq!(t.allocate(pool, &c, 100, |_| false), Pick::Reclaimed(ip(12)));
+        t.offer(ip(12), c, 150);
+        // .11 is now the oldest offer; the reserved one is skipped.
+        assert_eq!(t.allocate(pool, &[6; 6], 100, |_| false), Pick::Reclaimed(ip(11)));
+        assert_eq!(
+            t.allocate(pool, &[6; 6], 100, |i| i == ip(11)),
+            Pick::Reclaimed(ip(12))
+        );
+        assert_eq!(t.census(pool, 100), (1, 2, 1));
+        // Bound and quarantined only: nothing to give.
+        t.set(ip(11), B, 500, State::Bound);
+        t.set(ip(12), c, 500, State::Bound);
+        assert_eq!(t.allocate(pool, &[6; 6], 100, |_| false), Pick::None);
+        assert!(t.mark_exhausted(pool));
+        assert!(!t.mark_exhausted(pool));
+        assert!(t.mark_available(pool));
+        assert!(!t.mark_available(pool));
     }
 }

@@ -48,6 +48,7 @@ fn snapshot(server: Ipv4Addr, hosts: Vec<BootHost>) -> BootConfig {
             dns: true,
             netboot: true,
             mtu: None,
+            http_boot_url: None,
         }],
         hosts,
         upstream_resolvers: vec![],

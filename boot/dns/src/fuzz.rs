@@ -82,6 +82,7 @@ pub(crate) fn snapshot() -> BootConfig {
             dns: true,
             netboot: true,
             mtu: None,
+            http_boot_url: None,
         }],
         hosts: vec![c01, host("c02", 22, &[]), host("c03", 23, &[])],
         ..Default::default()

@@ -179,6 +179,7 @@ fn network(slug: &str, subnet: [u8; 4], prefix: u8, domain: &str) -> BootNetwork
         dns: true,
         netboot: true,
         mtu: None,
+        http_boot_url: None,
     }
 }
 

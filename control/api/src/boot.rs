@@ -70,6 +70,11 @@ pub struct BootNetwork {
     /// MTU handed out, if not the default.
     #[serde(default)]
     pub mtu: Option<u16>,
+    /// The boot URL UEFI HTTP boot clients (architecture 16) on this network
+    /// get, overriding the job server's `--http-boot-url`. The control
+    /// service's inventory has no such field yet, so it sends none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_boot_url: Option<String>,
 }
 
 fn yes() -> bool {

@@ -521,6 +521,17 @@ impl Client {
         self.call(Method::POST, url, Some(request)).await
     }
 
+    /// Renews the certificate this client presents (`POST /enroll/renew/`,
+    /// over mTLS with it): a certificate for the CSR's key, the old one
+    /// revoked.
+    pub async fn renew(
+        &self,
+        request: &crate::enroll::Renewal,
+    ) -> Result<crate::enroll::Enrolled, ClientError> {
+        let url = self.path_url(crate::enroll::RENEW_PATH)?;
+        self.call(Method::POST, url, Some(request)).await
+    }
+
     /// `<base>/api/v1/<kind>/` and, with a key, `<base>/api/v1/<kind>/<key>`;
     /// the key is percent-encoded as one path segment.
     fn kind_url<K, V>(&self, kind: &str, key: Option<&str>, query: &[(K, V)]) -> Url

@@ -36,6 +36,7 @@ fn network(slug: &str, third: u8, netboot: bool) -> BootNetwork {
         dns: true,
         netboot,
         mtu: None,
+        http_boot_url: None,
     }
 }
 
@@ -234,11 +235,147 @@ fn unknown_mac_gets_a_pool_address_never_a_reserved_one() {
     // one's offer is held.
     let other = env.reply(&request([2, 0, 0, 0, 0, 0x98], MessageType::Discover));
     assert_eq!(other.msg.yiaddr(), ip(10, 0, 0, 102));
-    // The pool is full now.
+    // The pool is full now: a third client gets the oldest unconfirmed
+    // offer's address, and the episode is reported once.
+    let third = env.run(&request([2, 0, 0, 0, 0, 0x97], MessageType::Discover));
+    let Action::Respond(reply) = &third.action else {
+        panic!("{third:?}")
+    };
+    assert_eq!(reply.msg.yiaddr(), ip(10, 0, 0, 101));
     assert_eq!(
-        env.run(&request([2, 0, 0, 0, 0, 0x97], MessageType::Discover))
-            .action,
+        third.pool,
+        Some(PoolEvent::Exhausted {
+            network: "prov".into(),
+            pool: (ip(10, 0, 0, 100), ip(10, 0, 0, 102)),
+            size: 3,
+            bound: 0,
+            offered: 2,
+            reclaimed: true,
+        })
+    );
+}
+
+/// Clients that DISCOVER and never REQUEST cannot starve the pool: new
+/// clients reuse their offers; confirmed leases are never taken; the
+/// exhaustion is reported once per episode.
+#[test]
+fn offers_never_starve_the_pool_and_leases_are_never_taken() {
+    let mut env = Env::new();
+    let flooder = |n: u32| [6, 0, 0, (n >> 16) as u8, (n >> 8) as u8, n as u8];
+    // One real client takes .101 for good.
+    let ack = env.reply(&with(
+        request(UNKNOWN, MessageType::Request),
+        DhcpOption::RequestedIpAddress(ip(10, 0, 0, 101)),
+    ));
+    assert_eq!(ack.kind, ReplyKind::Ack);
+    let mut events = Vec::new();
+    for n in 0..1000 {
+        let out = env.run(&request(flooder(n), MessageType::Discover));
+        let Action::Respond(offer) = &out.action else {
+            panic!("flood DISCOVER {n} got no offer: {out:?}")
+        };
+        assert_eq!(offer.msg.yiaddr(), ip(10, 0, 0, 102), "the lease was taken");
+        events.extend(out.pool);
+    }
+    assert!(
+        matches!(&events[0], PoolEvent::Exhausted { bound: 1, offered: 1, size: 3, .. }),
+        "{events:?}"
+    );
+    assert_eq!(events.len(), 999, "{events:?}");
+    assert!(
+        events[1..]
+            .iter()
+            .all(|e| *e == PoolEvent::Reclaimed { network: "prov".into() }),
+        "{events:?}"
+    );
+    // A newcomer still gets an offer and can confirm it.
+    let offer = env.reply(&request([2, 0, 0, 0, 0, 0x55], MessageType::Discover));
+    let ack = env.reply(&with(
+        request([2, 0, 0, 0, 0, 0x55], MessageType::Request),
+        DhcpOption::RequestedIpAddress(offer.msg.yiaddr()),
+    ));
+    assert_eq!(ack.kind, ReplyKind::Ack);
+    // Both pool addresses are leased now: nothing to give, and no second warning.
+    let out = env.run(&request(flooder(5000), MessageType::Discover));
+    assert_eq!(out.action, Action::NoResponse(Reason::PoolExhausted));
+    assert_eq!(out.pool, None);
+    // The first client leaves: the pool has room again and the episode ends.
+    env.run(&{
+        let mut r = request(UNKNOWN, MessageType::Release);
+        r.set_ciaddr(ip(10, 0, 0, 101));
+        r
+    });
+    let out = env.run(&request(flooder(5001), MessageType::Discover));
+    assert_eq!(
+        out.pool,
+        Some(PoolEvent::Recovered {
+            network: "prov".into()
+        })
+    );
+}
+
+/// An address the inventory gives a host without a MAC (a BMC, a switch)
+/// is never handed out from a pool, and the overlap is found at load.
+#[test]
+fn addresses_of_hosts_without_a_mac_never_come_from_a_pool() {
+    let mut snap = snapshot();
+    let mut bmc = host("02:00:00:00:00:09", ip(10, 0, 0, 101), "bmc01", false);
+    bmc.mac = None;
+    let mut bad = host("not-a-mac", ip(10, 0, 0, 102), "sw01", false);
+    bad.network = Some("prov".into());
+    snap.hosts.extend([bmc, bad]);
+    let mut env = Env::new();
+    env.inventory = Inventory::new(&snap);
+    assert_eq!(
+        env.inventory.pool_overlaps(),
+        vec![crate::inventory::Overlap {
+            network: "prov".into(),
+            pool: (ip(10, 0, 0, 100), ip(10, 0, 0, 102)),
+            addresses: vec![ip(10, 0, 0, 100), ip(10, 0, 0, 101), ip(10, 0, 0, 102)],
+        }]
+    );
+    // The whole pool is assigned: nothing to offer.
+    assert_eq!(
+        env.run(&request(UNKNOWN, MessageType::Discover)).action,
         Action::NoResponse(Reason::PoolExhausted)
+    );
+    let nak = env.reply(&with(
+        request(UNKNOWN, MessageType::Request),
+        DhcpOption::RequestedIpAddress(ip(10, 0, 0, 101)),
+    ));
+    assert_eq!(nak.kind, ReplyKind::Nak);
+    assert_eq!(Inventory::new(&snapshot()).pool_overlaps().len(), 1);
+}
+
+/// A network's own HTTP boot URL wins over the server's.
+#[test]
+fn http_boot_url_per_network() {
+    let mut snap = snapshot();
+    snap.networks[0].http_boot_url = Some("http://10.0.0.9/boot/net.efi".into());
+    let mut env = Env::new();
+    env.inventory = Inventory::new(&snap);
+    let http = pxe(UNKNOWN, Some(16), Some("HTTPClient:Arch:00016:UNDI:003001"));
+    let offer = env.reply(&http);
+    assert_eq!(
+        boot_name(&offer.msg).as_deref(),
+        Some("http://10.0.0.9/boot/net.efi")
+    );
+    // Relayed from rack2, which has none: the server's.
+    let mut relayed = http.clone();
+    relayed.set_giaddr(ip(10, 0, 2, 254));
+    let offer = env.reply(&relayed);
+    assert_eq!(
+        boot_name(&offer.msg).as_deref(),
+        Some("http://10.0.0.1:8080/snponly.efi")
+    );
+    // Nothing configured anywhere: no boot file.
+    env.config.http_boot_url = None;
+    assert_eq!(boot_name(&env.reply(&relayed).msg), None);
+    // proxyDHCP follows the network too.
+    env.config.proxy = true;
+    assert_eq!(
+        boot_name(&env.reply(&http).msg).as_deref(),
+        Some("http://10.0.0.9/boot/net.efi")
     );
 }
 
@@ -537,6 +674,15 @@ fn proxy_dhcp_gives_boot_information_only() {
     let ack = env.reply(&req);
     assert_eq!(ack.kind, ReplyKind::Ack);
     assert_eq!(ack.dest, SocketAddr::from(([10, 0, 0, 77], 68)));
+    assert_eq!(boot_name(&ack.msg).as_deref(), Some("snponly.efi"));
+    // A boot server request naming a boot item gets it echoed.
+    req.opts_mut()
+        .insert(DhcpOption::VendorExtensions(vec![71, 4, 0x80, 0x00, 0, 0, 255]));
+    let ack = env.reply(&req);
+    assert_eq!(
+        opt(&ack.msg, OptionCode::VendorExtensions),
+        Some(&DhcpOption::VendorExtensions(vec![71, 4, 0x80, 0, 0, 0, 255]))
+    );
     assert_eq!(boot_name(&ack.msg).as_deref(), Some("snponly.efi"));
 }
 

@@ -19,6 +19,7 @@ fn network(slug: &str, subnet: [u8; 4], prefix: u8, domain: &str, dns: bool) -> 
         dns,
         netboot: true,
         mtu: None,
+        http_boot_url: None,
     }
 }
 

@@ -1,0 +1,521 @@
+//! `mprov-jobserver`'s DHCP server as a new user meets it, the real process
+//! in a namespace, real clients in another:
+//! - a flood of DISCOVERs from 1,000 random MACs that never REQUEST, against
+//!   a pool of 50, does not starve it: busybox udhcpc still gets an address
+//!   within its first retry, a lease taken before the flood keeps its
+//!   address, the exhaustion is warned about once and shows on `/metrics`;
+//! - an address the inventory gives a host without a MAC (a BMC) never comes
+//!   from the pool, and the overlap is warned about when the snapshot loads;
+//! - UEFI HTTP boot: the `--http-boot-url` flag and a network's
+//!   `http_boot_url` answer a captured OVMF-style HTTP boot DISCOVER (no
+//!   QEMU here: see the report) with the URL and class `HTTPClient`;
+//! - proxyDHCP beside a site's DHCP server (busybox udhcpd): udhcpc and ISC
+//!   dhclient still get their address from the site server, and a PXE
+//!   client's boot server request on port 4011 (a captured UEFI PXE
+//!   DHCPREQUEST, sent by a scripted client) is answered with the boot file.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::KillOnDrop;
+use anyhow::{Context as _, Result, bail, ensure};
+use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
+use dhcproto::{Decodable, Encodable};
+use mprov_tests::netns::{Netns, veth};
+
+const METRICS: &str = "http://127.0.0.1:9102/metrics";
+
+/// Starts `mprov-jobserver` in `ns` with DHCP only (and `extra` flags),
+/// serving `snapshot`; waits until its DHCP socket is up.
+fn start(ns: &Netns, dir: &Path, snapshot: &str, extra: &[&str]) -> Result<(KillOnDrop, Log)> {
+    let config = dir.join("boot.json");
+    std::fs::write(&config, snapshot)?;
+    let log = Log(dir.join("jobserver.log"));
+    let mut cmd: Command = ns.command(env!("CARGO_BIN_EXE_mprov-jobserver"));
+    cmd.arg("--boot-config")
+        .arg(&config)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(["--no-tftp", "--no-dns", "--no-ra", "--log", "info"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log.0)?);
+    let child = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
+    log.wait_for("DHCP on")?;
+    Ok((child, log))
+}
+
+/// The job server's log file.
+struct Log(std::path::PathBuf);
+
+impl Log {
+    fn text(&self) -> String {
+        std::fs::read_to_string(&self.0).unwrap_or_default()
+    }
+
+    /// Polls (bounded, 20 s) until the log has `what`.
+    fn wait_for(&self, what: &str) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.text().contains(what) {
+            if Instant::now() > deadline {
+                bail!("no {what:?} in the job server log:\n{}", self.text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+}
+
+/// The metrics text, fetched with curl in `ns`.
+fn metrics(ns: &Netns) -> Result<String> {
+    let out = ns
+        .command("curl")
+        .args(["-sS", "--max-time", "5", METRICS])
+        .stdin(Stdio::null())
+        .output()
+        .context("running curl")?;
+    ensure!(out.status.success(), "curl {METRICS} failed");
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The value of the metric line starting with `name` (labels included).
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn set_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
+/// busybox udhcpc on `dev` in `ns`: `tries` DISCOVERs `pause` seconds apart
+/// (so `tries = 2` is the first try and its first retry); the variables its
+/// script saw on `bound`, or the reason it failed.
+fn udhcpc(ns: &Netns, dev: &str, dir: &Path, tries: u32, pause: u32) -> Result<HashMap<String, String>> {
+    let script = dir.join("udhcpc.sh");
+    std::fs::write(&script, "#!/bin/sh\n[ \"$1\" = bound ] && env\nexit 0\n")?;
+    set_executable(&script)?;
+    let out = ns
+        .command("udhcpc")
+        .args(["-q", "-n", "-f", "-i", dev])
+        .args(["-t", &tries.to_string(), "-T", &pause.to_string(), "-A", "1"])
+        .arg("-s")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .context("running udhcpc (busybox)")?;
+    if !out.status.success() {
+        bail!(
+            "udhcpc got no lease: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect())
+}
+
+/// ISC dhclient on `dev` in `ns` until its script sees BOUND (bounded: 20 s);
+/// the variables it saw.
+fn dhclient(ns: &Netns, dev: &str, dir: &Path) -> Result<HashMap<String, String>> {
+    let script = dir.join("dhclient.sh");
+    let env_out = dir.join("dhclient.env");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n[ \"$reason\" = BOUND ] && env > {0}.tmp && mv {0}.tmp {0}\nexit 0\n",
+            env_out.display()
+        ),
+    )?;
+    set_executable(&script)?;
+    let child = KillOnDrop(
+        ns.command("dhclient")
+            .args(["-1", "-d", "-4", "-sf"])
+            .arg(&script)
+            .arg("-lf")
+            .arg(dir.join("dhclient.leases"))
+            .arg("-pf")
+            .arg(dir.join("dhclient.pid"))
+            .arg(dev)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting dhclient")?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !env_out.exists() {
+        if Instant::now() > deadline {
+            bail!("dhclient got no lease in time");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(child);
+    Ok(std::fs::read_to_string(&env_out)?
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect())
+}
+
+/// A UDP socket inside `ns` bound to `addr` on `dev` (a helper thread enters
+/// the namespace; the socket stays in it).
+fn bind_in(ns: &Netns, addr: SocketAddr, dev: &str) -> Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let path = ns.path();
+    let dev = dev.to_owned();
+    std::thread::spawn(move || -> Result<UdpSocket> {
+        let file = std::fs::File::open(&path)?;
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        s.set_reuse_address(true)?;
+        s.set_broadcast(true)?;
+        s.bind_device(Some(dev.as_bytes()))?;
+        s.bind(&addr.into())?;
+        Ok(s.into())
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("bind thread panicked"))?
+}
+
+/// Every DHCP reply `socket` receives until it has been quiet for `quiet`.
+fn replies(socket: &UdpSocket, quiet: Duration) -> Result<Vec<Message>> {
+    socket.set_read_timeout(Some(quiet))?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1500];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match socket.recv_from(&mut buf) {
+            Ok((n, _)) => {
+                if let Ok(m) = Message::from_bytes(&buf[..n]) {
+                    got.push(m);
+                }
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(got)
+}
+
+/// A DISCOVER from `mac` with transaction id `xid`.
+fn discover(mac: [u8; 6], xid: u32) -> Vec<u8> {
+    let mut m = Message::new_with_id(
+        xid,
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::UNSPECIFIED,
+        Ipv4Addr::UNSPECIFIED,
+        &mac,
+    );
+    m.set_flags(dhcproto::v4::Flags::default().set_broadcast());
+    m.opts_mut()
+        .insert(DhcpOption::MessageType(MessageType::Discover));
+    m.to_vec().expect("a DISCOVER encodes")
+}
+
+fn string_opt(m: &Message, code: OptionCode) -> Option<String> {
+    match m.opts().get(code) {
+        Some(DhcpOption::BootfileName(b)) | Some(DhcpOption::ClassIdentifier(b)) => {
+            Some(String::from_utf8_lossy(b).into_owned())
+        }
+        _ => None,
+    }
+}
+
+/// A small deterministic generator (xorshift) for the flood's MACs: random
+/// enough, and a failure can be replayed.
+fn flood_macs(n: usize) -> Vec<[u8; 6]> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_be_bytes();
+        // Locally administered, unicast.
+        let mac = [(b[0] & 0xfc) | 0x02, b[1], b[2], b[3], b[4], b[5]];
+        if seen.insert(mac) {
+            out.push(mac);
+        }
+    }
+    out
+}
+
+const FLOOD_SNAPSHOT: &str = r#"{
+  "revision": 3,
+  "networks": [{
+    "slug": "prov", "subnet": "10.79.0.0", "prefix": 24, "domain": "lab",
+    "gateway": "10.79.0.254", "dhcp": true,
+    "pool": ["10.79.0.100", "10.79.0.149"]
+  }],
+  "hosts": [
+    {"hostname": "bmc01", "ipv4": "10.79.0.120", "network": "prov", "netboot": false, "bootable": false}
+  ]
+}"#;
+
+#[test]
+fn jobserver_pool_survives_a_discover_flood() -> Result<()> {
+    let server = Netns::new("jsdf")?;
+    let client = Netns::new("jsdc")?;
+    let v = veth(&server, &client)?;
+    server.add_addr(&v.a, "10.79.0.1/24")?;
+    let dir = tempfile::tempdir()?;
+    let (_js, log) = start(
+        &server,
+        dir.path(),
+        FLOOD_SNAPSHOT,
+        &[
+            "--server-ip",
+            "10.79.0.1",
+            "--dhcp-interface",
+            &v.a,
+            "--no-http",
+            "--http-boot-url",
+            "http://10.79.0.1:8081/boot/snponly.efi",
+            "--metrics",
+            "127.0.0.1:9102",
+        ],
+    )?;
+    // The pool covers the BMC's address: warned about when the snapshot loads.
+    let text = log.text();
+    let overlap = text
+        .lines()
+        .find(|l| l.contains("covers 1 address(es) the inventory assigns"))
+        .with_context(|| format!("no overlap warning:\n{text}"))?;
+    assert!(overlap.contains("WARN") && overlap.contains("10.79.0.120"), "{overlap}");
+
+    // A first client confirms a lease before the flood.
+    client.set_mac(&v.b, "02:00:5e:79:00:01")?;
+    let first = udhcpc(&client, &v.b, dir.path(), 3, 1)?;
+    let leased: Ipv4Addr = first.get("ip").context("no ip")?.parse()?;
+    assert!(
+        (u32::from(Ipv4Addr::new(10, 79, 0, 100))..=u32::from(Ipv4Addr::new(10, 79, 0, 149)))
+            .contains(&u32::from(leased)),
+        "{leased}"
+    );
+    client.ip(&["addr", "flush", "dev", &v.b])?;
+
+    // The flood: 1,000 MACs, one DISCOVER each, never a REQUEST. Sent in
+    // bursts of 50 so the server's socket buffer holds every burst.
+    client.set_mac(&v.b, "02:00:5e:79:00:02")?;
+    client.add_addr(&v.b, "10.79.0.250/24")?;
+    let socket = bind_in(&client, SocketAddr::from(([0, 0, 0, 0], 68)), &v.b)?;
+    let to = SocketAddr::from(([255, 255, 255, 255], 67));
+    let macs = flood_macs(1000);
+    let mut offers = Vec::new();
+    for (burst, chunk) in macs.chunks(50).enumerate() {
+        for (i, mac) in chunk.iter().enumerate() {
+            socket.send_to(&discover(*mac, (burst * 50 + i) as u32), to)?;
+        }
+        offers.extend(replies(&socket, Duration::from_millis(300))?);
+    }
+    offers.extend(replies(&socket, Duration::from_millis(500))?);
+    let flood: HashSet<[u8; 6]> = macs.iter().copied().collect();
+    let offers: Vec<&Message> = offers
+        .iter()
+        .filter(|m| <[u8; 6]>::try_from(&m.chaddr()[..6]).is_ok_and(|mac| flood.contains(&mac)))
+        .collect();
+    // Every flooding MAC got an offer (none was left unanswered), none of
+    // them the confirmed lease's address or the BMC's.
+    assert!(offers.len() >= 990, "only {} offers to the flood", offers.len());
+    for o in &offers {
+        let ip = o.yiaddr();
+        assert_ne!(ip, leased, "a confirmed lease was offered to a flooder");
+        assert_ne!(ip, Ipv4Addr::new(10, 79, 0, 120), "the BMC's address was offered");
+    }
+
+    // A new client right after the flood, while all 49 other addresses
+    // are held by offers: udhcpc gets an address within its first retry.
+    client.ip(&["addr", "flush", "dev", &v.b])?;
+    client.set_mac(&v.b, "02:00:5e:79:00:03")?;
+    let newcomer = udhcpc(&client, &v.b, dir.path(), 2, 2)?;
+    let got: Ipv4Addr = newcomer.get("ip").context("no ip")?.parse()?;
+    assert_ne!(got, leased);
+    assert_ne!(got, Ipv4Addr::new(10, 79, 0, 120));
+
+    // One warning for the episode, with the network and the counts.
+    let text = log.text();
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("is exhausted")).collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(warnings[0].contains("WARN"), "{}", warnings[0]);
+    assert!(
+        warnings[0].contains("network prov") && warnings[0].contains("of its 50 addresses"),
+        "{}",
+        warnings[0]
+    );
+    let m = metrics(&server)?;
+    assert_eq!(metric(&m, "mprov_dhcp_pool_exhausted{network=\"prov\"}"), Some(1.0), "{m}");
+    assert_eq!(
+        metric(&m, "mprov_dhcp_pool_exhaustions_total{network=\"prov\"}"),
+        Some(1.0),
+        "{m}"
+    );
+    let reclaimed = metric(&m, "mprov_dhcp_offers_reclaimed_total{network=\"prov\"}").unwrap_or(0.0);
+    assert!(reclaimed >= 940.0, "{m}");
+
+    // UEFI HTTP boot, from the flag: a captured HTTP boot DISCOVER.
+    client.add_addr(&v.b, "10.79.0.250/24")?;
+    let http = Message::from_bytes(include_bytes!("../../dhcp/src/testdata/uefi-http-discover.bin"))?;
+    socket.send_to(&http.to_vec()?, to)?;
+    let answer = replies(&socket, Duration::from_millis(500))?
+        .into_iter()
+        .find(|m| m.xid() == http.xid() && m.chaddr()[..6] == http.chaddr()[..6])
+        .context("no answer to the HTTP boot DISCOVER")?;
+    assert_eq!(
+        string_opt(&answer, OptionCode::BootfileName).as_deref(),
+        Some("http://10.79.0.1:8081/boot/snponly.efi")
+    );
+    assert_eq!(
+        string_opt(&answer, OptionCode::ClassIdentifier).as_deref(),
+        Some("HTTPClient")
+    );
+    Ok(())
+}
+
+#[test]
+fn jobserver_http_boot_url_from_the_boot_config() -> Result<()> {
+    let server = Netns::new("jshb")?;
+    let client = Netns::new("jshc")?;
+    let v = veth(&server, &client)?;
+    server.add_addr(&v.a, "10.79.2.1/24")?;
+    let dir = tempfile::tempdir()?;
+    let snapshot = r#"{"revision": 1, "networks": [{"slug": "prov", "subnet": "10.79.2.0", "prefix": 24,
+        "dhcp": true, "pool": ["10.79.2.100", "10.79.2.110"],
+        "http_boot_url": "http://10.79.2.5/efi/boot.efi"}]}"#;
+    // No --http-boot-url and no image server: only the network's URL.
+    let (_js, _log) = start(
+        &server,
+        dir.path(),
+        snapshot,
+        &["--server-ip", "10.79.2.1", "--dhcp-interface", &v.a, "--no-http", "--metrics", "127.0.0.1:0"],
+    )?;
+    client.add_addr(&v.b, "10.79.2.250/24")?;
+    let socket = bind_in(&client, SocketAddr::from(([0, 0, 0, 0], 68)), &v.b)?;
+    let http = Message::from_bytes(include_bytes!("../../dhcp/src/testdata/uefi-http-discover.bin"))?;
+    socket.send_to(&http.to_vec()?, SocketAddr::from(([255, 255, 255, 255], 67)))?;
+    let answer = replies(&socket, Duration::from_millis(1000))?
+        .into_iter()
+        .find(|m| m.xid() == http.xid())
+        .context("no answer to the HTTP boot DISCOVER")?;
+    assert_eq!(
+        string_opt(&answer, OptionCode::BootfileName).as_deref(),
+        Some("http://10.79.2.5/efi/boot.efi")
+    );
+    assert_eq!(
+        string_opt(&answer, OptionCode::ClassIdentifier).as_deref(),
+        Some("HTTPClient")
+    );
+    Ok(())
+}
+
+#[test]
+fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
+    let server = Netns::new("jspx")?;
+    let client = Netns::new("jspc")?;
+    let v = veth(&server, &client)?;
+    // The site's DHCP server has the link's first address, the job server
+    // a second one.
+    server.add_addr(&v.a, "10.79.1.1/24")?;
+    server.add_addr(&v.a, "10.79.1.2/24")?;
+    let dir = tempfile::tempdir()?;
+    // The site's own DHCP server: busybox udhcpd, on the same link.
+    let conf = dir.path().join("udhcpd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "start 10.79.1.50\nend 10.79.1.60\ninterface {}\nlease_file {}\nopt subnet 255.255.255.0\nopt router 10.79.1.254\n",
+            v.a,
+            dir.path().join("udhcpd.leases").display()
+        ),
+    )?;
+    std::fs::write(dir.path().join("udhcpd.leases"), "")?;
+    let _site = KillOnDrop(
+        server
+            .command("busybox")
+            .args(["udhcpd", "-f"])
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting busybox udhcpd")?,
+    );
+    let snapshot = r#"{"revision": 1, "networks": [{"slug": "prov", "subnet": "10.79.1.0", "prefix": 24, "dhcp": true}],
+        "boot": {"ipxe_script_url": "http://10.79.1.1:8080/ipxe/?mac=${net0/mac}"}}"#;
+    let (_js, log) = start(
+        &server,
+        dir.path(),
+        snapshot,
+        &[
+            "--server-ip",
+            "10.79.1.2",
+            "--dhcp-interface",
+            &v.a,
+            "--proxy-dhcp",
+            "--no-http",
+            "--metrics",
+            "127.0.0.1:9102",
+        ],
+    )?;
+    log.wait_for("proxyDHCP PXE boot server requests on 0.0.0.0:4011")?;
+
+    // Ordinary clients get their address from the site server, undisturbed.
+    client.set_mac(&v.b, "02:00:5e:79:01:01")?;
+    let u = udhcpc(&client, &v.b, dir.path(), 3, 1)?;
+    assert_eq!(u.get("serverid").map(String::as_str), Some("10.79.1.1"), "{u:?}");
+    let ip = u.get("ip").context("udhcpc: no ip")?;
+    assert!(ip.starts_with("10.79.1.5") || ip == "10.79.1.60", "{u:?}");
+    client.ip(&["addr", "flush", "dev", &v.b])?;
+    client.set_mac(&v.b, "02:00:5e:79:01:02")?;
+    let d = dhclient(&client, &v.b, dir.path())?;
+    let ip = d.get("new_ip_address").context("dhclient: no ip")?.clone();
+    assert!(ip.starts_with("10.79.1.5") || ip == "10.79.1.60", "{d:?}");
+    let m = metrics(&server)?;
+    assert!(
+        metric(&m, "mprov_dhcp_drops_total{reason=\"not_pxe\"}").unwrap_or(0.0) >= 2.0,
+        "the proxy should have left both clients alone: {m}"
+    );
+    assert_eq!(metric(&m, "mprov_dhcp_acks_total"), Some(0.0), "{m}");
+
+    // A PXE client with its address asks the boot server on port 4011.
+    let mut req = Message::from_bytes(include_bytes!("../../dhcp/src/testdata/pxe-efi64-request.bin"))?;
+    let ciaddr: Ipv4Addr = ip.parse()?;
+    req.set_ciaddr(ciaddr);
+    req.opts_mut().remove(OptionCode::ServerIdentifier);
+    req.opts_mut().remove(OptionCode::RequestedIpAddress);
+    req.opts_mut()
+        .insert(DhcpOption::VendorExtensions(vec![71, 4, 0x80, 0x00, 0x00, 0x00, 255]));
+    client.add_addr(&v.b, &format!("{ciaddr}/24"))?;
+    let socket = bind_in(&client, SocketAddr::from((ciaddr, 68)), &v.b)?;
+    socket.send_to(&req.to_vec()?, SocketAddr::from(([10, 79, 1, 2], 4011)))?;
+    let ack = replies(&socket, Duration::from_millis(1000))?
+        .into_iter()
+        .find(|m| m.xid() == req.xid())
+        .context("no answer on port 4011")?;
+    assert_eq!(ack.opts().msg_type(), Some(MessageType::Ack));
+    assert_eq!(ack.yiaddr(), Ipv4Addr::UNSPECIFIED);
+    assert_eq!(string_opt(&ack, OptionCode::BootfileName).as_deref(), Some("snponly.efi"));
+    assert_eq!(ack.siaddr(), Ipv4Addr::new(10, 79, 1, 2));
+    assert_eq!(
+        string_opt(&ack, OptionCode::ClassIdentifier).as_deref(),
+        Some("PXEClient")
+    );
+    assert_eq!(
+        ack.opts().get(OptionCode::VendorExtensions),
+        Some(&DhcpOption::VendorExtensions(vec![71, 4, 0x80, 0, 0, 0, 255]))
+    );
+    Ok(())
+}
