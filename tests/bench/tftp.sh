@@ -2,9 +2,10 @@
 # TFTP benchmark: mprov-tftp vs tftp-hpa's in.tftpd on loopback, same run.
 #
 # A 30 MiB random file is fetched with atftp (blksize 1468, windowsize 1, 16
-# and 64, tsize 0) from each server, RUNS times per setting. Reported per
-# setting: mean throughput and the server's CPU time per transfer, from
-# /proc/<pid>/stat. Ours is one process: utime+stime of it. in.tftpd forks a
+# and 64, tsize 0) from each server, RUNS times per setting, interleaved (one
+# fetch from ours, one from tftp-hpa, and again), so that load from other
+# work on the machine falls on both alike. Reported per setting: mean
+# throughput and the server's CPU time per transfer, from /proc/<pid>/stat. Ours is one process: utime+stime of it. in.tftpd forks a
 # child per transfer and ignores SIGCHLD (SA_NOCLDWAIT), so no cutime ever
 # accumulates: a sampler reads each child's utime+stime every 5 ms and keeps
 # the last value seen, which undercounts by at most the last 5 ms of each
@@ -101,41 +102,55 @@ with open(out, "w") as f:
 PY
 }
 
-# bench NAME PID PORT MODE: MODE "self" reads the server's own CPU time,
-# "children" samples its per-transfer children.
+# fetch NAME PORT WINDOW: one atftp download, checked byte for byte.
+fetch() {
+    local name=$1 port=$2 window=$3
+    rm -f "$WORK/out.bin"
+    timeout "$FETCH_TIMEOUT" atftp --option "blksize 1468" --option "windowsize $window" \
+        --option "tsize 0" -g -r file.bin -l "$WORK/out.bin" 127.0.0.1 "$port" >/dev/null 2>&1 ||
+        { echo "$name windowsize $window: atftp failed" >&2; return 1; }
+    cmp -s "$WORK/out.bin" "$WORK/root/file.bin" ||
+        { echo "$name windowsize $window: bytes differ" >&2; return 1; }
+}
+
+now() { date +%s.%N; }
+
+# row NAME WINDOW SECONDS TICKS: one table row (means over RUNS).
+row() {
+    awk -v n="$1" -v w="$2" -v secs="$3" -v t="$4" -v r="$RUNS" -v mib="$SIZE_MIB" -v hz="$TICK" 'BEGIN {
+        printf "| %-12s | %10d | %12.1f | %18.1f |\n", n, w, mib / (secs / r), 1000 * t / hz / r
+    }'
+}
+
+# bench: for each window, RUNS rounds of one fetch from ours then one from
+# tftp-hpa, so both see the same machine load (others may be compiling).
+# Ours: its own CPU time around each fetch; tftp-hpa: its per-transfer
+# child, sampled.
 bench() {
-    local name=$1 pid=$2 port=$3 mode=$4
     for window in 1 16 64; do
-        local before=0 after=0 start end sampler=
-        rm -f "$WORK/stop" "$WORK/ticks"
-        if [ "$mode" = children ]; then
-            sample_children "$pid" "$WORK/stop" "$WORK/ticks" &
+        local ours_s=0 hpa_s=0 ours_t=0 hpa_t=0 t0 t1 before after sampler
+        for _ in $(seq "$RUNS"); do
+            before=$(cpu_ticks "$OURS_PID")
+            t0=$(now)
+            fetch mprov-tftp "$OURS_PORT" "$window"
+            t1=$(now)
+            after=$(cpu_ticks "$OURS_PID")
+            ours_s=$(awk -v a="$ours_s" -v s="$t0" -v e="$t1" 'BEGIN { print a + e - s }')
+            ours_t=$((ours_t + after - before))
+
+            rm -f "$WORK/stop" "$WORK/ticks"
+            sample_children "$HPA_PID" "$WORK/stop" "$WORK/ticks" &
             sampler=$!
-        else
-            before=$(cpu_ticks "$pid")
-        fi
-        start=$(date +%s.%N)
-        for run in $(seq "$RUNS"); do
-            rm -f "$WORK/out.bin"
-            timeout "$FETCH_TIMEOUT" atftp --option "blksize 1468" --option "windowsize $window" \
-                --option "tsize 0" -g -r file.bin -l "$WORK/out.bin" 127.0.0.1 "$port" >/dev/null 2>&1 ||
-                { echo "$name windowsize $window run $run: atftp failed" >&2; return 1; }
-            cmp -s "$WORK/out.bin" "$WORK/root/file.bin" ||
-                { echo "$name windowsize $window run $run: bytes differ" >&2; return 1; }
-        done
-        end=$(date +%s.%N)
-        if [ -n "$sampler" ]; then
+            t0=$(now)
+            fetch tftp-hpa "$HPA_PORT" "$window"
+            t1=$(now)
             touch "$WORK/stop"
             wait "$sampler"
-            after=$(cat "$WORK/ticks")
-        else
-            after=$(cpu_ticks "$pid")
-        fi
-        awk -v n="$name" -v w="$window" -v r="$RUNS" -v s="$start" -v e="$end" \
-            -v mib="$SIZE_MIB" -v t="$((after - before))" -v hz="$TICK" 'BEGIN {
-                secs = (e - s) / r
-                printf "| %-12s | %10d | %12.1f | %18.1f |\n", n, w, mib / secs, 1000 * t / hz / r
-            }'
+            hpa_s=$(awk -v a="$hpa_s" -v s="$t0" -v e="$t1" 'BEGIN { print a + e - s }')
+            hpa_t=$((hpa_t + $(cat "$WORK/ticks")))
+        done
+        row mprov-tftp "$window" "$ours_s" "$ours_t"
+        row tftp-hpa "$window" "$hpa_s" "$hpa_t"
     done
 }
 
@@ -161,5 +176,4 @@ echo "TFTP, ${SIZE_MIB} MiB file, blksize 1468, $(atftp --version 2>&1 | head -1
 echo
 echo "| server       | windowsize | MiB/s (mean) | server CPU ms/xfer |"
 echo "|--------------|-----------:|-------------:|-------------------:|"
-bench mprov-tftp "$OURS_PID" "$OURS_PORT" self
-bench tftp-hpa "$HPA_PID" "$HPA_PORT" children
+bench

@@ -14,8 +14,15 @@
 //!   plain lock-step of RFC 1350.
 //! - Block numbers are 16 bits on the wire and wrap from 65535 to 0; the
 //!   transfer counts blocks in `u64` and maps ACKs back onto the window.
-//! - The file is read with positional reads on a blocking thread, a chunk at
-//!   a time, so memory per transfer stays bounded whatever the file size.
+//! - Opening the file and the option exchange run as async tasks; the DATA
+//!   phase runs on a blocking thread of its own (tokio's blocking pool, one
+//!   per transfer, so at most `max_transfers`), sending and then sleeping in
+//!   `recv` until the ACK (`SO_RCVTIMEO` of at most 200 ms, to notice
+//!   cancellation and the deadline). Lock-step (windowsize 1) is one send
+//!   and one wake-up per block, as in tftp-hpa; through tokio it also cost a
+//!   `recv` returning EAGAIN, an epoll round and a timer per block.
+//! - The file is read with positional reads on that thread, a chunk at a
+//!   time, so memory per transfer stays bounded whatever the file size.
 //!   netascii transfers are converted in memory (they are rare and small).
 //! - If the client sends ERROR right after our OACK, it was a size probe
 //!   (UEFI firmware does this before every download): logged at debug and
@@ -114,7 +121,12 @@ pub(crate) async fn run(
     let start = Instant::now();
     let deadline = inner.config.transfer_deadline;
     let result =
-        match tokio::time::timeout(deadline, serve(&inner, local_ip, peer, &req, &cancel)).await {
+        match tokio::time::timeout(
+            deadline,
+            serve(&inner, local_ip, peer, &req, &cancel, start + deadline),
+        )
+        .await
+        {
             Ok(result) => result,
             Err(_) => Err(TransferError::Deadline(deadline)),
         };
@@ -146,6 +158,7 @@ async fn serve(
     peer: SocketAddr,
     req: &OwnedRequest,
     cancel: &CancellationToken,
+    deadline: Instant,
 ) -> Result<Outcome, TransferError> {
     let config = &inner.config;
     let socket = UdpSocket::bind((local_ip, 0))
@@ -188,7 +201,7 @@ async fn serve(
             return Err(TransferError::Refused(err));
         }
     };
-    let mut source = match req.mode {
+    let source = match req.mode {
         Mode::Netascii => Source::memory(read_netascii(file).await?),
         _ => Source::file(file, size),
     };
@@ -214,7 +227,7 @@ async fn serve(
     {
         return Ok(outcome);
     }
-    send_file(inner, &mut conn, &mut source, &negotiated, timeout, retries).await
+    send_file(inner, conn, source, &negotiated, timeout, retries, deadline).await
 }
 
 /// The transfer socket and its buffers.
@@ -302,17 +315,96 @@ impl Conn<'_> {
     }
 }
 
-/// Sends every block, windowed, until the last one is acknowledged.
+/// How often a transfer thread blocked in `recv` looks at the cancellation
+/// token (the socket's `SO_RCVTIMEO`).
+const CANCEL_POLL: Duration = Duration::from_millis(200);
+
+/// What the sending thread needs besides the socket and the file.
+struct Sending {
+    blksize: u16,
+    windowsize: u16,
+    timeout: Duration,
+    retries: u32,
+    deadline: Instant,
+    transfer_deadline: Duration,
+    bytes_sent: prometheus_client::metrics::counter::Counter,
+    cancel: CancellationToken,
+}
+
+/// Hands the DATA phase to a blocking thread ([`send_blocking`]): after the
+/// options are settled, a transfer is a tight send/recv loop, and a thread
+/// that sleeps in `recv` until the ACK arrives costs one wake-up per ACK,
+/// where the async socket cost a failed `recv` (EAGAIN), an epoll
+/// registration, a timer and a task wake-up per block (the lock-step
+/// profile of issue 13).
 async fn send_file(
     inner: &Inner,
-    conn: &mut Conn<'_>,
-    source: &mut Source,
+    conn: Conn<'_>,
+    source: Source,
     negotiated: &Negotiated,
     timeout: Duration,
     retries: u32,
+    deadline: Instant,
 ) -> Result<Outcome, TransferError> {
-    let blksize = u64::from(negotiated.blksize);
-    let window = u64::from(negotiated.windowsize.max(1));
+    let socket = conn.socket.into_std().map_err(TransferError::Socket)?;
+    socket.set_nonblocking(false).map_err(TransferError::Socket)?;
+    socket
+        .set_read_timeout(Some(timeout.min(CANCEL_POLL).max(Duration::from_millis(1))))
+        .map_err(TransferError::Socket)?;
+    let sending = Sending {
+        blksize: negotiated.blksize,
+        windowsize: negotiated.windowsize,
+        timeout,
+        retries,
+        deadline,
+        transfer_deadline: inner.config.transfer_deadline,
+        bytes_sent: inner.metrics.bytes_sent.clone(),
+        cancel: conn.cancel.clone(),
+    };
+    tokio::task::spawn_blocking(move || send_blocking(&socket, source, &sending))
+        .await
+        .map_err(|err| TransferError::Read(io::Error::other(err)))?
+}
+
+/// Waits for one datagram until `until`; `None` on timeout.
+fn recv_until(
+    socket: &std::net::UdpSocket,
+    buf: &mut [u8],
+    until: Instant,
+    sending: &Sending,
+) -> Result<Option<usize>, TransferError> {
+    loop {
+        match socket.recv(buf) {
+            Ok(len) => return Ok(Some(len)),
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                ) => {}
+            Err(err) => return Err(TransferError::Socket(err)),
+        }
+        if sending.cancel.is_cancelled() {
+            return Err(TransferError::Cancelled);
+        }
+        let now = Instant::now();
+        if now >= sending.deadline {
+            return Err(TransferError::Deadline(sending.transfer_deadline));
+        }
+        if now >= until {
+            return Ok(None);
+        }
+    }
+}
+
+/// Sends every block, windowed, until the last one is acknowledged; on a
+/// blocking socket whose read timeout is at most [`CANCEL_POLL`].
+fn send_blocking(
+    socket: &std::net::UdpSocket,
+    mut source: Source,
+    sending: &Sending,
+) -> Result<Outcome, TransferError> {
+    let blksize = u64::from(sending.blksize);
+    let window = u64::from(sending.windowsize.max(1));
     let size = source.size();
     // The last block is shorter than blksize, and empty if size is a
     // multiple of it (RFC 1350 §6).
@@ -320,37 +412,35 @@ async fn send_file(
     // First block not yet acknowledged.
     let mut base: u64 = 1;
     let mut attempts: u32 = 0;
+    let mut send_buf = Vec::with_capacity(usize::from(sending.blksize) + 4);
+    let mut recv_buf = vec![0u8; 65536];
 
     loop {
         let high = last.min(base + window - 1);
         let window_off = (base - 1) * blksize;
         let window_len = usize::try_from((high - base + 1) * blksize).unwrap_or(usize::MAX);
-        source.ensure(window_off, window_len).await?;
+        source.ensure(window_off, window_len)?;
         for block in base..=high {
             let off = (block - 1) * blksize;
             let data = source
-                .slice(off, usize::from(negotiated.blksize))
+                .slice(off, usize::from(sending.blksize))
                 .ok_or_else(|| {
                     TransferError::Read(io::Error::other("read buffer does not cover the window"))
                 })?;
-            conn.send_buf.clear();
+            send_buf.clear();
             // Truncation is the wire format: block numbers wrap at 2^16.
-            codec::encode_data(block as u16, data, &mut conn.send_buf);
-            conn.socket
-                .send(&conn.send_buf)
-                .await
-                .map_err(TransferError::Socket)?;
-            inner.metrics.bytes_sent.inc_by(data.len() as u64);
+            codec::encode_data(block as u16, data, &mut send_buf);
+            socket.send(&send_buf).map_err(TransferError::Socket)?;
+            sending.bytes_sent.inc_by(data.len() as u64);
         }
 
         // Wait for an ACK that moves the window; duplicates do not count.
-        let deadline = tokio::time::Instant::now() + timeout;
+        let until = Instant::now() + sending.timeout;
         let acked = loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let Some(len) = conn.recv(left).await? else {
+            let Some(len) = recv_until(socket, &mut recv_buf, until, sending)? else {
                 break None;
             };
-            match codec::parse(conn.recv_buf.get(..len).unwrap_or_default()) {
+            match codec::parse(recv_buf.get(..len).unwrap_or_default()) {
                 Ok(Packet::Ack { block }) => {
                     if let Some(acked) = ack_in_window(base, high, block) {
                         break Some(acked);
@@ -373,10 +463,10 @@ async fn send_file(
             }
             None => {
                 attempts += 1;
-                if attempts > retries {
+                if attempts > sending.retries {
                     return Err(TransferError::TimedOut {
                         block: base,
-                        retries,
+                        retries: sending.retries,
                     });
                 }
             }
@@ -398,7 +488,7 @@ fn ack_in_window(base: u64, high: u64, wire: u16) -> Option<u64> {
 /// copy in memory.
 enum Source {
     File {
-        file: Arc<File>,
+        file: File,
         size: u64,
         buf: Vec<u8>,
         /// File offset of `buf[0]`.
@@ -410,7 +500,7 @@ enum Source {
 impl Source {
     fn file(file: File, size: u64) -> Self {
         Source::File {
-            file: Arc::new(file),
+            file,
             size,
             buf: Vec::new(),
             buf_off: 0,
@@ -428,8 +518,9 @@ impl Source {
         }
     }
 
-    /// Makes `off..off + len` (clipped to the file) available to `slice`.
-    async fn ensure(&mut self, off: u64, len: usize) -> Result<(), TransferError> {
+    /// Makes `off..off + len` (clipped to the file) available to `slice`;
+    /// reads the file (blocking: called on the transfer's thread).
+    fn ensure(&mut self, off: u64, len: usize) -> Result<(), TransferError> {
         let Source::File {
             file,
             size,
@@ -446,17 +537,9 @@ impl Source {
         let read_len = want.max(READ_AHEAD as u64).min(size.saturating_sub(off));
         let read_len =
             usize::try_from(read_len).map_err(|err| TransferError::Read(io::Error::other(err)))?;
-        let file = Arc::clone(file);
-        let mut chunk = std::mem::take(buf);
-        let chunk = tokio::task::spawn_blocking(move || {
-            chunk.resize(read_len, 0);
-            // A file that shrinks under us fails here with UnexpectedEof.
-            file.read_exact_at(&mut chunk, off).map(|()| chunk)
-        })
-        .await
-        .map_err(|err| TransferError::Read(io::Error::other(err)))?
-        .map_err(TransferError::Read)?;
-        *buf = chunk;
+        buf.resize(read_len, 0);
+        // A file that shrinks under us fails here with UnexpectedEof.
+        file.read_exact_at(buf, off).map_err(TransferError::Read)?;
         *buf_off = off;
         Ok(())
     }
@@ -549,23 +632,20 @@ mod tests {
         assert_eq!(to_netascii(b""), b"");
     }
 
-    #[tokio::test]
-    async fn file_source_reads_windows_in_chunks() {
+    #[test]
+    fn file_source_reads_windows_in_chunks() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("f");
         let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &data).expect("write");
         let mut source = Source::file(File::open(&path).expect("open"), data.len() as u64);
         for off in [0u64, 1000, 200_000, 131_072, 299_990, 0] {
-            source.ensure(off, 4096).await.expect("ensure");
+            source.ensure(off, 4096).expect("ensure");
             let got = source.slice(off, 4096).expect("covered");
             let end = (off as usize + 4096).min(data.len());
             assert_eq!(got, &data[off as usize..end]);
         }
-        source
-            .ensure(data.len() as u64, 512)
-            .await
-            .expect("ensure at end");
+        source.ensure(data.len() as u64, 512).expect("ensure at end");
         assert_eq!(source.slice(data.len() as u64, 512), Some(&[][..]));
     }
 }
