@@ -85,9 +85,17 @@ pub struct Cli {
     #[arg(long, env = "MPROV_DHCP_INTERFACE")]
     dhcp_interface: Option<String>,
     /// proxyDHCP: hand out boot information only, beside a site's own DHCP
-    /// server (also listens on port 4011).
+    /// server. Also answers PXE clients on port 4011 of the same address
+    /// (the PXE specification's boot server request).
     #[arg(long)]
     proxy_dhcp: bool,
+    /// The boot URL for UEFI HTTP boot clients (architecture 16), answered
+    /// with class `HTTPClient`. A network's `http_boot_url` in the boot
+    /// config overrides it. Default: the x86-64 iPXE binary on this job
+    /// server's image server, http://SERVER_IP:HTTP_PORT/boot/snponly.efi
+    /// (none with --no-http).
+    #[arg(long, env = "MPROV_HTTP_BOOT_URL")]
+    http_boot_url: Option<String>,
     /// Do not send IPv6 router advertisements.
     ///
     /// By default the job server sends them on the provisioning interfaces:
@@ -210,11 +218,15 @@ fn read_apikey(cli: &Cli) -> Result<String> {
 
 /// The client the boot config is followed with: over HTTPS with this job
 /// server's certificate (enrolling first if it has none and a token is at
-/// hand), else with the API key.
-async fn control_client(cli: &Cli, url: &str) -> Result<Client> {
+/// hand), else with the API key. With a certificate, also what renewing it
+/// needs.
+async fn control_client(
+    cli: &Cli,
+    url: &str,
+) -> Result<(Client, Option<(identity::Control, identity::Identity)>)> {
     if !url.starts_with("https://") {
         tracing::info!("following the boot config of {url} with the API key");
-        return Ok(Client::new(url, Auth::ApiKey(read_apikey(cli)?))?);
+        return Ok((Client::new(url, Auth::ApiKey(read_apikey(cli)?))?, None));
     }
     let ca = std::fs::read_to_string(&cli.ca_file).with_context(|| {
         format!(
@@ -237,26 +249,43 @@ async fn control_client(cli: &Cli, url: &str) -> Result<Client> {
         (None, Some(token)) => Some(identity::enroll(url, &ca, &token, &name, &dir).await?),
         (None, None) => None,
     };
-    let client = match me {
+    match me {
         Some(me) => {
             tracing::info!(
                 "following the boot config of {url} as job server {name} (client certificate)"
             );
-            Client::builder(url, Auth::None)
-                .ca_certificates_pem(ca.into_bytes())
-                .identity_pem(me.pem_bundle())
-                .build()?
+            let control = identity::Control {
+                url: url.to_owned(),
+                ca_pem: ca,
+                name,
+                dir,
+            };
+            Ok((control.client(&me)?, Some((control, me))))
         }
         None => {
             tracing::warn!(
                 "no certificate and no enrollment token: following {url} with the shared API key; enroll this job server with `mprov-control enroll-token`"
             );
-            Client::builder(url, Auth::ApiKey(read_apikey(cli)?))
+            let client = Client::builder(url, Auth::ApiKey(read_apikey(cli)?))
                 .ca_certificates_pem(ca.into_bytes())
-                .build()?
+                .build()?;
+            Ok((client, None))
         }
-    };
-    Ok(client)
+    }
+}
+
+/// The UEFI HTTP boot URL: as given (empty: none), else the image
+/// server's copy of the x86-64 iPXE binary, if the image server runs.
+fn http_boot_url(cli: &Cli, server_ip: Ipv4Addr, efi_file: &str) -> Option<String> {
+    match cli.http_boot_url.as_deref().map(str::trim) {
+        Some("") => None,
+        Some(url) => Some(url.to_owned()),
+        None if cli.no_http => None,
+        None => Some(format!(
+            "{}/boot/{efi_file}",
+            mprov_api::boot::jobserver_base_url(&server_ip.to_string(), Some(cli.http.port()))
+        )),
+    }
 }
 
 /// This host's short name.
@@ -279,6 +308,7 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
         revision: -1,
         ..Default::default()
     }));
+    let mut registry = Registry::with_prefix("mprov");
     match (&cli.boot_config, &cli.control_url) {
         (Some(path), _) => {
             let cfg = snapshot::read_file(path)?;
@@ -290,10 +320,19 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
             tx.send_replace(Arc::new(cfg));
         }
         (None, Some(url)) => {
-            let client = control_client(&cli, url).await?;
+            let (client, renewal) = control_client(&cli, url).await?;
+            let (clients_tx, clients) = watch::channel(client);
+            if let Some((control, me)) = renewal {
+                let metrics = identity::CertMetrics::register(&mut registry);
+                let stop = shutdown.clone();
+                tasks.spawn(async move {
+                    identity::keep_renewed(control, me, clients_tx, metrics, stop).await;
+                    Ok(())
+                });
+            }
             let stop = shutdown.clone();
             tasks.spawn(async move {
-                snapshot::follow(client, tx, stop).await;
+                snapshot::follow_with(clients, tx, stop).await;
                 Ok(())
             });
         }
@@ -301,8 +340,6 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
             "give --control-url (MPROV_URL) to follow the control service, or --boot-config FILE"
         ),
     }
-
-    let mut registry = Registry::with_prefix("mprov");
 
     if !cli.no_dhcp {
         let server_ip = cli.server_ip.context(
@@ -312,6 +349,10 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
             .with_context(|| format!("cannot create {}", cli.state_dir.display()))?;
         let mut config = mprov_dhcp::DhcpConfig::new(server_ip);
         config.proxy = cli.proxy_dhcp;
+        config.http_boot_url = http_boot_url(&cli, server_ip, &config.x64_efi_file);
+        if let Some(url) = &config.http_boot_url {
+            tracing::info!("UEFI HTTP boot clients get {url}");
+        }
         let leases = mprov_dhcp::LeaseStore::open(
             &cli.state_dir.join("dhcp.leases"),
             mprov_dhcp::StoreOptions::default(),
@@ -327,6 +368,14 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
             cli.dhcp,
             if cli.proxy_dhcp { " (proxyDHCP)" } else { "" }
         );
+        if cli.proxy_dhcp {
+            let pxe = SocketAddr::new(cli.dhcp.ip(), mprov_dhcp::handler::PXE_PORT);
+            let socket = dhcp_socket(pxe, cli.dhcp_interface.as_deref())
+                .with_context(|| format!("proxyDHCP: cannot bind the PXE port {pxe}"))?;
+            tracing::info!("proxyDHCP PXE boot server requests on {pxe}");
+            let (server, stop) = (server.clone(), shutdown.clone());
+            tasks.spawn(async move { server.run(socket, stop).await.context("proxyDHCP on 4011") });
+        }
         let stop = shutdown.clone();
         tasks.spawn(async move { server.run(socket, stop).await.context("DHCP server") });
     }
@@ -554,6 +603,30 @@ mod tests {
     #[test]
     fn command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn http_boot_url_defaults_to_the_image_server() {
+        let ip = "10.0.0.1".parse().unwrap();
+        let url = |args: &[&str]| {
+            let mut argv = vec!["mprov-jobserver", "--boot-config", "b.json"];
+            argv.extend_from_slice(args);
+            super::http_boot_url(&Cli::try_parse_from(argv).unwrap(), ip, "snponly.efi")
+        };
+        assert_eq!(
+            url(&[]).as_deref(),
+            Some("http://10.0.0.1:8081/boot/snponly.efi")
+        );
+        assert_eq!(
+            url(&["--http", "0.0.0.0:80"]).as_deref(),
+            Some("http://10.0.0.1:80/boot/snponly.efi")
+        );
+        assert_eq!(url(&["--no-http"]), None);
+        assert_eq!(
+            url(&["--http-boot-url", "http://x/y.efi"]).as_deref(),
+            Some("http://x/y.efi")
+        );
+        assert_eq!(url(&["--http-boot-url", ""]), None);
     }
 
     #[test]

@@ -73,9 +73,21 @@ pub async fn follow(
     tx: watch::Sender<Arc<BootConfig>>,
     shutdown: CancellationToken,
 ) {
+    let (_keep, clients) = watch::channel(client);
+    follow_with(clients, tx, shutdown).await;
+}
+
+/// [`follow`] with the client `clients` holds at each poll: the job server
+/// swaps in a client with its renewed certificate there.
+pub async fn follow_with(
+    clients: watch::Receiver<Client>,
+    tx: watch::Sender<Arc<BootConfig>>,
+    shutdown: CancellationToken,
+) {
     let mut failures: u32 = 0;
     loop {
         let after = tx.borrow().revision;
+        let client = clients.borrow().clone();
         let poll = client.boot_config(after, POLL_WAIT);
         let result = tokio::select! {
             () = shutdown.cancelled() => return,

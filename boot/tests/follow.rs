@@ -1,16 +1,23 @@
 //! The job server follows a real control service: a new node shows up in its
 //! snapshot without a restart, and a control outage leaves the last snapshot
 //! serving until the service is back. Module `ra`: the job server's IPv6
-//! router advertisements, in network namespaces; `enroll`: its enrollment
-//! and certificate over HTTPS; `images`: its image server's admission limit
+//! router advertisements, in network namespaces; `dhcp`: its DHCP server
+//! against a DISCOVER flood, UEFI HTTP boot and proxyDHCP; `enroll`: its enrollment
+//! and certificate over HTTPS; `renew`: its certificate renewal; `tftp`: lock-step and windowed TFTP clients; `images`: its image server's admission limit
 //! as set on the command line.
 
+#[path = "jobserver/dhcp.rs"]
+mod dhcp;
 #[path = "jobserver/enroll.rs"]
 mod enroll;
 #[path = "jobserver/images.rs"]
 mod images;
 #[path = "jobserver/ra.rs"]
 mod ra;
+#[path = "jobserver/renew.rs"]
+mod renew;
+#[path = "jobserver/tftp.rs"]
+mod tftp;
 
 /// A child process (a job server, a client) killed by its PID and reaped on
 /// drop.

@@ -1,0 +1,269 @@
+//! The real `mprov-jobserver` keeps its identity: the control service gives
+//! job servers a certificate of two minutes (`--jobserver-cert-seconds 120`),
+//! and the job server renews it through `/enroll/renew/` before it ends.
+//! curl, with each certificate in turn, shows the old one revoked and the
+//! new one accepted; the job server still follows the boot config after the
+//! renewal; its `/metrics` counts the renewal.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use mprov_api::client::{Auth, Client};
+use mprov_control::db::{Db, Val};
+use mprov_control::http;
+use mprov_control::secrets::{self, SecretBox};
+use mprov_control::signer::SignerClient;
+use mprov_control::{enroll, tls};
+use rustls::pki_types::pem::PemObject as _;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::KillOnDrop;
+
+const VALIDITY: u64 = 120;
+
+/// A free loopback port for the job server's metrics listener.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// curl against the control service: `GET /api/v1/bootconfig` with the
+/// certificate and key given (PEM files); the HTTP status.
+fn curl_bootconfig(url: &str, ca: &Path, cert: &Path, key: &Path) -> u16 {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg("--cacert")
+        .arg(ca)
+        .arg("--cert")
+        .arg(cert)
+        .arg("--key")
+        .arg(key)
+        .args(["-H", &format!("{}: {}", mprov_api::VERSION_HEADER, mprov_api::api_version())])
+        .arg(format!("{url}/api/v1/bootconfig"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running curl");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+}
+
+/// The certificate's serial (hex) and notAfter (Unix seconds).
+fn serial_and_end(pem: &[u8]) -> (String, u64) {
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(pem).unwrap();
+    let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
+    (
+        hex::encode(parsed.raw_serial()),
+        parsed.validity().not_after.timestamp() as u64,
+    )
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// Polls (bounded by `limit`) until the log holds `what`; the log.
+fn wait_log(log: &Path, what: &str, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains(what) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {what:?} in the job server's log:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobserver_renews_its_certificate_before_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let db_url = format!("sqlite://{}?mode=rwc", d.join("c.sqlite3").display());
+    let tls_dir = d.join("tls");
+    let config = Arc::new(super::config_with(
+        &db_url,
+        &[
+            "--tls-dir",
+            tls_dir.to_str().unwrap(),
+            "--jobserver-cert-seconds",
+            &VALIDITY.to_string(),
+        ],
+    ));
+    let db = Db::open(&db_url).await.unwrap();
+    // An API key, to change the inventory as an admin would.
+    let key = secrets::new_api_key();
+    let mut sql = db.sql();
+    sql.push("INSERT INTO api_keys (name, prefix, hash, revoked, created_at, updated_at) VALUES ");
+    let stamp = Val::Text(Some("2026-01-01T00:00:00Z".into()));
+    sql.bind_list([
+        Val::Text(Some("admin".into())),
+        Val::Text(Some(key.prefix.clone())),
+        Val::Text(Some(key.hash.clone())),
+        Val::Bool(Some(false)),
+        stamp.clone(),
+        stamp,
+    ]);
+    sql.query().execute(db.pool()).await.unwrap();
+    let signer = SignerClient::in_process(&tls_dir, "mpcc").unwrap();
+    let material = tls::prepare(&config, &signer).await.unwrap();
+    let server_config = tls::server_config(&material).unwrap();
+    let state = Arc::new(
+        http::Inner::new(db.clone(), config, SecretBox::new("k"))
+            .with_ca(material.ca_pem.clone())
+            .with_signer(signer),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let server = tokio::spawn(http::serve_tls(
+        listener,
+        server_config,
+        state,
+        stop.clone(),
+    ));
+    let token = enroll::create_token(&db, "js1", Duration::from_secs(3600))
+        .await
+        .unwrap()
+        .token;
+    let admin = Client::builder(&url, Auth::ApiKey(key.key.clone()))
+        .ca_certificates_pem(material.ca_pem.clone().into_bytes())
+        .build()
+        .unwrap();
+
+    let metrics_port = free_port();
+    let log = d.join("js.log");
+    let identity = d.join("js/identity");
+    let ca = tls_dir.join("ca.crt");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
+    cmd.env_clear()
+        .args(["--control-url", &url, "--name", "js1", "--enroll-token", &token])
+        .arg("--ca-file")
+        .arg(&ca)
+        .arg("--state-dir")
+        .arg(d.join("js"))
+        .arg("--enroll-token-file")
+        .arg(d.join("no-token-file"))
+        .arg("--apikey-file")
+        .arg(d.join("no-apikey-file"))
+        .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
+        .args(["--metrics", &format!("127.0.0.1:{metrics_port}"), "--log", "info"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let js = KillOnDrop(cmd.spawn().expect("start mprov-jobserver"));
+
+    let (u, l, id, cafile) = (url.clone(), log.clone(), identity.clone(), ca.clone());
+    let (old_serial, old_end) = tokio::task::spawn_blocking(move || {
+        wait_log(&l, "new boot config", Duration::from_secs(30));
+        // Keep the first certificate and key, to try them after renewal.
+        let old_cert = std::fs::read(id.join("jobserver.crt")).unwrap();
+        std::fs::write(id.join("old.crt"), &old_cert).unwrap();
+        std::fs::copy(id.join("jobserver.key"), id.join("old.key")).unwrap();
+        let (serial, end) = serial_and_end(&old_cert);
+        let issued = now();
+        assert!(end <= issued + VALIDITY + 5, "the certificate lasts {} s", end - issued);
+        assert_eq!(
+            curl_bootconfig(&u, &cafile, &id.join("old.crt"), &id.join("old.key")),
+            200
+        );
+        // Renewed when a third is left: about 80 s after issue.
+        let text = wait_log(
+            &l,
+            "renewed the job server certificate",
+            Duration::from_secs(VALIDITY + 30),
+        );
+        assert!(now() < end, "renewed only after the old certificate ended:\n{text}");
+        (serial, end)
+    })
+    .await
+    .unwrap();
+
+    let new_cert = std::fs::read(identity.join("jobserver.crt")).unwrap();
+    let (new_serial, new_end) = serial_and_end(&new_cert);
+    assert_ne!(new_serial, old_serial);
+    assert!(new_end > old_end);
+    // The old certificate is revoked, the new one works (curl, not our client).
+    assert_ne!(
+        curl_bootconfig(&url, &ca, &identity.join("old.crt"), &identity.join("old.key")),
+        200,
+        "the old certificate still works after renewal"
+    );
+    assert_eq!(
+        curl_bootconfig(
+            &url,
+            &ca,
+            &identity.join("jobserver.crt"),
+            &identity.join("jobserver.key")
+        ),
+        200
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(identity.join("jobserver.key"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the new key is owner-only");
+
+    // The job server still follows the boot config, with the new certificate.
+    admin
+        .create(
+            "systems",
+            &json!({"hostname": "c77", "nics": [{"mac": "52:54:00:00:07:77", "ipv4": "10.0.0.77"}]}),
+        )
+        .await
+        .unwrap();
+    let l = log.clone();
+    tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = std::fs::read_to_string(&l).unwrap_or_default();
+            let after = text
+                .split("renewed the job server certificate")
+                .nth(1)
+                .unwrap_or_default();
+            if after.contains("new boot config") && after.contains("hosts=1") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no new boot config after the renewal:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })
+    .await
+    .unwrap();
+
+    let metrics = job_metrics(metrics_port);
+    assert!(
+        metrics.contains("mprov_jobserver_cert_renewals_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mprov_jobserver_cert_near_expiry 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!("mprov_jobserver_cert_not_after {new_end}")),
+        "{metrics}"
+    );
+    drop(js);
+    stop.cancel();
+    server.await.unwrap().unwrap();
+}
+
+/// The job server's metrics, fetched with curl.
+fn job_metrics(port: u16) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "5"])
+        .arg(format!("http://127.0.0.1:{port}/metrics"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
