@@ -130,7 +130,8 @@ fn key_and_csr(name: &str) -> Result<(rcgen::KeyPair, String)> {
 fn keep(dir: &Path, identity: &Identity) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let (key, cert) = (dir.join(KEY_FILE), dir.join(CERT_FILE));
-    let (key_new, cert_new) = (key.with_extension("new"), cert.with_extension("new"));
+    let key_new = dir.join(format!("{KEY_FILE}.new"));
+    let cert_new = dir.join(format!("{CERT_FILE}.new"));
     write(&key_new, identity.key_pem.as_bytes(), 0o600)?;
     write(&cert_new, identity.cert_pem.as_bytes(), 0o644)?;
     std::fs::rename(&key_new, &key)
@@ -356,7 +357,9 @@ pub async fn keep_renewed(
                         "the job server certificate ends in {left} s and renewal keeps failing ({err:#}); retrying"
                     );
                 } else if failures == 1 {
-                    tracing::warn!("cannot renew the job server certificate ({err:#}); {left} s left, retrying");
+                    tracing::warn!(
+                        "cannot renew the job server certificate ({err:#}); {left} s left, retrying"
+                    );
                 } else {
                     tracing::debug!("renewal failed again: {err:#}");
                 }
@@ -403,10 +406,7 @@ mod tests {
         assert!(!near_expiry(life, 1_000 + 74 * 86_400));
         assert!(near_expiry(life, 1_000 + 76 * 86_400));
         assert!(near_expiry(life, life.end + 5));
-        let short = Lifetime {
-            start: 0,
-            end: 120,
-        };
+        let short = Lifetime { start: 0, end: 120 };
         assert_eq!(renew_at(short), 80);
     }
 
@@ -430,7 +430,13 @@ mod tests {
         let pem = params.self_signed(&key).unwrap().pem();
         let nb = 1_893_456_000; // 2030-01-01
         let life = Lifetime::of(&pem, None).unwrap();
-        assert_eq!(life, Lifetime { start: nb, end: nb + 10 * 86_400 });
+        assert_eq!(
+            life,
+            Lifetime {
+                start: nb,
+                end: nb + 10 * 86_400
+            }
+        );
         let kept = UNIX_EPOCH + Duration::from_secs(nb + 86_400);
         assert_eq!(Lifetime::of(&pem, Some(kept)).unwrap().start, nb + 86_400);
         assert!(Lifetime::of("not a certificate", None).is_err());

@@ -364,7 +364,8 @@ pub async fn enroll_node(
         &hostname,
         body.csr,
         Validity::Days(NODE_DAYS),
-    ).await?;
+    )
+    .await?;
     let mut tx = db.pool().begin().await.map_err(internal)?;
     let mut sql = db.sql();
     sql.push("UPDATE enroll_nonces SET used_at = ");

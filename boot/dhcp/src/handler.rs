@@ -470,7 +470,10 @@ fn pick_pool_address(
     }) {
         Pick::Free(ip) => {
             let ended = table.mark_available(pool);
-            (Some(ip), ended.then(|| PoolEvent::Recovered { network: network() }))
+            (
+                Some(ip),
+                ended.then(|| PoolEvent::Recovered { network: network() }),
+            )
         }
         full => {
             let event = if table.mark_exhausted(pool) {
@@ -538,8 +541,7 @@ fn proxy(req: &Message, ctx: &Context<'_>, mtype: MessageType, host: Option<&Hos
 /// The PXE boot item (type and layer, PXE 2.1 Table 2-1 sub-option 71) a
 /// PXE client's vendor options (option 43) name, if any.
 fn boot_item(req: &Message) -> Option<[u8; 4]> {
-    let Some(DhcpOption::VendorExtensions(v)) = req.opts().get(OptionCode::VendorExtensions)
-    else {
+    let Some(DhcpOption::VendorExtensions(v)) = req.opts().get(OptionCode::VendorExtensions) else {
         return None;
     };
     let mut rest = v.as_slice();

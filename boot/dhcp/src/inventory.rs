@@ -185,8 +185,11 @@ impl Inventory {
             .filter(|n| n.dhcp)
             .filter_map(|n| {
                 let pool = n.pool?;
-                let addresses: Vec<Ipv4Addr> =
-                    assigned.iter().copied().filter(|ip| n.in_pool(*ip)).collect();
+                let addresses: Vec<Ipv4Addr> = assigned
+                    .iter()
+                    .copied()
+                    .filter(|ip| n.in_pool(*ip))
+                    .collect();
                 (!addresses.is_empty()).then(|| Overlap {
                     network: n.slug.clone(),
                     pool,
@@ -203,7 +206,9 @@ impl Inventory {
 
     /// Whether `ip` is assigned to a host other than the one with `mac`.
     pub fn reserved_for_other(&self, ip: Ipv4Addr, mac: &Mac) -> bool {
-        self.reserved.get(&ip).is_some_and(|m| m.as_ref() != Some(mac))
+        self.reserved
+            .get(&ip)
+            .is_some_and(|m| m.as_ref() != Some(mac))
     }
 }
 

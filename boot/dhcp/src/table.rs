@@ -286,10 +286,16 @@ mod tests {
         t.set(ip(12), [3; 6], 120, State::Offered);
         t.set(ip(13), [4; 6], 500, State::Declined);
         let c = [5; 6];
-        assert_eq!(t.allocate(pool, &c, 100, |_| false), Pick::Reclaimed(ip(12)));
+        assert_eq!(
+            t.allocate(pool, &c, 100, |_| false),
+            Pick::Reclaimed(ip(12))
+        );
         t.offer(ip(12), c, 150);
         // .11 is now the oldest offer; the reserved one is skipped.
-        assert_eq!(t.allocate(pool, &[6; 6], 100, |_| false), Pick::Reclaimed(ip(11)));
+        assert_eq!(
+            t.allocate(pool, &[6; 6], 100, |_| false),
+            Pick::Reclaimed(ip(11))
+        );
         assert_eq!(
             t.allocate(pool, &[6; 6], 100, |i| i == ip(11)),
             Pick::Reclaimed(ip(12))

@@ -34,19 +34,37 @@ fn free_port() -> u16 {
 /// certificate and key given (PEM files); the HTTP status.
 fn curl_bootconfig(url: &str, ca: &Path, cert: &Path, key: &Path) -> u16 {
     let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}"])
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
         .arg("--cacert")
         .arg(ca)
         .arg("--cert")
         .arg(cert)
         .arg("--key")
         .arg(key)
-        .args(["-H", &format!("{}: {}", mprov_api::VERSION_HEADER, mprov_api::api_version())])
+        .args([
+            "-H",
+            &format!(
+                "{}: {}",
+                mprov_api::VERSION_HEADER,
+                mprov_api::api_version()
+            ),
+        ])
         .arg(format!("{url}/api/v1/bootconfig"))
         .stdin(Stdio::null())
         .output()
         .expect("running curl");
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
 }
 
 /// The certificate's serial (hex) and notAfter (Unix seconds).
@@ -60,7 +78,10 @@ fn serial_and_end(pem: &[u8]) -> (String, u64) {
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 /// Polls (bounded by `limit`) until the log holds `what`; the log.
@@ -141,7 +162,14 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
     let ca = tls_dir.join("ca.crt");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
     cmd.env_clear()
-        .args(["--control-url", &url, "--name", "js1", "--enroll-token", &token])
+        .args([
+            "--control-url",
+            &url,
+            "--name",
+            "js1",
+            "--enroll-token",
+            &token,
+        ])
         .arg("--ca-file")
         .arg(&ca)
         .arg("--state-dir")
@@ -151,7 +179,12 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
         .arg("--apikey-file")
         .arg(d.join("no-apikey-file"))
         .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
-        .args(["--metrics", &format!("127.0.0.1:{metrics_port}"), "--log", "info"])
+        .args([
+            "--metrics",
+            &format!("127.0.0.1:{metrics_port}"),
+            "--log",
+            "info",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());
@@ -166,7 +199,11 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
         std::fs::copy(id.join("jobserver.key"), id.join("old.key")).unwrap();
         let (serial, end) = serial_and_end(&old_cert);
         let issued = now();
-        assert!(end <= issued + VALIDITY + 5, "the certificate lasts {} s", end - issued);
+        assert!(
+            end <= issued + VALIDITY + 5,
+            "the certificate lasts {} s",
+            end - issued
+        );
         assert_eq!(
             curl_bootconfig(&u, &cafile, &id.join("old.crt"), &id.join("old.key")),
             200
@@ -177,7 +214,10 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
             "renewed the job server certificate",
             Duration::from_secs(VALIDITY + 30),
         );
-        assert!(now() < end, "renewed only after the old certificate ended:\n{text}");
+        assert!(
+            now() < end,
+            "renewed only after the old certificate ended:\n{text}"
+        );
         (serial, end)
     })
     .await
@@ -189,7 +229,12 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
     assert!(new_end > old_end);
     // The old certificate is revoked, the new one works (curl, not our client).
     assert_ne!(
-        curl_bootconfig(&url, &ca, &identity.join("old.crt"), &identity.join("old.key")),
+        curl_bootconfig(
+            &url,
+            &ca,
+            &identity.join("old.crt"),
+            &identity.join("old.key")
+        ),
         200,
         "the old certificate still works after renewal"
     );
@@ -221,7 +266,7 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
     tokio::task::spawn_blocking(move || {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let text = std::fs::read_to_string(&l).unwrap_or_default();
+            let text = plain(&std::fs::read_to_string(&l).unwrap_or_default());
             let after = text
                 .split("renewed the job server certificate")
                 .nth(1)
@@ -266,4 +311,22 @@ fn job_metrics(port: u16) -> String {
         .output()
         .expect("running curl");
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `text` without ANSI colour sequences (`ESC [ ... m`).
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -70,7 +70,16 @@ fn jobserver_tftp_serves_lock_step_and_windowed_clients() -> Result<()> {
     fetch(
         &ns,
         "tftp",
-        &["127.0.0.1", "69", "-m", "binary", "-c", "get", "snponly.efi", &local],
+        &[
+            "127.0.0.1",
+            "69",
+            "-m",
+            "binary",
+            "-c",
+            "get",
+            "snponly.efi",
+            &local,
+        ],
     )?;
     fetched.push(local);
     // atftp lock-step and windowed, with the block size EDK2 asks for.
@@ -99,7 +108,10 @@ fn jobserver_tftp_serves_lock_step_and_windowed_clients() -> Result<()> {
         fetched.push(local);
     }
     for path in &fetched {
-        ensure!(std::fs::read(path)? == data, "{path} differs from the file served");
+        ensure!(
+            std::fs::read(path)? == data,
+            "{path} differs from the file served"
+        );
     }
     let metrics = ns
         .command("curl")
@@ -111,6 +123,9 @@ fn jobserver_tftp_serves_lock_step_and_windowed_clients() -> Result<()> {
         text.contains("mprov_tftp_transfers_completed_total 4"),
         "{text}"
     );
-    ensure!(text.contains("mprov_tftp_transfers_failed_total 0"), "{text}");
+    ensure!(
+        text.contains("mprov_tftp_transfers_failed_total 0"),
+        "{text}"
+    );
     Ok(())
 }

@@ -120,16 +120,15 @@ pub(crate) async fn run(
     metrics.active.inc();
     let start = Instant::now();
     let deadline = inner.config.transfer_deadline;
-    let result =
-        match tokio::time::timeout(
-            deadline,
-            serve(&inner, local_ip, peer, &req, &cancel, start + deadline),
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => Err(TransferError::Deadline(deadline)),
-        };
+    let result = match tokio::time::timeout(
+        deadline,
+        serve(&inner, local_ip, peer, &req, &cancel, start + deadline),
+    )
+    .await
+    {
+        Ok(result) => result,
+        Err(_) => Err(TransferError::Deadline(deadline)),
+    };
     metrics.active.dec();
     let file = req.filename.as_str();
     match result {
@@ -347,7 +346,9 @@ async fn send_file(
     deadline: Instant,
 ) -> Result<Outcome, TransferError> {
     let socket = conn.socket.into_std().map_err(TransferError::Socket)?;
-    socket.set_nonblocking(false).map_err(TransferError::Socket)?;
+    socket
+        .set_nonblocking(false)
+        .map_err(TransferError::Socket)?;
     socket
         .set_read_timeout(Some(timeout.min(CANCEL_POLL).max(Duration::from_millis(1))))
         .map_err(TransferError::Socket)?;
@@ -379,7 +380,9 @@ fn recv_until(
             Err(err)
                 if matches!(
                     err.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
                 ) => {}
             Err(err) => return Err(TransferError::Socket(err)),
         }
@@ -645,7 +648,9 @@ mod tests {
             let end = (off as usize + 4096).min(data.len());
             assert_eq!(got, &data[off as usize..end]);
         }
-        source.ensure(data.len() as u64, 512).expect("ensure at end");
+        source
+            .ensure(data.len() as u64, 512)
+            .expect("ensure at end");
         assert_eq!(source.slice(data.len() as u64, 512), Some(&[][..]));
     }
 }

@@ -278,14 +278,23 @@ fn offers_never_starve_the_pool_and_leases_are_never_taken() {
         events.extend(out.pool);
     }
     assert!(
-        matches!(&events[0], PoolEvent::Exhausted { bound: 1, offered: 1, size: 3, .. }),
+        matches!(
+            &events[0],
+            PoolEvent::Exhausted {
+                bound: 1,
+                offered: 1,
+                size: 3,
+                ..
+            }
+        ),
         "{events:?}"
     );
     assert_eq!(events.len(), 999, "{events:?}");
     assert!(
-        events[1..]
-            .iter()
-            .all(|e| *e == PoolEvent::Reclaimed { network: "prov".into() }),
+        events[1..].iter().all(|e| *e
+            == PoolEvent::Reclaimed {
+                network: "prov".into()
+            }),
         "{events:?}"
     );
     // A newcomer still gets an offer and can confirm it.
@@ -676,12 +685,15 @@ fn proxy_dhcp_gives_boot_information_only() {
     assert_eq!(ack.dest, SocketAddr::from(([10, 0, 0, 77], 68)));
     assert_eq!(boot_name(&ack.msg).as_deref(), Some("snponly.efi"));
     // A boot server request naming a boot item gets it echoed.
-    req.opts_mut()
-        .insert(DhcpOption::VendorExtensions(vec![71, 4, 0x80, 0x00, 0, 0, 255]));
+    req.opts_mut().insert(DhcpOption::VendorExtensions(vec![
+        71, 4, 0x80, 0x00, 0, 0, 255,
+    ]));
     let ack = env.reply(&req);
     assert_eq!(
         opt(&ack.msg, OptionCode::VendorExtensions),
-        Some(&DhcpOption::VendorExtensions(vec![71, 4, 0x80, 0, 0, 0, 255]))
+        Some(&DhcpOption::VendorExtensions(vec![
+            71, 4, 0x80, 0, 0, 0, 255
+        ]))
     );
     assert_eq!(boot_name(&ack.msg).as_deref(), Some("snponly.efi"));
 }
