@@ -10,14 +10,17 @@
 //! 4. [`modules`]: the NIC modules listed in `/etc/mprov/modules`, in order;
 //! 5. [`network`]: the interfaces the kernel now has, with MAC and driver;
 //! 6. the `mprov_*` parameters;
-//! 7. sync and power off.
+//! 7. [`boot`]: DHCP, enrollment, the image, the new root, `switch_root`;
+//!    a fatal error is printed, reported, and the boot retried with a
+//!    growing wait (or, with `mprov_rescue=1`, a rescue shell first).
 //!
 //! Invariant: PID 1 never exits and never panics on purpose. An exit or a
 //! panic of PID 1 is a kernel panic, which says nothing useful and, without
 //! `panic=`, hangs the node. So every failure is printed and the agent goes on
-//! or powers off; a panic hook (which runs even with `panic = "abort"`) prints
+//! or retries; a panic hook (which runs even with `panic = "abort"`) prints
 //! the panic and powers off too; if powering off fails, PID 1 sleeps forever.
 
+pub mod boot;
 pub mod modules;
 pub mod mounts;
 pub mod netlink;
@@ -61,7 +64,8 @@ pub fn chain(err: &dyn std::error::Error) -> String {
     out
 }
 
-/// Runs the `/init` steps and powers the machine off. Never returns.
+/// Runs the `/init` steps ([`boot`]), retrying after a fatal error. Never
+/// returns: on success it is the image's init.
 pub fn run() -> ! {
     std::panic::set_hook(Box::new(|info| {
         say!("mprov-agent: BUG: {info}");
@@ -104,8 +108,45 @@ pub fn run() -> ! {
         say!("  {param}");
     }
 
-    say!("mprov-agent: nothing more to do yet; powering off");
-    power_off()
+    let mut control = None;
+    let mut attempt: u32 = 0;
+    loop {
+        attempt += 1;
+        let fatal = boot::boot(&params, &mut control);
+        say!("mprov-agent: FATAL: {fatal}");
+        if let Some(control) = &control
+            && let Err(err) = control.report(mprov_api::boot::BootPhase::Failed, &fatal.to_string())
+        {
+            say!("mprov-agent: reporting the failure: {}", chain(&err));
+        }
+        if params.rescue() {
+            rescue_shell();
+        }
+        let wait = Duration::from_secs(10u64.saturating_mul(1 << attempt.min(3)).min(60));
+        say!(
+            "mprov-agent: retrying in {} s (attempt {}); mprov_rescue=1 on the kernel command line drops to a shell instead",
+            wait.as_secs(),
+            attempt + 1
+        );
+        std::thread::sleep(wait);
+    }
+}
+
+/// `mprov_rescue=1`: a shell on the console, if the initramfs has one;
+/// when it exits, the agent retries.
+fn rescue_shell() {
+    const SHELL: &str = "/bin/sh";
+    if !std::path::Path::new(SHELL).exists() {
+        say!(
+            "mprov-agent: rescue: no {SHELL} in this initramfs (add busybox as {SHELL}); retrying instead"
+        );
+        return;
+    }
+    say!("mprov-agent: rescue: starting {SHELL}; exit it to retry the boot");
+    match std::process::Command::new(SHELL).status() {
+        Ok(status) => say!("mprov-agent: rescue shell ended ({status})"),
+        Err(err) => say!("mprov-agent: rescue: starting {SHELL}: {err}"),
+    }
 }
 
 /// Syncs and powers off; if that fails, says so and sleeps forever (PID 1

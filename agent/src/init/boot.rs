@@ -1,0 +1,338 @@
+//! Steps 1 to 5 of `/init`, each said on the console and, from enrollment
+//! on, reported to the control service:
+//!
+//! 1. the interface whose MAC booted (`mprov_mac`) up over rtnetlink, and
+//!    its address from our own DHCP client;
+//! 2. the CA checked against `mprov_ca`, a key pair made here, enrollment
+//!    with `mprov_enroll`; mTLS from then on;
+//! 3. the boot manifest, then `rootfs.tar.zst` streamed into a tmpfs at
+//!    [`STAGING`] (hashed, decompressed, unpacked in one pass);
+//! 4. the node's key, certificate, host name and network configuration
+//!    written into the new root (the key 0600);
+//! 5. `switch_root` to the image's init.
+//!
+//! Any failure is a [`Fatal`] error: `/init` says it, reports it when it
+//! can, and starts over (or drops to a rescue shell, `mprov_rescue=1`).
+
+use std::ffi::CString;
+use std::fmt;
+use std::path::Path;
+
+use mprov_api::boot::BootPhase;
+use nix::mount::{MsFlags, mount};
+
+use super::netlink::{self, Netlink};
+use super::{network, say};
+use crate::cmdline::BootParams;
+use crate::dhcp::{self, Lease};
+use crate::enroll::{self, Control};
+use crate::image::{self, Event, VerifiedRoot};
+
+/// Where the image is unpacked: a tmpfs of its own.
+pub const STAGING: &str = "/newroot";
+/// The staging tmpfs's size when the manifest sets none.
+pub const DEFAULT_TMPFS_SIZE: &str = "75%";
+/// The image's init, tried in order.
+const INITS: [&str; 3] = [
+    "/sbin/init",
+    "/lib/systemd/systemd",
+    "/usr/lib/systemd/systemd",
+];
+
+/// A step failed: which, and why, for a person.
+#[derive(Debug)]
+pub struct Fatal {
+    /// The step, 1 to 5.
+    pub step: u8,
+    /// What went wrong and what to check.
+    pub message: String,
+}
+
+impl fmt::Display for Fatal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "step {}: {}", self.step, self.message)
+    }
+}
+
+fn fatal(step: u8, message: impl Into<String>) -> Fatal {
+    Fatal {
+        step,
+        message: message.into(),
+    }
+}
+
+/// Runs steps 1 to 5. Returns only on failure (a successful `switch_root`
+/// execs the image's init); `control` is set once enrolled, so the caller
+/// can report the failure.
+pub fn boot(params: &BootParams, control: &mut Option<Control>) -> Fatal {
+    match try_boot(params, control) {
+        Ok(never) => match never {},
+        Err(fatal) => fatal,
+    }
+}
+
+enum Never {}
+
+fn try_boot(params: &BootParams, control: &mut Option<Control>) -> Result<Never, Fatal> {
+    // Step 1.
+    let mac = params.mac().ok_or_else(|| {
+        fatal(
+            1,
+            "no valid mprov_mac= on the kernel command line: the boot script names the MAC that booted; is /ipxe/ of this mProv version?",
+        )
+    })?;
+    let url = params
+        .url()
+        .ok_or_else(|| fatal(1, "no valid mprov_url= on the kernel command line"))?
+        .as_str()
+        .to_owned();
+    let interfaces = network::interfaces()
+        .map_err(|err| fatal(1, format!("listing network interfaces: {err}")))?;
+    let mac_text = mac.to_string();
+    let interface = interfaces
+        .iter()
+        .find(|i| i.mac == mac_text)
+        .ok_or_else(|| {
+            fatal(
+                1,
+                format!(
+                    "no interface has MAC {mac_text} (the kernel has {}): is its driver in the initramfs?",
+                    interfaces.len()
+                ),
+            )
+        })?;
+    say!("step 1: bringing up {interface}");
+    let lease = configure(&interface.name, mac.0).map_err(|m| fatal(1, m))?;
+    say!(
+        "step 1: {} has {}/{} from DHCP server {}{}",
+        interface.name,
+        lease.address,
+        lease.prefix,
+        lease.server,
+        lease
+            .router
+            .map(|r| format!(", gateway {r}"))
+            .unwrap_or_default()
+    );
+
+    // Step 2.
+    let pin = params
+        .ca()
+        .ok_or_else(|| fatal(2, "no valid mprov_ca= on the kernel command line"))?;
+    let nonce = params
+        .enroll()
+        .ok_or_else(|| fatal(2, "no valid mprov_enroll= on the kernel command line"))?;
+    let ca = enroll::fetch_ca(&url, pin.as_bytes()).map_err(|err| fatal(2, super::chain(&err)))?;
+    say!("step 2: the CA certificate at {url} matches mprov_ca");
+    let identity = enroll::enroll(&url, &ca, nonce.expose_secret())
+        .map_err(|err| fatal(2, super::chain(&err)))?;
+    let session = Control::new(&url, &identity).map_err(|err| fatal(2, super::chain(&err)))?;
+    say!("step 2: enrolled; mTLS from now on");
+    let report = |phase: BootPhase, detail: &str| {
+        if let Err(err) = session.report(phase, detail) {
+            say!(
+                "mprov-agent: reporting {}: {}",
+                phase.as_str(),
+                super::chain(&err)
+            );
+        }
+    };
+    report(
+        BootPhase::AgentDhcp,
+        &format!(
+            "{} {}/{} on {}",
+            mac_text, lease.address, lease.prefix, interface.name
+        ),
+    );
+    report(BootPhase::Enrolled, "certificate issued");
+    *control = Some(session.clone());
+
+    // Step 3.
+    let manifest = session
+        .manifest()
+        .map_err(|err| fatal(3, super::chain(&err)))?;
+    say!(
+        "step 3: booting {} as {}: {} bytes from {} job server(s)",
+        manifest.image,
+        manifest.hostname,
+        manifest.expected.size,
+        manifest.sources.len()
+    );
+    let size = manifest.tmpfs_size.as_deref().unwrap_or(DEFAULT_TMPFS_SIZE);
+    mount_staging(size).map_err(|m| fatal(3, m))?;
+    let client = image::client().map_err(|err| fatal(3, super::chain(&err)))?;
+    let next_tenth = std::sync::atomic::AtomicU64::new(1);
+    let observe = |event: &Event<'_>| {
+        if let Event::Progress { bytes, size } = event {
+            let tenth = next_tenth.load(std::sync::atomic::Ordering::Relaxed);
+            if *size > 0 && *bytes * 10 >= *size * tenth {
+                next_tenth.store(bytes * 10 / size + 1, std::sync::atomic::Ordering::Relaxed);
+                let line = image::describe(event);
+                say!("step 3: {line}");
+                report(BootPhase::Progress, &line);
+            }
+            return;
+        }
+        let line = image::describe(event);
+        say!("step 3: {line}");
+        match event {
+            Event::Started { from: 0, .. } => report(BootPhase::ImageStarted, &line),
+            Event::SourceFailed {
+                why: image::plan::SourceFailure::Mismatch,
+                ..
+            } => report(BootPhase::ChecksumMismatch, &line),
+            Event::SourceFailed { .. } => report(BootPhase::Failed, &line),
+            Event::Verified { .. } => report(BootPhase::Verified, &line),
+            _ => {}
+        }
+    };
+    let options = mprov_unpack::UnpackOptions {
+        whiteouts: false,
+        preserve_owner: true,
+    };
+    let root = image::fetch(
+        &client,
+        &manifest.sources,
+        &manifest.expected,
+        Path::new(STAGING),
+        options,
+        &observe,
+    )
+    .map_err(|err| fatal(3, super::chain(&err)))?;
+
+    // Step 4.
+    enroll::write_identity(root.path(), &identity, &url)
+        .map_err(|err| fatal(4, super::chain(&err)))?;
+    write_host(root.path(), &manifest.hostname, &mac_text, &lease)
+        .map_err(|err| fatal(4, format!("writing the host name and network: {err}")))?;
+    say!(
+        "step 4: identity, host name {} and network written",
+        manifest.hostname
+    );
+
+    // Step 5.
+    report(BootPhase::SwitchRoot, &format!("into {}", manifest.image));
+    say!("step 5: switch_root into {}", manifest.image);
+    Err(fatal(5, switch_root(&root)))
+}
+
+/// Link up, DHCP, address and route: the lease, or what went wrong.
+fn configure(name: &str, mac: [u8; 6]) -> Result<Lease, String> {
+    let index =
+        nix::net::if_::if_nametoindex(name).map_err(|err| format!("{name} has no index: {err}"))?;
+    let mut nl = Netlink::open().map_err(|err| format!("opening rtnetlink: {err}"))?;
+    let seq = nl.next_seq();
+    nl.request(&netlink::link_up(index, None, seq), seq)
+        .map_err(|err| format!("bringing {name} up: {err}"))?;
+    let xid = getrandom::u32().unwrap_or(0x6d70_7276);
+    let lease = dhcp::obtain(name, mac, xid)
+        .map_err(|err| format!("DHCP on {name}: {err}"))?
+        .ok_or_else(|| {
+            format!(
+                "no DHCP answer on {name} after {} tries: is the job server's DHCP serving this network?",
+                dhcp::MAX_TRIES
+            )
+        })?;
+    if let Some(mtu) = lease.mtu {
+        let seq = nl.next_seq();
+        nl.request(&netlink::link_up(index, Some(mtu), seq), seq)
+            .map_err(|err| format!("setting the MTU of {name} to {mtu}: {err}"))?;
+    }
+    let seq = nl.next_seq();
+    nl.request(
+        &netlink::add_address(index, lease.address, lease.prefix, seq),
+        seq,
+    )
+    .map_err(|err| format!("adding {}/{} to {name}: {err}", lease.address, lease.prefix))?;
+    if let Some(router) = lease.router {
+        let seq = nl.next_seq();
+        nl.request(&netlink::add_default_route(index, router, seq), seq)
+            .map_err(|err| format!("adding the default route via {router}: {err}"))?;
+    }
+    Ok(lease)
+}
+
+/// The staging tmpfs at [`STAGING`] (mounted again after a failed attempt:
+/// a fresh, empty one).
+fn mount_staging(size: &str) -> Result<(), String> {
+    let _ = nix::mount::umount2(STAGING, nix::mount::MntFlags::MNT_DETACH);
+    match std::fs::create_dir(STAGING) {
+        Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(format!("making {STAGING}: {err}"));
+        }
+        _ => {}
+    }
+    let data = format!("mode=0755,size={size}");
+    mount(
+        Some("tmpfs"),
+        STAGING,
+        Some("tmpfs"),
+        MsFlags::empty(),
+        Some(data.as_str()),
+    )
+    .map_err(|err| format!("mounting a tmpfs of {size} at {STAGING}: {err}"))
+}
+
+/// `/etc/hostname`, and a systemd-networkd file that keeps the boot
+/// interface's address (matched by MAC).
+fn write_host(root: &Path, hostname: &str, mac: &str, lease: &Lease) -> std::io::Result<()> {
+    std::fs::create_dir_all(root.join("etc/systemd/network"))?;
+    std::fs::write(root.join("etc/hostname"), format!("{hostname}\n"))?;
+    let mut network = format!(
+        "# Written by mprov-agent at boot: the address the node booted with.\n\
+         [Match]\nMACAddress={mac}\n\n[Network]\nAddress={}/{}\n",
+        lease.address, lease.prefix
+    );
+    if let Some(router) = lease.router {
+        network.push_str(&format!("Gateway={router}\n"));
+    }
+    for dns in &lease.dns {
+        network.push_str(&format!("DNS={dns}\n"));
+    }
+    if let Some(domain) = &lease.domain {
+        network.push_str(&format!("Domains={domain}\n"));
+    }
+    std::fs::write(
+        root.join("etc/systemd/network/10-mprov-boot.network"),
+        network,
+    )
+}
+
+/// Moves the pseudo filesystems into the verified root, makes it `/` and
+/// execs its init. Returns only on failure, with why.
+fn switch_root(root: &VerifiedRoot) -> String {
+    let new = root.path();
+    for fs in ["/dev", "/proc", "/sys", "/run"] {
+        let target = new.join(fs.trim_start_matches('/'));
+        let _ = std::fs::create_dir_all(&target);
+        if let Err(err) = mount(
+            Some(fs),
+            &target,
+            None::<&str>,
+            MsFlags::MS_MOVE,
+            None::<&str>,
+        ) {
+            say!("mprov-agent: moving {fs} into the new root: {err}");
+        }
+    }
+    if let Err(err) = std::env::set_current_dir(new) {
+        return format!("entering {}: {err}", new.display());
+    }
+    if let Err(err) = mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>) {
+        return format!("moving {} to /: {err}", new.display());
+    }
+    if let Err(err) = nix::unistd::chroot(".") {
+        return format!("chroot into the new root: {err}");
+    }
+    let _ = std::env::set_current_dir("/");
+    let mut tried = Vec::new();
+    for init in INITS {
+        let Ok(path) = CString::new(init) else {
+            continue;
+        };
+        // execv returns only on failure.
+        let Err(err) = nix::unistd::execv(&path, std::slice::from_ref(&path));
+        tried.push(format!("{init}: {err}"));
+    }
+    format!("the image has no init to run ({})", tried.join("; "))
+}
