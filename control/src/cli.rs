@@ -65,11 +65,25 @@ enum Command {
         #[command(flatten)]
         settings: Settings,
     },
-    /// The signing helper: the only process that reads the CA key. `serve`
-    /// starts it; it answers on its standard input and output and is not
+    /// The signing helper's supervisor: `serve` starts it before dropping
+    /// root; it runs `signer-worker` and starts it again when it dies. Not
     /// meant to be run by hand.
     #[command(hide = true)]
     Signer {
+        /// The TLS folder holding the CA.
+        #[arg(long)]
+        tls_dir: std::path::PathBuf,
+        /// The control host's name, for a new CA's name.
+        #[arg(long, default_value = "mprov")]
+        hostname: String,
+        /// The system user the worker becomes once the CA key is read.
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// The signing helper: the only process that reads the CA key. It
+    /// answers on its standard input and output.
+    #[command(hide = true)]
+    SignerWorker {
         /// The TLS folder holding the CA.
         #[arg(long)]
         tls_dir: std::path::PathBuf,
@@ -84,9 +98,13 @@ enum Command {
     /// Make a one-time enrollment token for a job server; it is printed once
     /// and only its hash is kept.
     EnrollToken {
-        /// What the token is for.
-        #[arg(long, default_value = "")]
+        /// The job server's name: only that name can enroll with the token.
+        #[arg(long)]
         name: String,
+        /// Replace the certificate of a job server that has one (without
+        /// this, the token enrolls only a name with no valid certificate).
+        #[arg(long)]
+        replace: bool,
         /// Hours until it expires.
         #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=720))]
         hours: u32,
@@ -227,6 +245,9 @@ async fn open(settings: Settings) -> Result<(Config, Db, SecretBox)> {
 }
 
 async fn run(command: Command) -> Result<()> {
+    // Everything the service and its commands write is the owner's alone;
+    // the few files meant for others (certificates) get their mode set.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     match command {
         Command::Serve { settings } => serve(settings).await,
         Command::Migrate { settings } => {
@@ -246,15 +267,46 @@ async fn run(command: Command) -> Result<()> {
             tls_dir,
             hostname,
             user,
+        } => {
+            let exe = std::env::current_exe().context("cannot find this program's path")?;
+            crate::signer::supervise(|| {
+                let mut cmd = std::process::Command::new(&exe);
+                cmd.arg("signer-worker")
+                    .arg("--tls-dir")
+                    .arg(&tls_dir)
+                    .arg("--hostname")
+                    .arg(&hostname);
+                if let Some(u) = &user {
+                    cmd.arg("--user").arg(u);
+                }
+                cmd
+            })
+            .context("signer")
+        }
+        Command::SignerWorker {
+            tls_dir,
+            hostname,
+            user,
         } => run_signer(&tls_dir, &hostname, user.as_deref()),
         Command::EnrollToken {
             name,
+            replace,
             hours,
             settings,
         } => {
+            if !crate::enroll::valid_name(&name) {
+                bail!(
+                    "--name {name:?} is not a job server's name (letters, digits, '-', '.', '_')"
+                );
+            }
             let (_, db, _) = open(settings).await?;
             let ttl = std::time::Duration::from_secs(u64::from(hours) * 3600);
-            let token = crate::enroll::create_token(&db, &name, ttl).await?;
+            let purpose = if replace {
+                crate::enroll::Purpose::Replace
+            } else {
+                crate::enroll::Purpose::New
+            };
+            let token = crate::enroll::create_token_for(&db, &name, ttl, purpose).await?;
             eprintln!(
                 "enrollment token (single use, expires {}; it cannot be shown again):",
                 token.expires_at
@@ -380,7 +432,6 @@ async fn serve(settings: Settings) -> Result<()> {
     }
     local_enroll_token(&config, &db).await?;
     tls::site_cert(&config).context("cannot set up TLS")?;
-    tls::ensure_dir(&config.tls_dir).context("cannot set up TLS")?;
     // Started as root, the helper and this service each become their own
     // system user; MPROV_SERVICE_USER=root keeps this service root (not advised).
     let root = privileges::is_root();
@@ -388,6 +439,10 @@ async fn serve(settings: Settings) -> Result<()> {
         Some(name) if root => Some(privileges::system_user(name)?),
         _ => None,
     };
+    // Before the signer reads the CA: the folders are root's again, and only
+    // the database's own folder is the service user's.
+    secure_folders(&config, web_user.as_ref())?;
+    tls::ensure_dir(&config.tls_dir).context("cannot set up TLS")?;
     let signer = SignerClient::spawn(SpawnSpec {
         exe: std::env::current_exe().context("cannot find this program's path")?,
         tls_dir: config.tls_dir.clone(),
@@ -449,7 +504,6 @@ async fn serve(settings: Settings) -> Result<()> {
     }
     match &web_user {
         Some(user) => {
-            hand_over(&config, user)?;
             privileges::drop_to(user)?;
             if let Some(db) = crate::db::sqlite_path(&config.database_url) {
                 std::fs::OpenOptions::new()
@@ -484,9 +538,15 @@ async fn serve(settings: Settings) -> Result<()> {
     );
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
+    let lost = state.signer.as_ref().map(|s| s.lost()).unwrap_or_default();
+    let signer_gone = lost.clone();
     tokio::spawn(async move {
-        signals.wait().await;
-        tracing::info!("shutting down");
+        tokio::select! {
+            () = signals.wait() => tracing::info!("shutting down"),
+            () = signer_gone.cancelled() => tracing::error!(
+                "the signing helper's supervisor is gone and this service cannot start it again (it runs without root): shutting down so that systemd starts the whole service again"
+            ),
+        }
         signal.cancel();
     });
     let plain = http::serve(listener, state.clone(), shutdown.clone());
@@ -495,10 +555,16 @@ async fn serve(settings: Settings) -> Result<()> {
             let secure = http::serve_tls(l, server_config, state, shutdown);
             let (a, b) = tokio::join!(plain, secure);
             a.context("HTTP server failed")?;
-            b.context("HTTPS server failed")
+            b.context("HTTPS server failed")?;
         }
-        None => plain.await.context("HTTP server failed"),
+        None => plain.await.context("HTTP server failed")?,
     }
+    if lost.is_cancelled() {
+        bail!(
+            "the signing helper's supervisor is gone; exiting so that the service is started again (systemd Restart=on-failure)"
+        );
+    }
+    Ok(())
 }
 
 /// Until a job server has enrolled, leaves a fresh one-time token in the
@@ -512,51 +578,89 @@ async fn local_enroll_token(config: &Config, db: &Db) -> Result<()> {
         }
         return Ok(());
     }
+    // Bound to this host's name: the job server on this host enrolls under
+    // it (its --name defaults to the host name).
+    let name = config.hostname.split('.').next().unwrap_or_default();
     if let Ok(kept) = std::fs::read_to_string(&path)
-        && crate::enroll::token_usable(db, kept.trim()).await?
+        && crate::enroll::token_usable(db, kept.trim(), name).await?
     {
         return Ok(());
     }
-    let token =
-        crate::enroll::create_token(db, "local job server", crate::enroll::DEFAULT_TOKEN_TTL)
-            .await?;
+    let token = crate::enroll::create_token(db, name, crate::enroll::DEFAULT_TOKEN_TTL).await?;
     tls::write_file(&path, format!("{}\n", token.token).as_bytes(), 0o600)?;
     tracing::info!(
-        "no job server has enrolled yet: a one-time token for the local one is in {} (expires {})",
+        "no job server has enrolled yet: a one-time token for the local one (named {name}) is in {} (expires {})",
         path.display(),
         token.expires_at
     );
     Ok(())
 }
 
-/// Gives the web service's user what it keeps writing after the switch:
-/// the config folder and its files, the state folder (not the TLS folder
-/// inside it) and an SQLite database's files.
-fn hand_over(config: &Config, user: &nix::unistd::User) -> Result<()> {
-    let mut paths = vec![config.config_dir.clone(), config.state_dir.clone()];
-    for dir in [&config.config_dir, &config.state_dir] {
-        for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-            let path = entry?.path();
-            if path != config.tls_dir && path.is_file() {
-                paths.push(path);
-            }
+/// Sets the owners and modes of the service's folders at every start, so
+/// that what the web service's user may change cannot reach root:
+/// - the config folder and its files: this process's user (root), 0700 and
+///   owner-only files;
+/// - the state folder: root's, 0711 (passed through, never listed); the TLS
+///   folder inside it is checked by [`tls::ensure_dir`] and never handed over;
+/// - an SQLite database's folder and files: the web service's user's, 0700
+///   and 0600; that folder must hold nothing else of mProv's, and the user
+///   must be able to reach it (checked here, before the switch).
+///
+/// Links are never followed (see [`privileges`]).
+fn secure_folders(config: &Config, user: Option<&nix::unistd::User>) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let me: privileges::Owner = privileges::is_root()
+        .then(|| (nix::unistd::Uid::from_raw(0), nix::unistd::Gid::from_raw(0)));
+    privileges::tighten_tree(&config.config_dir, me, 0o700)?;
+    let state_mode = if user.is_some() { 0o711 } else { 0o700 };
+    privileges::own_folder(&config.state_dir, me, state_mode)?;
+    let Some(db) = crate::db::sqlite_path(&config.database_url) else {
+        return Ok(());
+    };
+    let db = std::path::absolute(&db).with_context(|| format!("the path {}", db.display()))?;
+    let Some(dir) = db.parent() else {
+        return Ok(());
+    };
+    let owner = match user {
+        Some(u) => Some((u.uid, u.gid)),
+        None => me,
+    };
+    let mode = std::fs::metadata(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .mode();
+    let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+    let keep = [
+        abs(&config.config_dir),
+        abs(&config.state_dir),
+        abs(&config.tls_dir),
+    ];
+    let keep: Vec<&std::path::Path> = keep.iter().map(|p| p.as_path()).collect();
+    if let Some(why) = privileges::db_folder_problem(dir, &keep, mode) {
+        return Err(privileges::PrivError::SharedDbFolder {
+            dir: dir.to_owned(),
+            why,
+            suggested: config
+                .state_dir
+                .join(first_start::DB_DIR)
+                .join(first_start::DB_FILE),
+        }
+        .into());
+    }
+    privileges::own_folder(dir, owner, 0o700)?;
+    for suffix in first_start::DB_SUFFIXES {
+        let mut p = db.clone().into_os_string();
+        p.push(suffix);
+        let p = std::path::PathBuf::from(p);
+        match privileges::set_owner_mode(&p, owner, 0o600)? {
+            privileges::Kind::File | privileges::Kind::Missing => {}
+            _ => bail!(
+                "{} is a symbolic link or not a regular file; mProv never follows links: move it aside (restore the database from a backup if it was replaced)",
+                p.display()
+            ),
         }
     }
-    if let Some(db) = crate::db::sqlite_path(&config.database_url) {
-        if let Some(parent) = db.parent() {
-            paths.push(parent.to_owned());
-        }
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            let mut p = db.clone().into_os_string();
-            p.push(suffix);
-            let p = std::path::PathBuf::from(p);
-            if p.exists() {
-                paths.push(p);
-            }
-        }
-    }
-    for p in &paths {
-        privileges::give(p, user)?;
+    if let Some(u) = user {
+        privileges::check_reachable(&db, u)?;
     }
     Ok(())
 }
@@ -564,7 +668,16 @@ fn hand_over(config: &Config, user: &nix::unistd::User) -> Result<()> {
 /// `mprov-control signer`: make or load the CA, become `user`, then sign
 /// what `serve` asks over standard input and output.
 fn run_signer(tls_dir: &std::path::Path, hostname: &str, user: Option<&str>) -> Result<()> {
-    let signer = crate::signer::Signer::open(tls_dir, hostname).context("signer")?;
+    let signer = match crate::signer::Signer::open(tls_dir, hostname) {
+        Ok(s) => s,
+        Err(e) => {
+            // The supervisor gives up on this exit code, and the reason is
+            // in the log.
+            tracing::error!("signer: {e:#}");
+            eprintln!("error: signer: {e}");
+            std::process::exit(crate::signer::WORKER_CANNOT_OPEN);
+        }
+    };
     if let Some(name) = user
         && privileges::is_root()
     {

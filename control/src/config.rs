@@ -464,7 +464,10 @@ fn database_url(s: &Settings) -> Result<String, ConfigError> {
         crate::db::Engine::Sqlite => {
             format!(
                 "sqlite://{}?mode=rwc",
-                s.state_dir.join("mprov.sqlite3").display()
+                s.state_dir
+                    .join(crate::first_start::DB_DIR)
+                    .join(crate::first_start::DB_FILE)
+                    .display()
             )
         }
         crate::db::Engine::Mysql => {
@@ -505,7 +508,7 @@ mod tests {
     #[test]
     fn database_urls_from_db_variables() {
         let c = config(&["--state-dir", "/s"]);
-        assert_eq!(c.database_url, "sqlite:///s/mprov.sqlite3?mode=rwc");
+        assert_eq!(c.database_url, "sqlite:///s/db/mprov.sqlite3?mode=rwc");
         let c = config(&[
             "--db-engine",
             "django.db.backends.mysql",

@@ -52,8 +52,51 @@ pub struct NewToken {
     pub expires_at: String,
 }
 
-/// Makes a one-time enrollment token named `name`, valid for `ttl`.
+/// What a token may do: enroll a name that has no valid certificate, or
+/// replace the certificate of a live job server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Purpose {
+    /// A job server that has no valid certificate yet.
+    New,
+    /// A new certificate for a job server that has one (which is revoked).
+    Replace,
+}
+
+impl Purpose {
+    fn as_str(self) -> &'static str {
+        match self {
+            Purpose::New => "new",
+            Purpose::Replace => "replace",
+        }
+    }
+}
+
+/// Whether `name` can be a job server's name in a token and a certificate
+/// (the signer's identity rule: letters, digits, '-', '.', '_').
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+        && !name.starts_with(['-', '.'])
+}
+
+/// Makes a one-time enrollment token for the new job server `name`, valid
+/// for `ttl`.
 pub async fn create_token(db: &Db, name: &str, ttl: Duration) -> Result<NewToken, sqlx::Error> {
+    create_token_for(db, name, ttl, Purpose::New).await
+}
+
+/// Makes a one-time enrollment token for job server `name` and `purpose`,
+/// valid for `ttl`. Only that name can enroll with it.
+pub async fn create_token_for(
+    db: &Db,
+    name: &str,
+    ttl: Duration,
+    purpose: Purpose,
+) -> Result<NewToken, sqlx::Error> {
     let key = secrets::new_api_key();
     let prefix = format!("mpe{}", &key.prefix[2..]);
     let token = format!("{prefix}{}", &key.key[key.prefix.len()..]);
@@ -62,14 +105,17 @@ pub async fn create_token(db: &Db, name: &str, ttl: Duration) -> Result<NewToken
         .unwrap_or(jiff::Timestamp::MAX);
     let expires_at = format_ts(expires);
     let mut sql = db.sql();
-    sql.push("INSERT INTO enroll_tokens (name, prefix, hash, created_at, expires_at) VALUES ")
-        .bind_list([
-            Val::Text(Some(name.to_owned())),
-            Val::Text(Some(prefix)),
-            Val::Text(Some(key.hash)),
-            Val::Text(Some(now())),
-            Val::Text(Some(expires_at.clone())),
-        ]);
+    sql.push(
+        "INSERT INTO enroll_tokens (name, prefix, hash, created_at, expires_at, purpose) VALUES ",
+    )
+    .bind_list([
+        Val::Text(Some(name.to_owned())),
+        Val::Text(Some(prefix)),
+        Val::Text(Some(key.hash)),
+        Val::Text(Some(now())),
+        Val::Text(Some(expires_at.clone())),
+        Val::Text(Some(purpose.as_str().to_owned())),
+    ]);
     sql.query().execute(db.pool()).await?;
     Ok(NewToken { token, expires_at })
 }
@@ -87,6 +133,10 @@ enum Token {
         prefix: String,
         /// When it expires.
         expires_at: String,
+        /// The job server's name it was made for.
+        name: String,
+        /// Whether it may replace a live certificate.
+        purpose: Purpose,
     },
 }
 
@@ -95,7 +145,7 @@ async fn token_state(db: &Db, token: &str) -> Result<Token, sqlx::Error> {
         return Ok(Token::Unknown);
     };
     let mut sql = db.sql();
-    sql.push("SELECT hash, expires_at, used_at FROM enroll_tokens WHERE prefix = ");
+    sql.push("SELECT hash, expires_at, used_at, name, purpose FROM enroll_tokens WHERE prefix = ");
     sql.bind(Val::Text(Some(prefix.to_owned())));
     let Some(row) = sql.query().fetch_optional(db.pool()).await? else {
         return Ok(Token::Unknown);
@@ -110,19 +160,25 @@ async fn token_state(db: &Db, token: &str) -> Result<Token, sqlx::Error> {
             None => Token::Unused {
                 prefix: prefix.to_owned(),
                 expires_at: row.try_get("expires_at")?,
+                name: row.try_get("name")?,
+                purpose: match row.try_get::<String, _>("purpose")?.as_str() {
+                    "replace" => Purpose::Replace,
+                    _ => Purpose::New,
+                },
             },
         },
     )
 }
 
-/// Whether `token` is known, unused, and good for at least another hour.
-pub async fn token_usable(db: &Db, token: &str) -> Result<bool, sqlx::Error> {
+/// Whether `token` is known, unused, made for `name`, and good for at
+/// least another hour.
+pub async fn token_usable(db: &Db, token: &str, name: &str) -> Result<bool, sqlx::Error> {
     let soon = jiff::Timestamp::now()
         .checked_add(jiff::SignedDuration::from_hours(1))
         .map(format_ts)
         .unwrap_or_default();
     Ok(
-        matches!(token_state(db, token).await?, Token::Unused { expires_at, .. } if expires_at > soon),
+        matches!(token_state(db, token).await?, Token::Unused { expires_at, name: n, .. } if expires_at > soon && n == name),
     )
 }
 
@@ -156,7 +212,31 @@ pub async fn enroll_jobserver(
                 "this enrollment token expired at {expires_at}; make a new one"
             )));
         }
-        Token::Unused { prefix, .. } => prefix,
+        Token::Unused {
+            name,
+            purpose,
+            prefix,
+            ..
+        } => {
+            if name != body.name {
+                tracing::warn!(token_for = %name, asked = %body.name, "enrollment: a token was presented for another name");
+                return Err(ApiError::Forbidden(format!(
+                    "this enrollment token was made for {name:?} and cannot enroll {:?}; make a token for that name (mprov-control enroll-token --name {})",
+                    body.name, body.name
+                )));
+            }
+            if purpose == Purpose::New && live_certificate(db, "jobserver", &body.name).await? {
+                tracing::warn!(name = %body.name, "enrollment: a new-server token was presented for a live job server");
+                return Err(ApiError::Conflict {
+                    message: format!(
+                        "job server {:?} already has a valid certificate, and this token is for a new job server; to replace its certificate, make a token for that (mprov-control enroll-token --name {} --replace), or revoke the old one first",
+                        body.name, body.name
+                    ),
+                    field: Some("name".into()),
+                });
+            }
+            prefix
+        }
     };
     let (enrolled, serial) = sign(
         &st,
@@ -167,49 +247,31 @@ pub async fn enroll_jobserver(
     )
     .await?;
     // Consume the token and record the certificate in one transaction.
-    let mut tx = db.pool().begin().await.map_err(internal)?;
-    let mut sql = db.sql();
-    sql.push("UPDATE enroll_tokens SET used_at = ");
-    sql.bind(Val::Text(Some(now())));
-    sql.push(", used_by = ");
-    sql.bind(Val::Text(Some(body.name.clone())));
-    sql.push(" WHERE prefix = ");
-    sql.bind(Val::Text(Some(prefix)));
-    sql.push(" AND used_at IS NULL");
-    let consumed = sql.query().execute(&mut *tx).await.map_err(internal)?;
-    if consumed.rows_affected() != 1 {
-        return Err(refused(
-            "this enrollment token was used by another request at the same time",
-        ));
-    }
-    record(
+    commit_enrollment(
         db,
-        &mut tx,
+        Some(Consume::Token {
+            prefix,
+            by: body.name.clone(),
+        }),
         "jobserver",
         &body.name,
         &serial,
         &enrolled.not_after,
     )
     .await?;
-    tx.commit().await.map_err(internal)?;
     tracing::info!(name = %body.name, %serial, "enrollment: job server enrolled");
     Ok(Json(enrolled))
 }
 
-async fn revoke_identity(
-    db: &Db,
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    kind: &str,
-    identity: &str,
-    reason: &str,
-) -> Result<(), ApiError> {
-    let mut sql = revoke_sql(db, reason);
-    sql.push(" AND kind = ");
+/// Whether `identity` holds a certificate that is not revoked.
+async fn live_certificate(db: &Db, kind: &str, identity: &str) -> Result<bool, ApiError> {
+    let mut sql = db.sql();
+    sql.push("SELECT COUNT(*) AS n FROM credentials WHERE revoked_at IS NULL AND kind = ");
     sql.bind(Val::Text(Some(kind.to_owned())));
     sql.push(" AND identity = ");
     sql.bind(Val::Text(Some(identity.to_owned())));
-    sql.query().execute(&mut **tx).await.map_err(internal)?;
-    Ok(())
+    let row = sql.query().fetch_one(db.pool()).await.map_err(internal)?;
+    Ok(crate::db::int(&row, "n").map_err(internal)? > 0)
 }
 
 /// `UPDATE credentials` marking unrevoked rows revoked now for `reason`;
@@ -366,27 +428,15 @@ pub async fn enroll_node(
         Validity::Days(NODE_DAYS),
     )
     .await?;
-    let mut tx = db.pool().begin().await.map_err(internal)?;
-    let mut sql = db.sql();
-    sql.push("UPDATE enroll_nonces SET used_at = ");
-    sql.bind(Val::Text(Some(now())));
-    sql.push(" WHERE hash = ");
-    sql.bind(Val::Text(Some(hash)));
-    sql.push(" AND used_at IS NULL");
-    if sql
-        .query()
-        .execute(&mut *tx)
-        .await
-        .map_err(internal)?
-        .rows_affected()
-        != 1
-    {
-        return Err(refused(
-            "this enrollment nonce was used by another request at the same time",
-        ));
-    }
-    record(db, &mut tx, "node", &hostname, &serial, &enrolled.not_after).await?;
-    tx.commit().await.map_err(internal)?;
+    commit_enrollment(
+        db,
+        Some(Consume::Nonce { hash }),
+        "node",
+        &hostname,
+        &serial,
+        &enrolled.not_after,
+    )
+    .await?;
     tracing::info!(%hostname, %serial, "enrollment: node enrolled");
     Ok(Json(enrolled))
 }
@@ -411,18 +461,15 @@ pub async fn renew(
         ),
     };
     let (enrolled, serial) = sign(&st, profile, &agent.identity, body.csr, validity).await?;
-    let db = &st.db;
-    let mut tx = db.pool().begin().await.map_err(internal)?;
-    record(
-        db,
-        &mut tx,
+    commit_enrollment(
+        &st.db,
+        None,
         &agent.kind,
         &agent.identity,
         &serial,
         &enrolled.not_after,
     )
     .await?;
-    tx.commit().await.map_err(internal)?;
     tracing::info!(kind = %agent.kind, identity = %agent.identity, %serial, "enrollment: renewed");
     Ok(Json(enrolled))
 }
@@ -460,6 +507,7 @@ async fn sign(
             Validity::Days(_) => None,
             Validity::Seconds(s) => Some(s),
         },
+        id: 0,
     };
     match signer.sign(&request).await {
         Ok(SignReply::Signed {
@@ -477,20 +525,134 @@ async fn sign(
             serial,
         )),
         Ok(SignReply::Refused { reason }) => Err(ApiError::bad_request("csr_refused", reason)),
-        Err(err) => Err(ApiError::Internal(err.to_string())),
+        Err(err) => {
+            tracing::error!("enrollment: {err}");
+            Err(ApiError::Unavailable {
+                message: format!(
+                    "{err}; it is being started again: try again in a few seconds (nothing was enrolled, the token or nonce is not spent)"
+                ),
+                retry_after: 5,
+            })
+        }
     }
 }
 
-/// Records a new certificate of `identity`, revoking its older ones.
-async fn record(
+/// What an enrollment spends, in the same transaction as the record.
+#[derive(Debug, Clone)]
+enum Consume {
+    /// A job server's token, by prefix, used by `by`.
+    Token { prefix: String, by: String },
+    /// A node's nonce, by hash.
+    Nonce { hash: String },
+}
+
+/// How often a collision with a concurrent enrollment of the same identity
+/// is tried again.
+const COLLISION_RETRIES: u32 = 8;
+
+/// Whether a database error is two transactions colliding (the live-row
+/// unique index, a deadlock, a serialization failure, a busy SQLite), which
+/// a new attempt resolves.
+fn collision(err: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(e) = err else {
+        return false;
+    };
+    if e.is_unique_violation() {
+        return true;
+    }
+    let code = e.code().unwrap_or_default();
+    // PostgreSQL: serialization failure, deadlock. MariaDB: deadlock, lock
+    // wait timeout. SQLite: busy, locked.
+    matches!(
+        &*code,
+        "40001" | "40P01" | "1213" | "1205" | "5" | "6" | "517"
+    )
+}
+
+/// Spends `consume` (if any), revokes `identity`'s other certificates and
+/// records the new one, in one transaction. The unique index over live rows
+/// (migration 0003) makes two concurrent enrollments of one identity
+/// collide instead of both leaving a valid certificate; the loser runs
+/// again and then revokes the winner's, so exactly one stays valid.
+async fn commit_enrollment(
     db: &Db,
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    consume: Option<Consume>,
     kind: &str,
     identity: &str,
     serial: &str,
     not_after: &str,
 ) -> Result<(), ApiError> {
-    revoke_identity(db, tx, kind, identity, "enrolled again").await?;
+    let refused = |m: &str| ApiError::Unauthorized(m.to_owned());
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match try_commit(db, consume.as_ref(), kind, identity, serial, not_after).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {
+                return Err(refused(match consume {
+                    Some(Consume::Token { .. }) => {
+                        "this enrollment token was used by another request at the same time"
+                    }
+                    _ => "this enrollment nonce was used by another request at the same time",
+                }));
+            }
+            Err(e) if collision(&e) && attempt < COLLISION_RETRIES => {
+                tracing::debug!(%identity, attempt, "enrollment: collided with another enrollment; again");
+                tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
+            }
+            Err(e) if collision(&e) => {
+                return Err(ApiError::Conflict {
+                    message: format!(
+                        "{identity} is being enrolled by other requests at the same time; try again"
+                    ),
+                    field: None,
+                });
+            }
+            Err(e) => return Err(internal(e)),
+        }
+    }
+}
+
+/// One attempt of [`commit_enrollment`]: `false` if `consume` was already
+/// spent.
+async fn try_commit(
+    db: &Db,
+    consume: Option<&Consume>,
+    kind: &str,
+    identity: &str,
+    serial: &str,
+    not_after: &str,
+) -> Result<bool, sqlx::Error> {
+    let mut tx = db.pool().begin().await?;
+    if let Some(consume) = consume {
+        let mut sql = db.sql();
+        match consume {
+            Consume::Token { prefix, by } => {
+                sql.push("UPDATE enroll_tokens SET used_at = ");
+                sql.bind(Val::Text(Some(now())));
+                sql.push(", used_by = ");
+                sql.bind(Val::Text(Some(by.clone())));
+                sql.push(" WHERE prefix = ");
+                sql.bind(Val::Text(Some(prefix.clone())));
+            }
+            Consume::Nonce { hash } => {
+                sql.push("UPDATE enroll_nonces SET used_at = ");
+                sql.bind(Val::Text(Some(now())));
+                sql.push(" WHERE hash = ");
+                sql.bind(Val::Text(Some(hash.clone())));
+            }
+        }
+        sql.push(" AND used_at IS NULL");
+        if sql.query().execute(&mut *tx).await?.rows_affected() != 1 {
+            return Ok(false);
+        }
+    }
+    let mut sql = revoke_sql(db, "enrolled again");
+    sql.push(" AND kind = ");
+    sql.bind(Val::Text(Some(kind.to_owned())));
+    sql.push(" AND identity = ");
+    sql.bind(Val::Text(Some(identity.to_owned())));
+    sql.query().execute(&mut *tx).await?;
     let mut sql = db.sql();
     sql.push("INSERT INTO credentials (serial, kind, identity, not_after, created_at) VALUES ")
         .bind_list([
@@ -500,20 +662,25 @@ async fn record(
             Val::Text(Some(not_after.to_owned())),
             Val::Text(Some(now())),
         ]);
-    sql.query().execute(&mut **tx).await.map_err(internal)?;
-    Ok(())
+    sql.query().execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// `POST /api/v1/enroll-tokens/` (admin): a new token, shown once.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
-    /// What the token is for.
+    /// The job server's name: only it can enroll with the token.
     #[serde(default)]
     pub name: String,
     /// Hours until it expires (default 24).
     #[serde(default)]
     pub hours: Option<u32>,
+    /// `new` (default) or `replace` (a new certificate for a live job
+    /// server).
+    #[serde(default)]
+    pub purpose: Option<Purpose>,
 }
 
 /// `POST /api/v1/enroll-tokens/`.
@@ -525,10 +692,21 @@ pub async fn new_token(
     if hours == 0 || hours > 24 * 30 {
         return Err(ApiError::invalid("hours", "between 1 and 720 hours"));
     }
+    if !valid_name(&body.name) {
+        return Err(ApiError::invalid(
+            "name",
+            "the job server's name (letters, digits, '-', '.', '_'): only that name can enroll with the token",
+        ));
+    }
     let ttl = Duration::from_secs(u64::from(hours) * 3600);
-    let token = create_token(&st.db, &body.name, ttl)
-        .await
-        .map_err(internal)?;
+    let token = create_token_for(
+        &st.db,
+        &body.name,
+        ttl,
+        body.purpose.unwrap_or(Purpose::New),
+    )
+    .await
+    .map_err(internal)?;
     Ok(Json(token))
 }
 

@@ -64,16 +64,90 @@ pub struct Report {
     pub wrote_apikey: bool,
 }
 
-/// Makes the config and state folders (owner-only) if they are missing.
+/// The SQLite database's folder inside the state folder: the one folder the
+/// web service's user owns.
+pub const DB_DIR: &str = "db";
+/// The SQLite database's file name.
+pub const DB_FILE: &str = "mprov.sqlite3";
+/// What an SQLite database has beside its main file.
+pub const DB_SUFFIXES: &[&str] = &["", "-wal", "-shm", "-journal"];
+
+/// Makes the config folder (0700), the state folder (0711: the service
+/// user passes through it to its database, and lists nothing) and the
+/// SQLite database's folder (0700) if they are missing, and moves a
+/// database from where earlier versions kept it (`state/mprov.sqlite3`) into
+/// `state/db/`, so the state folder can stay root's.
 pub fn make_dirs(config: &Config) -> Result<()> {
-    for (dir, mode) in [(&config.config_dir, 0o700), (&config.state_dir, 0o750)] {
-        if !dir.exists() {
-            DirBuilder::new()
-                .recursive(true)
-                .mode(mode)
-                .create(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
+    make_dir(&config.config_dir, 0o700)?;
+    make_dir(&config.state_dir, 0o711)?;
+    if let Some(db) = crate::db::sqlite_path(&config.database_url) {
+        if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
+            make_dir(dir, 0o700)?;
         }
+        // Opened as root, a link planted by the service user would let it
+        // have root read or write any file: never open one.
+        for suffix in DB_SUFFIXES {
+            let mut p = db.clone().into_os_string();
+            p.push(suffix);
+            let p = PathBuf::from(p);
+            if !matches!(
+                crate::privileges::kind_of(&p)?,
+                crate::privileges::Kind::File | crate::privileges::Kind::Missing
+            ) {
+                bail!(
+                    "{} is a symbolic link or not a regular file; mProv never opens a link as its database: move it aside (and restore the database from a backup if it was replaced)",
+                    p.display()
+                );
+            }
+        }
+        let legacy = config.state_dir.join(DB_FILE);
+        if db == config.state_dir.join(DB_DIR).join(DB_FILE)
+            && !db.exists()
+            && crate::privileges::kind_of(&legacy)? == crate::privileges::Kind::File
+        {
+            for suffix in DB_SUFFIXES {
+                let (mut from, mut to) =
+                    (legacy.clone().into_os_string(), db.clone().into_os_string());
+                from.push(suffix);
+                to.push(suffix);
+                if crate::privileges::kind_of(Path::new(&from))? == crate::privileges::Kind::File {
+                    fs::rename(&from, &to).with_context(|| {
+                        format!(
+                            "cannot move {} to {}",
+                            Path::new(&from).display(),
+                            Path::new(&to).display()
+                        )
+                    })?;
+                }
+            }
+            tracing::info!(
+                "moved the database from {} to {} (the state folder stays root's)",
+                legacy.display(),
+                db.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Creates `dir` with `mode` if it is missing. Folders above it that must be
+/// made get 0755: only the last folder of a new path is private, so a user
+/// the service hands a folder to can still reach it.
+pub fn make_dir(dir: &Path, mode: u32) -> Result<()> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+        .collect();
+    for p in missing.iter().rev() {
+        let m = if *p == dir { mode } else { 0o755 };
+        match DirBuilder::new().mode(m).create(p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", p.display())),
+        }
+        // The umask (077 in the service) must not take away what was asked.
+        fs::set_permissions(p, fs::Permissions::from_mode(m))
+            .with_context(|| format!("cannot set the mode of {}", p.display()))?;
     }
     Ok(())
 }

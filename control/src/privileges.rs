@@ -2,11 +2,30 @@
 //! own system user once they hold what only root may open (the CA key for the
 //! helper; the listening sockets, the HTTPS key and the folders for the web
 //! service).
+//!
+//! The hand-over of files is written so that the service user cannot turn it
+//! against root:
+//! - no link is ever followed: every file is opened with `O_NOFOLLOW`, checked
+//!   to be a regular file or a folder, and changed through that descriptor
+//!   (`fchown`, `fchmod`), so a link planted by the service user is skipped
+//!   and a file swapped in between check and change is never the one changed;
+//! - the config folder, the state folder and the TLS folder stay root's; the
+//!   service user gets only the SQLite database's own folder (`state/db/` by
+//!   default), which must not hold or be above any of the others;
+//! - a folder the service user must reach is checked before the switch, and a
+//!   parent it cannot enter (root's 0700 home, say) stops the start with the
+//!   folder named and what to do.
 
-use std::path::Path;
+use std::fs::{File, Metadata, OpenOptions};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nix::unistd::{Gid, Uid, User, chown, setgid, setgroups, setuid};
+use nix::sys::stat::{Mode, fchmod};
+use nix::unistd::{Gid, Uid, User, fchown, setgid, setgroups, setuid};
+
+/// Where `useradd` is looked for: `serve` may start with an empty `PATH`.
+const USERADD: &[&str] = &["/usr/sbin/useradd", "/sbin/useradd", "/usr/bin/useradd"];
 
 /// Switching users failed.
 #[derive(Debug, thiserror::Error)]
@@ -19,16 +38,55 @@ pub enum PrivError {
         /// Why.
         reason: String,
     },
-    /// A folder or file cannot be handed to the user.
-    #[error("cannot give {} to {user}", path.display())]
+    /// A folder or file cannot be given its owner or mode.
+    #[error("cannot set the owner or mode of {}", path.display())]
     Chown {
         /// The path.
-        path: std::path::PathBuf,
-        /// The user.
-        user: String,
+        path: PathBuf,
         /// Why.
         #[source]
-        err: nix::Error,
+        err: std::io::Error,
+    },
+    /// A folder the service needs is a link, or not a folder.
+    #[error(
+        "{} is {what}; mProv never follows links in its folders: replace it with a real folder (owned by root, mode 0700)",
+        path.display()
+    )]
+    NotAFolder {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        what: &'static str,
+    },
+    /// The service user cannot enter a folder above its database.
+    #[error(
+        "the service user {user} cannot reach {}: {} (mode {mode:04o}, owner uid {owner}) does not let it pass. Keep the state folder outside {} (e.g. MPROV_STATE_DIR=/var/lib/mprov), or let it pass with `chmod o+x {}`",
+        target.display(), blocker.display(), blocker.display(), blocker.display()
+    )]
+    Unreachable {
+        /// The user.
+        user: String,
+        /// What it must reach.
+        target: PathBuf,
+        /// The folder in the way.
+        blocker: PathBuf,
+        /// Its mode.
+        mode: u32,
+        /// Its owner.
+        owner: u32,
+    },
+    /// The SQLite database's folder would give the service user too much.
+    #[error(
+        "the SQLite database's folder {} {why}; the service user must own that folder, so it must hold nothing else of mProv's: put the database in a folder of its own, e.g. MPROV_DATABASE_URL=sqlite://{}?mode=rwc",
+        dir.display(), suggested.display()
+    )]
+    SharedDbFolder {
+        /// The folder.
+        dir: PathBuf,
+        /// Why it cannot be handed over.
+        why: String,
+        /// Where the database could go instead.
+        suggested: PathBuf,
     },
     /// The switch itself failed.
     #[error("cannot switch to user {user}")]
@@ -58,7 +116,18 @@ pub fn system_user(name: &str) -> Result<User, PrivError> {
     if let Some(user) = User::from_name(name).map_err(|e| err(e.to_string()))? {
         return Ok(user);
     }
-    let out = Command::new("useradd")
+    let useradd = USERADD
+        .iter()
+        .find(|p| Path::new(p).is_file())
+        .ok_or_else(|| {
+            err(format!(
+                "it does not exist and useradd is not in {} (install the passwd package, or make the user: useradd --system --user-group --no-create-home --shell /usr/sbin/nologin {name})",
+                USERADD.join(", ")
+            ))
+        })?;
+    let out = Command::new(useradd)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .args([
             "--system",
             "--no-create-home",
@@ -84,13 +153,197 @@ pub fn system_user(name: &str) -> Result<User, PrivError> {
         .ok_or_else(|| err("missing after useradd".into()))
 }
 
-/// Gives `path` to `user` (owner and group), keeping its mode.
-pub fn give(path: &Path, user: &User) -> Result<(), PrivError> {
-    chown(path, Some(user.uid), Some(user.gid)).map_err(|err| PrivError::Chown {
+/// What a path is, read without following a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A regular file.
+    File,
+    /// A folder.
+    Folder,
+    /// A symbolic link.
+    Link,
+    /// Anything else (device, socket, fifo).
+    Other,
+    /// Nothing there.
+    Missing,
+}
+
+/// What `path` is, without following a link.
+pub fn kind_of(path: &Path) -> std::io::Result<Kind> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Ok(Kind::Link),
+        Ok(m) if m.is_dir() => Ok(Kind::Folder),
+        Ok(m) if m.is_file() => Ok(Kind::File),
+        Ok(_) => Ok(Kind::Other),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Kind::Missing),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens `path` for reading without following a link: `None` for a link or
+/// anything that is neither a regular file nor a folder. The metadata is the
+/// descriptor's own, so it describes the file that was opened.
+pub fn open_nofollow(path: &Path) -> std::io::Result<Option<(File, Metadata)>> {
+    if !matches!(kind_of(path)?, Kind::File | Kind::Folder) {
+        return Ok(None);
+    }
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path)
+    {
+        Ok(f) => f,
+        // Swapped for a link since the check.
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !(meta.is_file() || meta.is_dir()) {
+        return Ok(None);
+    }
+    Ok(Some((file, meta)))
+}
+
+/// Who should own a path: `None` leaves the owner as it is (a service not
+/// started as root cannot give files away).
+pub type Owner = Option<(Uid, Gid)>;
+
+/// Sets the owner and mode of `path` through a descriptor opened without
+/// following links. Returns what the path was; a link or an odd file is left
+/// alone (and reported), never followed.
+pub fn set_owner_mode(path: &Path, owner: Owner, mode: u32) -> Result<Kind, PrivError> {
+    let fail = |err: std::io::Error| PrivError::Chown {
         path: path.to_owned(),
-        user: user.name.clone(),
         err,
+    };
+    let Some((file, meta)) = open_nofollow(path).map_err(fail)? else {
+        return kind_of(path).map_err(fail);
+    };
+    if let Some((uid, gid)) = owner
+        && (meta.uid() != uid.as_raw() || meta.gid() != gid.as_raw())
+    {
+        fchown(&file, Some(uid), Some(gid)).map_err(|e| fail(e.into()))?;
+    }
+    if meta.mode() & 0o7777 != mode {
+        fchmod(&file, Mode::from_bits_truncate(mode)).map_err(|e| fail(e.into()))?;
+    }
+    Ok(if meta.is_dir() {
+        Kind::Folder
+    } else {
+        Kind::File
     })
+}
+
+/// Makes sure `dir` is a real folder (not a link) with `owner` and `mode`.
+pub fn own_folder(dir: &Path, owner: Owner, mode: u32) -> Result<(), PrivError> {
+    match set_owner_mode(dir, owner, mode)? {
+        Kind::Folder => Ok(()),
+        Kind::Link => Err(PrivError::NotAFolder {
+            path: dir.to_owned(),
+            what: "a symbolic link",
+        }),
+        Kind::Missing => Err(PrivError::NotAFolder {
+            path: dir.to_owned(),
+            what: "missing",
+        }),
+        Kind::File | Kind::Other => Err(PrivError::NotAFolder {
+            path: dir.to_owned(),
+            what: "not a folder",
+        }),
+    }
+}
+
+/// Tightens a folder the service keeps to itself: the folder gets `owner`
+/// and `mode`, each regular file in it `owner` and owner-only access (read
+/// and write, or read only for files that were read-only), each folder in it
+/// `owner` and 0700 (not its content). Links are skipped with a warning, never followed.
+pub fn tighten_tree(dir: &Path, owner: Owner, mode: u32) -> Result<(), PrivError> {
+    own_folder(dir, owner, mode)?;
+    let fail = |err: std::io::Error| PrivError::Chown {
+        path: dir.to_owned(),
+        err,
+    };
+    for entry in std::fs::read_dir(dir).map_err(fail)? {
+        let path = entry.map_err(fail)?.path();
+        match kind_of(&path).map_err(fail)? {
+            Kind::File => {
+                let m = std::fs::symlink_metadata(&path).map_err(fail)?.mode();
+                set_owner_mode(&path, owner, (m & 0o600) | 0o400)?;
+            }
+            Kind::Folder => {
+                set_owner_mode(&path, owner, 0o700)?;
+            }
+            Kind::Link => tracing::warn!(
+                "{} is a symbolic link; it is left alone and never followed (remove it: mProv does not put links there)",
+                path.display()
+            ),
+            Kind::Other | Kind::Missing => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether `user` may pass through (search) a folder with this metadata.
+fn may_search(meta: &Metadata, user: &User) -> bool {
+    let mode = meta.mode();
+    if meta.uid() == user.uid.as_raw() {
+        return mode & 0o100 != 0;
+    }
+    if meta.gid() == user.gid.as_raw() {
+        return mode & 0o010 != 0;
+    }
+    mode & 0o001 != 0
+}
+
+/// Checks that `user` can reach `target` through every folder above it.
+pub fn check_reachable(target: &Path, user: &User) -> Result<(), PrivError> {
+    let mut blockers = Vec::new();
+    for dir in target.ancestors().skip(1) {
+        if dir.as_os_str().is_empty() {
+            continue;
+        }
+        let meta = std::fs::metadata(dir).map_err(|err| PrivError::Chown {
+            path: dir.to_owned(),
+            err,
+        })?;
+        if !may_search(&meta, user) {
+            blockers.push((dir.to_owned(), meta.mode() & 0o7777, meta.uid()));
+        }
+    }
+    // The highest folder in the way is the one to name.
+    match blockers.pop() {
+        Some((blocker, mode, owner)) => Err(PrivError::Unreachable {
+            user: user.name.clone(),
+            target: target.to_owned(),
+            blocker,
+            mode,
+            owner,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The SQLite database's folder may be handed to the service user only if
+/// it holds nothing else of mProv's: it must not be, or be above, any of
+/// `keep` (the config, state and TLS folders), and it must not be a shared
+/// folder (sticky or writable by others, like /tmp). Pure: decides from
+/// paths and the folder's mode.
+pub fn db_folder_problem(db_dir: &Path, keep: &[&Path], mode: u32) -> Option<String> {
+    if db_dir.parent().is_none() {
+        return Some("is the root folder".into());
+    }
+    for k in keep {
+        if k.starts_with(db_dir) {
+            return Some(format!("holds {}", k.display()));
+        }
+    }
+    if mode & 0o1000 != 0 || mode & 0o022 != 0 {
+        return Some(format!(
+            "is shared with other users (mode {:04o})",
+            mode & 0o7777
+        ));
+    }
+    None
 }
 
 /// Becomes `user` for good: supplementary groups, group, then user.

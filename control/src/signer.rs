@@ -2,8 +2,20 @@
 //!
 //! `mprov-control serve` starts `mprov-control signer` as a child and talks
 //! to it over a private socket pair (the child's standard input and output):
-//! one JSON [`SignRequest`] per line in, one JSON [`SignReply`] per line out.
+//! one JSON [`SignRequest`] per line in, one JSON [`Answer`] per line out.
 //! No file-system socket exists, so no other process can ask it to sign.
+//!
+//! `signer` is a small supervisor that keeps the rights to start the helper
+//! again (it stays root when started as root, and never reads a request):
+//! it runs `signer-worker` on the same socket pair, and when the worker
+//! dies it says so on the socket ([`Down`]), waits (1 s, doubling to 60 s),
+//! and starts a new one, which announces itself ([`Ready`]) as the first did.
+//! The web service never starts a helper itself: while the helper is down a
+//! signature fails at once with [`SignerError::Unavailable`] (a 503), and if
+//! the supervisor itself is gone, [`SignerClient::lost`] fires and `serve`
+//! exits, so that systemd starts the whole service again. Requests carry an
+//! id, so an answer a new worker gives to a request sent before the restart
+//! is never taken for the answer to a later one.
 //!
 //! Started as root, the helper makes the CA if the TLS folder has none, reads
 //! the CA key, and then drops to its own system user before it reads a single
@@ -99,6 +111,18 @@ pub struct SignRequest {
     /// [`MIN_SECONDS`], at most the profile's maximum.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<u64>,
+    /// The request's number, echoed in the [`Answer`].
+    #[serde(default)]
+    pub id: u64,
+}
+
+/// One line the helper writes: the reply to request `id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The request's number.
+    pub id: u64,
+    /// The reply.
+    pub reply: SignReply,
 }
 
 /// The shortest validity the helper grants, in seconds.
@@ -139,6 +163,14 @@ pub enum Refusal {
     /// The CSR asks for CA rights.
     #[error("the CSR asks for CA rights; agents never get a CA certificate")]
     CaRights,
+    /// The CSR's key is too weak.
+    #[error("the CSR's key is too weak: {0}; use ECDSA P-256 (or RSA of at least 2048 bits)")]
+    WeakKey(String),
+    /// The CSR's key or signature algorithm is not one the CA accepts.
+    #[error(
+        "the CSR's algorithm is not accepted: {0}; use ECDSA P-256 or P-384, Ed25519, or RSA of 2048 to 8192 bits, signed with SHA-256 or better"
+    )]
+    Algorithm(String),
     /// The CSR asks for a name this credential may not carry.
     #[error("the CSR asks for the name {asked:?}; this certificate may only name {allowed:?}")]
     OtherName {
@@ -195,11 +227,7 @@ impl Signer {
         tls::ensure_dir(tls_dir)?;
         let (ca_pem, _) = tls::ensure_ca(tls_dir, hostname)?;
         let key_path = tls_dir.join(tls::CA_KEY);
-        let key_pem = std::fs::read_to_string(&key_path).map_err(|err| TlsError::Io {
-            what: "cannot read the CA key",
-            path: key_path.clone(),
-            err,
-        })?;
+        let key_pem = tls::read_private(&key_path, true)?;
         let key = KeyPair::from_pem(&key_pem).map_err(|err| TlsError::Cert {
             what: format!("{} is not a usable key", key_path.display()),
             err,
@@ -240,9 +268,14 @@ impl Signer {
         if !valid_identity(&req.identity) {
             return Err(Refusal::Identity(req.identity.clone()));
         }
+        // The key and algorithms first, so that their refusal names them
+        // (the signature check below cannot tell a weak key from a bad one).
+        check_key(&req.csr_pem)?;
         let csr = CertificateSigningRequestParams::from_pem(&req.csr_pem)
             .map_err(|e| Refusal::Csr(e.to_string()))?;
-        if csr.params.is_ca != IsCa::NoCa {
+        // An explicit CA:FALSE is what a careful client sends; only CA:TRUE
+        // asks for CA rights.
+        if matches!(csr.params.is_ca, IsCa::Ca(_)) {
             return Err(Refusal::CaRights);
         }
         let (allowed_sans, eku) = match profile {
@@ -310,8 +343,10 @@ impl Signer {
     }
 
     /// Answers one request line: the reply, logged when refused.
-    pub fn answer(&self, line: &str) -> SignReply {
-        let result = serde_json::from_str::<SignRequest>(line)
+    pub fn answer(&self, line: &str) -> Answer {
+        let parsed = serde_json::from_str::<SignRequest>(line);
+        let id = parsed.as_ref().map_or(0, |r| r.id);
+        let result = parsed
             .map_err(|e| Refusal::Malformed(e.to_string()))
             .and_then(|req| {
                 self.sign(&req).inspect_err(|why| {
@@ -322,12 +357,13 @@ impl Signer {
                     );
                 })
             });
-        match result {
+        let reply = match result {
             Ok(reply) => reply,
             Err(why) => SignReply::Refused {
                 reason: why.to_string(),
             },
-        }
+        };
+        Answer { id, reply }
     }
 }
 
@@ -350,8 +386,11 @@ pub fn serve(signer: &Signer, input: impl BufRead, mut output: impl Write) -> st
             let mut rest = Vec::new();
             input.set_limit(u64::MAX);
             input.read_until(b'\n', &mut rest)?;
-            SignReply::Refused {
-                reason: format!("the request is longer than {MAX_REQUEST} bytes"),
+            Answer {
+                id: 0,
+                reply: SignReply::Refused {
+                    reason: format!("the request is longer than {MAX_REQUEST} bytes"),
+                },
             }
         } else {
             // End of input inside a line: answer what came.
@@ -362,6 +401,71 @@ pub fn serve(signer: &Signer, input: impl BufRead, mut output: impl Write) -> st
         output.write_all(out.as_bytes())?;
         output.flush()?;
     }
+}
+
+/// Checks the CSR's public key and signature algorithm, naming what is
+/// wrong: a weak RSA key, a curve or algorithm the CA does not accept, a
+/// SHA-1 signature. Pure.
+pub fn check_key(csr_pem: &str) -> Result<(), Refusal> {
+    use x509_parser::prelude::{FromDer as _, X509CertificationRequest};
+    use x509_parser::public_key::PublicKey;
+    let der = rustls::pki_types::CertificateSigningRequestDer::from_pem_slice(csr_pem.as_bytes())
+        .map_err(|_| Refusal::Csr("it is not a PEM certificate request".into()))?;
+    let (_, csr) = X509CertificationRequest::from_der(der.as_ref())
+        .map_err(|e| Refusal::Csr(e.to_string()))?;
+    let spki = &csr.certification_request_info.subject_pki;
+    let key_alg = spki.algorithm.algorithm.to_id_string();
+    match key_alg.as_str() {
+        // rsaEncryption
+        "1.2.840.113549.1.1.1" => {
+            let Ok(PublicKey::RSA(rsa)) = spki.parsed() else {
+                return Err(Refusal::Csr("its RSA key cannot be read".into()));
+            };
+            let m = rsa.modulus;
+            let m = &m[m.iter().take_while(|b| **b == 0).count()..];
+            let bits = m
+                .first()
+                .map_or(0, |b| m.len() * 8 - b.leading_zeros() as usize);
+            if bits < 2048 {
+                return Err(Refusal::WeakKey(format!("an RSA key of {bits} bits")));
+            }
+            if bits > 8192 {
+                return Err(Refusal::Algorithm(format!("an RSA key of {bits} bits")));
+            }
+        }
+        // id-ecPublicKey: the curve is the parameter.
+        "1.2.840.10045.2.1" => {
+            let curve = spki
+                .algorithm
+                .parameters
+                .as_ref()
+                .and_then(|p| p.as_oid().ok())
+                .map(|o| o.to_id_string())
+                .unwrap_or_default();
+            match curve.as_str() {
+                "1.2.840.10045.3.1.7" | "1.3.132.0.34" => {}
+                "1.3.132.0.10" => return Err(Refusal::Algorithm("ECDSA on secp256k1".into())),
+                "1.3.132.0.35" => return Err(Refusal::Algorithm("ECDSA on P-521".into())),
+                other => {
+                    return Err(Refusal::Algorithm(format!("ECDSA on the curve {other}")));
+                }
+            }
+        }
+        // Ed25519
+        "1.3.101.112" => {}
+        "1.3.101.113" => return Err(Refusal::Algorithm("Ed448".into())),
+        "1.2.840.10040.4.1" => return Err(Refusal::Algorithm("DSA".into())),
+        other => return Err(Refusal::Algorithm(format!("a key of type {other}"))),
+    }
+    let sig = csr.signature_algorithm.algorithm.to_id_string();
+    // sha1WithRSAEncryption, ecdsa-with-SHA1, dsa-with-sha1
+    if matches!(
+        sig.as_str(),
+        "1.2.840.113549.1.1.5" | "1.2.840.10045.4.1" | "1.2.840.10040.4.3"
+    ) {
+        return Err(Refusal::Algorithm("a SHA-1 signature".into()));
+    }
+    Ok(())
 }
 
 fn valid_identity(s: &str) -> bool {
@@ -471,6 +575,29 @@ struct ReadyInfo {
     ca_pem: String,
 }
 
+/// What the supervisor writes when the helper stopped.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Down {
+    down: DownInfo,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct DownInfo {
+    reason: String,
+    /// The supervisor gives up (the CA cannot be opened): it exits next.
+    #[serde(default)]
+    fatal: bool,
+}
+
+/// Any line from the helper's side of the socket.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Incoming {
+    Answer(Answer),
+    Ready(Ready),
+    Down(Down),
+}
+
 /// The helper's side of the hand-shake: announces the CA certificate.
 pub fn announce(signer: &Signer, mut output: impl Write) -> std::io::Result<()> {
     let mut line = serde_json::to_string(&Ready {
@@ -484,18 +611,84 @@ pub fn announce(signer: &Signer, mut output: impl Write) -> std::io::Result<()> 
     output.flush()
 }
 
+/// The exit code of a worker that cannot open the CA: the supervisor gives
+/// up rather than retrying what needs an administrator.
+pub const WORKER_CANNOT_OPEN: i32 = 3;
+/// The first wait before a dead worker is started again; it doubles up to
+/// [`MAX_BACKOFF`], and starts over once a worker ran that long.
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait between two starts of the worker.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The wait before the next start, after a worker that ran `ran` and a
+/// previous wait of `last`. Pure.
+pub fn next_backoff(last: Option<Duration>, ran: Duration) -> Duration {
+    match last {
+        Some(last) if ran < MAX_BACKOFF => (last * 2).min(MAX_BACKOFF),
+        _ => FIRST_BACKOFF,
+    }
+}
+
+fn write_down(reason: &str, fatal: bool) -> std::io::Result<()> {
+    let mut line = serde_json::to_string(&Down {
+        down: DownInfo {
+            reason: reason.to_owned(),
+            fatal,
+        },
+    })
+    .map_err(std::io::Error::other)?;
+    line.push('\n');
+    let mut out = std::io::stdout().lock();
+    out.write_all(line.as_bytes())?;
+    out.flush()
+}
+
+/// `mprov-control signer`: runs `worker` (a command that becomes the
+/// helper on this process's standard input and output) until it exits
+/// cleanly (the web service closed the socket), starting it again with a
+/// back-off when it dies. Never reads the socket itself.
+pub fn supervise(mut worker: impl FnMut() -> std::process::Command) -> Result<(), SignerError> {
+    let mut last: Option<Duration> = None;
+    loop {
+        let started = std::time::Instant::now();
+        let status = worker()
+            .stdin(std::process::Stdio::inherit())
+            .stdout(std::process::Stdio::inherit())
+            .status()
+            .map_err(|e| SignerError::Start(e.to_string()))?;
+        if status.success() {
+            return Ok(());
+        }
+        if status.code() == Some(WORKER_CANNOT_OPEN) {
+            let reason = "the signing helper cannot open the CA; the log says why".to_owned();
+            let _ = write_down(&reason, true);
+            return Err(SignerError::Start(reason));
+        }
+        let wait = next_backoff(last, started.elapsed());
+        last = Some(wait);
+        let reason =
+            format!("the signing helper stopped ({status}); it is started again in {wait:?}");
+        tracing::error!("{reason}");
+        if write_down(&reason, false).is_err() {
+            // The web service is gone: nobody to sign for.
+            return Ok(());
+        }
+        std::thread::sleep(wait);
+    }
+}
+
 /// The web service cannot reach the helper.
 #[derive(Debug, thiserror::Error)]
 pub enum SignerError {
     /// The helper cannot be started, or exited before it was ready.
     #[error("cannot start the signing helper: {0}")]
     Start(String),
-    /// The helper stopped answering.
-    #[error("the signing helper is gone: {0}")]
-    Gone(String),
+    /// The helper is down for now (being started again); try later.
+    #[error("the signing helper is not available: {0}")]
+    Unavailable(String),
 }
 
-/// How the helper is started again if it dies.
+/// How the helper is started.
 #[derive(Debug, Clone)]
 pub struct SpawnSpec {
     /// The `mprov-control` executable.
@@ -508,19 +701,47 @@ pub struct SpawnSpec {
     pub user: Option<String>,
 }
 
+/// What the reader task and the callers share.
 #[derive(Debug)]
-struct Conn {
-    child: tokio::process::Child,
-    reader: tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>,
-    writer: tokio::net::unix::OwnedWriteHalf,
+struct Link {
+    /// Whether a worker is ready.
+    up: std::sync::atomic::AtomicBool,
+    /// Why it is not, when it is not.
+    why_down: std::sync::Mutex<String>,
+    /// The request waiting for its answer.
+    pending: std::sync::Mutex<
+        Option<(
+            u64,
+            tokio::sync::oneshot::Sender<Result<SignReply, SignerError>>,
+        )>,
+    >,
+    /// Fires when the supervisor is gone for good.
+    lost: tokio_util::sync::CancellationToken,
+}
+
+impl Link {
+    fn set_down(&self, why: &str) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        why.clone_into(&mut self.why_down.lock().unwrap_or_else(|e| e.into_inner()));
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((_, tx)) = pending {
+            let _ = tx.send(Err(SignerError::Unavailable(why.to_owned())));
+        }
+    }
 }
 
 #[derive(Debug)]
 enum Backend {
-    /// The helper process over its socket pair.
+    /// The supervised helper over its socket pair.
     Process {
-        spec: SpawnSpec,
-        conn: tokio::sync::Mutex<Option<Conn>>,
+        child: tokio::sync::Mutex<tokio::process::Child>,
+        writer: tokio::sync::Mutex<tokio::net::unix::OwnedWriteHalf>,
+        link: std::sync::Arc<Link>,
+        next_id: std::sync::atomic::AtomicU64,
     },
     /// The same checks inside this process, for in-process API tests that
     /// have no helper binary to start. The serving process never uses it.
@@ -540,14 +761,66 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const SIGN_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl SignerClient {
-    /// Starts the helper process and waits until it is ready.
+    /// Starts the supervised helper and waits until it is ready.
     pub async fn spawn(spec: SpawnSpec) -> Result<SignerClient, SignerError> {
-        let (conn, ca_pem) = start(&spec).await?;
+        use tokio::io::AsyncBufReadExt as _;
+        let fail = |e: std::io::Error| SignerError::Start(e.to_string());
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(fail)?;
+        let theirs_out = theirs.try_clone().map_err(fail)?;
+        let mut cmd = tokio::process::Command::new(&spec.exe);
+        cmd.arg("signer")
+            .arg("--tls-dir")
+            .arg(&spec.tls_dir)
+            .arg("--hostname")
+            .arg(&spec.hostname);
+        if let Some(user) = &spec.user {
+            cmd.arg("--user").arg(user);
+        }
+        cmd.stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+            theirs,
+        )))
+        .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+            theirs_out,
+        )))
+        .kill_on_drop(true);
+        let child = cmd.spawn().map_err(fail)?;
+        // The command holds the child's ends of the pair: close ours now, or a
+        // helper that dies would never read as closed.
+        drop(cmd);
+        ours.set_nonblocking(true).map_err(fail)?;
+        let (read, writer) = tokio::net::UnixStream::from_std(ours)
+            .map_err(fail)?
+            .into_split();
+        let mut reader = tokio::io::BufReader::new(read);
+        let mut first = String::new();
+        let n = tokio::time::timeout(START_TIMEOUT, reader.read_line(&mut first))
+            .await
+            .map_err(|_| SignerError::Start(format!("not ready within {START_TIMEOUT:?}")))?
+            .map_err(fail)?;
+        if n == 0 {
+            return Err(SignerError::Start(
+                "it exited before it was ready; the log above says why".into(),
+            ));
+        }
+        let ca_pem = match serde_json::from_str::<Incoming>(&first) {
+            Ok(Incoming::Ready(r)) => r.ready.ca_pem,
+            Ok(Incoming::Down(d)) => return Err(SignerError::Start(d.down.reason)),
+            _ => return Err(SignerError::Start("unexpected first line".into())),
+        };
+        let link = std::sync::Arc::new(Link {
+            up: std::sync::atomic::AtomicBool::new(true),
+            why_down: std::sync::Mutex::new(String::new()),
+            pending: std::sync::Mutex::new(None),
+            lost: tokio_util::sync::CancellationToken::new(),
+        });
+        tokio::spawn(read_loop(reader, link.clone()));
         Ok(SignerClient {
             ca_pem,
             backend: Backend::Process {
-                spec,
-                conn: tokio::sync::Mutex::new(Some(conn)),
+                child: tokio::sync::Mutex::new(child),
+                writer: tokio::sync::Mutex::new(writer),
+                link,
+                next_id: std::sync::atomic::AtomicU64::new(1),
             },
         })
     }
@@ -566,114 +839,126 @@ impl SignerClient {
         &self.ca_pem
     }
 
-    /// The helper's process id, if it runs as a process.
+    /// The supervisor's process id, if it runs as a process.
     pub async fn pid(&self) -> Option<u32> {
         match &self.backend {
-            Backend::Process { conn, .. } => conn.lock().await.as_ref().and_then(|c| c.child.id()),
+            Backend::Process { child, .. } => child.lock().await.id(),
             Backend::InProcess(_) => None,
         }
     }
 
-    /// Asks for a signature. A helper that died is started again once.
+    /// A token that fires when the supervisor is gone for good: the web
+    /// service cannot start it again, so it must exit.
+    pub fn lost(&self) -> tokio_util::sync::CancellationToken {
+        match &self.backend {
+            Backend::Process { link, .. } => link.lost.clone(),
+            Backend::InProcess(_) => tokio_util::sync::CancellationToken::new(),
+        }
+    }
+
+    /// Asks for a signature; fails at once while the helper is down.
     pub async fn sign(&self, req: &SignRequest) -> Result<SignReply, SignerError> {
-        let (spec, conn) = match &self.backend {
+        use std::sync::atomic::Ordering;
+        use tokio::io::AsyncWriteExt as _;
+        let (writer, link, next_id) = match &self.backend {
             Backend::InProcess(signer) => {
-                let line =
-                    serde_json::to_string(req).map_err(|e| SignerError::Gone(e.to_string()))?;
-                return Ok(signer.answer(&line));
+                let line = serde_json::to_string(req)
+                    .map_err(|e| SignerError::Unavailable(e.to_string()))?;
+                return Ok(signer.answer(&line).reply);
             }
-            Backend::Process { spec, conn } => (spec, conn),
+            Backend::Process {
+                writer,
+                link,
+                next_id,
+                ..
+            } => (writer, link, next_id),
         };
-        let mut line = serde_json::to_string(req).map_err(|e| SignerError::Gone(e.to_string()))?;
+        // One request at a time: the helper answers in order.
+        let mut writer = writer.lock().await;
+        if !link.up.load(Ordering::SeqCst) {
+            let why = link
+                .why_down
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            return Err(SignerError::Unavailable(why));
+        }
+        let id = next_id.fetch_add(1, Ordering::SeqCst);
+        let mut req = req.clone();
+        req.id = id;
+        let mut line =
+            serde_json::to_string(&req).map_err(|e| SignerError::Unavailable(e.to_string()))?;
         line.push('\n');
-        let mut guard = conn.lock().await;
-        for attempt in 0..2 {
-            if guard.is_none() {
-                let (c, _) = start(spec).await?;
-                *guard = Some(c);
-            }
-            let Some(c) = guard.as_mut() else { continue };
-            match tokio::time::timeout(SIGN_TIMEOUT, exchange(c, &line)).await {
-                Ok(Ok(reply)) => return Ok(reply),
-                Ok(Err(err)) if attempt == 0 => {
-                    tracing::error!("the signing helper stopped ({err}); starting it again");
-                }
-                Ok(Err(err)) => return Err(SignerError::Gone(err.to_string())),
-                Err(_) => {
-                    tracing::error!("the signing helper did not answer within {SIGN_TIMEOUT:?}");
-                }
-            }
-            if let Some(mut dead) = guard.take() {
-                let _ = dead.child.start_kill();
-                let _ = dead.child.wait().await;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        *link.pending.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, tx));
+        if let Err(e) = writer.write_all(line.as_bytes()).await {
+            link.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            return Err(SignerError::Unavailable(e.to_string()));
+        }
+        match tokio::time::timeout(SIGN_TIMEOUT, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(SignerError::Unavailable("the helper went away".into())),
+            Err(_) => {
+                link.pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                tracing::error!("the signing helper did not answer within {SIGN_TIMEOUT:?}");
+                Err(SignerError::Unavailable(format!(
+                    "it did not answer within {SIGN_TIMEOUT:?}"
+                )))
             }
         }
-        Err(SignerError::Gone("it failed twice in a row".into()))
     }
 }
 
-async fn exchange(conn: &mut Conn, line: &str) -> std::io::Result<SignReply> {
-    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
-    conn.writer.write_all(line.as_bytes()).await?;
-    let mut reply = String::new();
-    if conn.reader.read_line(&mut reply).await? == 0 {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    }
-    serde_json::from_str(&reply).map_err(std::io::Error::other)
-}
-
-/// Starts the helper on one end of a fresh socket pair and reads its
-/// ready line.
-async fn start(spec: &SpawnSpec) -> Result<(Conn, String), SignerError> {
+/// Reads the helper's side: answers go to the waiting request, `Down` and
+/// `Ready` switch the link, the end of the socket means the supervisor is
+/// gone.
+async fn read_loop(
+    mut reader: tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>,
+    link: std::sync::Arc<Link>,
+) {
     use tokio::io::AsyncBufReadExt as _;
-    let fail = |e: std::io::Error| SignerError::Start(e.to_string());
-    let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(fail)?;
-    let theirs_out = theirs.try_clone().map_err(fail)?;
-    let mut cmd = tokio::process::Command::new(&spec.exe);
-    cmd.arg("signer")
-        .arg("--tls-dir")
-        .arg(&spec.tls_dir)
-        .arg("--hostname")
-        .arg(&spec.hostname);
-    if let Some(user) = &spec.user {
-        cmd.arg("--user").arg(user);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line).await {
+            Ok(0) | Err(_) => {
+                tracing::error!("the signing helper's supervisor is gone");
+                link.set_down("the signing helper's supervisor is gone; the service restarts");
+                link.lost.cancel();
+                return;
+            }
+            Ok(_) => {}
+        }
+        match serde_json::from_str::<Incoming>(&line) {
+            Ok(Incoming::Answer(answer)) => {
+                let mut pending = link.pending.lock().unwrap_or_else(|e| e.into_inner());
+                match pending.take() {
+                    Some((id, tx)) if id == answer.id => {
+                        let _ = tx.send(Ok(answer.reply));
+                    }
+                    other => {
+                        *pending = other;
+                        tracing::debug!(id = answer.id, "signer: an answer nobody waits for");
+                    }
+                }
+            }
+            Ok(Incoming::Ready(_)) => {
+                link.up.store(true, std::sync::atomic::Ordering::SeqCst);
+                tracing::info!("the signing helper is back");
+            }
+            Ok(Incoming::Down(d)) => {
+                tracing::error!("{}", d.down.reason);
+                link.set_down(&d.down.reason);
+            }
+            Err(e) => tracing::warn!("signer: a line that is not understood: {e}"),
+        }
     }
-    cmd.stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
-        theirs,
-    )))
-    .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(
-        theirs_out,
-    )))
-    .kill_on_drop(true);
-    let child = cmd.spawn().map_err(fail)?;
-    // The command holds the child's ends of the pair: close ours now, or a
-    // helper that dies would never read as closed.
-    drop(cmd);
-    ours.set_nonblocking(true).map_err(fail)?;
-    let (read, writer) = tokio::net::UnixStream::from_std(ours)
-        .map_err(fail)?
-        .into_split();
-    let mut reader = tokio::io::BufReader::new(read);
-    let mut first = String::new();
-    let n = tokio::time::timeout(START_TIMEOUT, reader.read_line(&mut first))
-        .await
-        .map_err(|_| SignerError::Start(format!("not ready within {START_TIMEOUT:?}")))?
-        .map_err(fail)?;
-    if n == 0 {
-        return Err(SignerError::Start(
-            "it exited before it was ready; the log above says why".into(),
-        ));
-    }
-    let ready: Ready = serde_json::from_str(&first)
-        .map_err(|e| SignerError::Start(format!("unexpected first line: {e}")))?;
-    Ok((
-        Conn {
-            child,
-            reader,
-            writer,
-        },
-        ready.ready.ca_pem,
-    ))
 }
 
 #[cfg(test)]
@@ -682,7 +967,7 @@ mod tests {
 
     fn signer() -> (tempfile::TempDir, Signer) {
         let dir = tempfile::tempdir().unwrap();
-        let s = Signer::open(dir.path(), "mpcc").unwrap();
+        let s = Signer::open(&dir.path().join("tls"), "mpcc").unwrap();
         (dir, s)
     }
 
@@ -706,6 +991,7 @@ mod tests {
             csr_pem,
             days,
             seconds: None,
+            id: 0,
         }
     }
 
@@ -841,7 +1127,7 @@ mod tests {
         let replies: Vec<SignReply> = String::from_utf8(out)
             .unwrap()
             .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
+            .map(|l| serde_json::from_str::<Answer>(l).unwrap().reply)
             .collect();
         assert_eq!(replies.len(), 4, "{replies:?}");
         assert!(matches!(replies[0], SignReply::Signed { .. }));

@@ -110,6 +110,19 @@ pub enum TlsError {
     /// The signing helper refused or failed.
     #[error("the signing helper did not sign the HTTPS certificate: {0}")]
     Signer(String),
+    /// The TLS folder or the CA key could be changed by someone else.
+    #[error(
+        "{} {why}; the CA and its key must be reachable by {who} alone, under folders only {who} can change. Restore it from a backup (see the admin guide), or move it aside to have a new CA made (every agent then enrolls again)",
+        path.display()
+    )]
+    Unsafe {
+        /// The file or folder.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+        /// Who must own it: root, or the user the service runs as.
+        who: String,
+    },
     /// The client-certificate verifier cannot be built from the CA.
     #[error("the CA certificate cannot verify client certificates")]
     Verifier(#[source] rustls::server::VerifierBuilderError),
@@ -247,23 +260,31 @@ pub fn server_config(tls: &Tls) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     Ok(Arc::new(config))
 }
 
-/// Creates the TLS folder (mode 0700) and checks it can be written.
+/// Creates the TLS folder (mode 0700; folders above it that it makes get
+/// 0755) if it is missing, then checks that nobody but this process's user
+/// can change it or read the key: see [`check_private_dir`]. Nothing is
+/// repaired: a TLS folder that someone else could have changed is refused.
 pub(crate) fn ensure_dir(dir: &Path) -> Result<(), TlsError> {
-    fs::create_dir_all(dir).map_err(|err| TlsError::Io {
-        what: "cannot create the TLS folder",
-        path: dir.to_owned(),
-        err,
-    })?;
-    // The folder holds keys: nobody but its owner lists or enters it.
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|err| TlsError::Io {
-        what: "cannot restrict the TLS folder",
-        path: dir.to_owned(),
-        err,
-    })?;
+    if !matches!(
+        crate::privileges::kind_of(dir),
+        Ok(crate::privileges::Kind::Folder | crate::privileges::Kind::Link)
+    ) {
+        crate::first_start::make_dir(dir, 0o700).map_err(|err| TlsError::Io {
+            what: "cannot create the TLS folder",
+            path: dir.to_owned(),
+            err: std::io::Error::other(format!("{err:#}")),
+        })?;
+    }
+    check_private_dir(dir)?;
     // Fail now, with the folder named, if it cannot be written.
     let probe = dir.join(".write-test");
-    fs::write(&probe, b"")
-        .and_then(|()| fs::remove_file(&probe))
+    let _ = fs::remove_file(&probe);
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&probe)
+        .and_then(|_| fs::remove_file(&probe))
         .map_err(|err| TlsError::Io {
             what: "cannot write in the TLS folder",
             path: dir.to_owned(),
@@ -271,14 +292,143 @@ pub(crate) fn ensure_dir(dir: &Path) -> Result<(), TlsError> {
         })
 }
 
+/// Who this process is, for the messages: `root` or `uid N`.
+fn who() -> String {
+    let uid = nix::unistd::geteuid();
+    if uid.is_root() {
+        "root".into()
+    } else {
+        format!("uid {uid}")
+    }
+}
+
+/// The TLS folder must be a real folder (not a link), this process's user's
+/// (root's when started as root), closed to group and others, and every
+/// folder above it must be root's or this user's and writable by nobody
+/// else (a sticky folder such as /tmp aside), so no other user can swap it.
+pub fn check_private_dir(dir: &Path) -> Result<(), TlsError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let euid = nix::unistd::geteuid().as_raw();
+    let unsafe_ = |path: &Path, why: String| TlsError::Unsafe {
+        path: path.to_owned(),
+        why,
+        who: who(),
+    };
+    let meta = fs::symlink_metadata(dir).map_err(|err| TlsError::Io {
+        what: "cannot read the TLS folder",
+        path: dir.to_owned(),
+        err,
+    })?;
+    if meta.file_type().is_symlink() {
+        return Err(unsafe_(dir, "is a symbolic link".into()));
+    }
+    if !meta.is_dir() {
+        return Err(unsafe_(dir, "is not a folder".into()));
+    }
+    if meta.uid() != euid {
+        return Err(unsafe_(dir, format!("belongs to uid {}", meta.uid())));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(unsafe_(
+            dir,
+            format!(
+                "is open to its group or others (mode {:04o})",
+                meta.mode() & 0o7777
+            ),
+        ));
+    }
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_owned());
+    for parent in abs.ancestors().skip(1) {
+        let Ok(m) = fs::metadata(parent) else {
+            continue;
+        };
+        if m.uid() != 0 && m.uid() != euid {
+            return Err(unsafe_(
+                dir,
+                format!(
+                    "is inside {}, which belongs to uid {}",
+                    parent.display(),
+                    m.uid()
+                ),
+            ));
+        }
+        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            return Err(unsafe_(
+                dir,
+                format!(
+                    "is inside {}, which others may write (mode {:04o})",
+                    parent.display(),
+                    m.mode() & 0o7777
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads a file of the TLS folder without following a link; for a key
+/// (`private`), it must also be this user's and closed to group and others.
+pub(crate) fn read_private(path: &Path, private: bool) -> Result<String, TlsError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let io = |err| TlsError::Io {
+        what: "cannot read",
+        path: path.to_owned(),
+        err,
+    };
+    let Some((mut file, meta)) = crate::privileges::open_nofollow(path).map_err(io)? else {
+        return Err(TlsError::Unsafe {
+            path: path.to_owned(),
+            why: "is a symbolic link or not a regular file".into(),
+            who: who(),
+        });
+    };
+    if !meta.is_file() {
+        return Err(TlsError::Unsafe {
+            path: path.to_owned(),
+            why: "is not a regular file".into(),
+            who: who(),
+        });
+    }
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(TlsError::Unsafe {
+            path: path.to_owned(),
+            why: format!("belongs to uid {}", meta.uid()),
+            who: who(),
+        });
+    }
+    if private && meta.mode() & 0o077 != 0 {
+        return Err(TlsError::Unsafe {
+            path: path.to_owned(),
+            why: format!(
+                "is open to its group or others (mode {:04o})",
+                meta.mode() & 0o7777
+            ),
+            who: who(),
+        });
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(io)?;
+    Ok(text)
+}
+
 /// Loads the CA certificate, making the CA first if the folder has none.
 /// Returns its PEM and whether it was made now.
 pub(crate) fn ensure_ca(dir: &Path, hostname: &str) -> Result<(String, bool), TlsError> {
     let cert_path = dir.join(CA_CERT);
     let key_path = dir.join(CA_KEY);
-    match (cert_path.exists(), key_path.exists()) {
+    let there = |p: &Path| {
+        !matches!(
+            crate::privileges::kind_of(p),
+            Ok(crate::privileges::Kind::Missing)
+        )
+    };
+    match (there(&cert_path), there(&key_path)) {
         (true, true) => {
-            let pem = read_text(&cert_path, "cannot read the CA certificate")?;
+            // Both checked: a planted link or a key others can read stops
+            // the start.
+            read_private(&key_path, true)?;
+            let pem = read_private(&cert_path, false)?;
             Ok((pem, false))
         }
         (false, false) => {
@@ -390,6 +540,7 @@ async fn ensure_server_cert(
         csr_pem: csr,
         days,
         seconds: None,
+        id: 0,
     };
     let cert_pem = match signer.sign(&request).await {
         Ok(SignReply::Signed { cert_pem, .. }) => cert_pem,
@@ -566,6 +717,7 @@ mod tests {
             csr_pem: csr,
             days: 365,
             seconds: None,
+            id: 0,
         };
         match signer.sign(&req).unwrap() {
             SignReply::Signed { cert_pem, .. } => cert_pem,
@@ -576,6 +728,8 @@ mod tests {
     #[test]
     fn renewal_rules() {
         let dir = tempfile::tempdir().unwrap();
+        // A TLS folder must be private to be used.
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
         let ca = ca_der(dir.path());
         let (dns, ips) = names();
         let pem = server_cert(dir.path(), &["localhost", "mpcc", "127.0.0.1"]);

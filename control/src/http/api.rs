@@ -101,8 +101,11 @@ pub fn kind_routes(router: Router<AppState>, kind: &'static Kind) -> Router<AppS
         },
     )
     .patch(
-        move |State(st): State<AppState>, Path(key): Path<String>, body: JsonBody| async move {
-            update(&st, kind, &key, body).await
+        move |State(st): State<AppState>,
+              Path(key): Path<String>,
+              principal: Option<axum::Extension<super::auth::Principal>>,
+              body: JsonBody| async move {
+            update(&st, kind, &key, principal.map(|p| p.0), body).await
         },
     )
     .delete(
@@ -218,9 +221,20 @@ async fn update(
     st: &AppState,
     kind: &'static Kind,
     key: &str,
+    principal: Option<super::auth::Principal>,
     body: JsonBody,
 ) -> Result<Json<Obj>, ApiError> {
     let body = body.object()?;
+    // The auth layer always sets the principal; without one, nothing is
+    // written.
+    let principal =
+        principal.ok_or_else(|| ApiError::Unauthorized("no credentials were checked".into()))?;
+    super::scope::check_fields(
+        &principal,
+        st.config.shared_key_mode,
+        kind.name,
+        body.keys().map(String::as_str),
+    )?;
     let prepared =
         crud::validate(kind, &body, Mode::Update, &st.secrets, "").map_err(invalid_rows)?;
     let obj = st.db.update(kind, key, prepared).await?;

@@ -101,12 +101,145 @@ impl PasswordCache {
     }
 }
 
+/// Wrong passwords allowed per client address, and per user name, in one
+/// [`FAILURE_WINDOW`]; beyond that, password checks answer 429 until the
+/// window ends. Right passwords are not counted.
+pub const MAX_FAILURES: u32 = 10;
+/// The window [`MAX_FAILURES`] counts in.
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+/// argon2 checks running at once: one, so a flood of passwords holds at
+/// most one of the cores and the API keeps answering on the others.
+pub const ARGON2_AT_ONCE: usize = 1;
+/// Password checks that may wait for their turn; more get 429 at once.
+pub const ARGON2_QUEUE: usize = 16;
+/// Counters kept at most; older windows are dropped first.
+const THROTTLE_MAX_KEYS: usize = 10_000;
+
+/// Bounds password checking: argon2 runs [`ARGON2_AT_ONCE`] at a time with
+/// at most [`ARGON2_QUEUE`] waiting, and wrong passwords are counted per
+/// client address and per user name ([`MAX_FAILURES`] per [`FAILURE_WINDOW`]).
+#[derive(Debug)]
+pub struct PasswordThrottle {
+    argon2: tokio::sync::Semaphore,
+    waiting: std::sync::atomic::AtomicUsize,
+    failures: Mutex<HashMap<String, (Instant, u32)>>,
+}
+
+impl Default for PasswordThrottle {
+    fn default() -> Self {
+        PasswordThrottle {
+            argon2: tokio::sync::Semaphore::new(ARGON2_AT_ONCE),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// The throttle's decision for one key: how long until it may try again.
+/// Pure: `entry` is the window's start and its failures.
+pub fn throttled(entry: Option<(Instant, u32)>, now: Instant) -> Option<Duration> {
+    let (start, count) = entry?;
+    let end = start + FAILURE_WINDOW;
+    (count >= MAX_FAILURES && now < end).then(|| end - now)
+}
+
+impl PasswordThrottle {
+    fn keys(client: Option<IpAddr>, username: &str) -> Vec<String> {
+        let mut keys = vec![format!("user:{}", username.to_ascii_lowercase())];
+        if let Some(ip) = client {
+            keys.push(format!("ip:{ip}"));
+        }
+        keys
+    }
+
+    /// Refuses with 429 if this client or user name had too many wrong
+    /// passwords lately.
+    fn check(&self, client: Option<IpAddr>, username: &str) -> Result<(), ApiError> {
+        let now = Instant::now();
+        let map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        for key in Self::keys(client, username) {
+            if let Some(wait) = throttled(map.get(&key).copied(), now) {
+                let secs = u32::try_from(wait.as_secs() + 1).unwrap_or(u32::MAX);
+                let who = if key.starts_with("ip:") {
+                    "from this address"
+                } else {
+                    "for this user name"
+                };
+                return Err(ApiError::TooManyRequests {
+                    message: format!(
+                        "too many wrong passwords {who} (more than {MAX_FAILURES} in {}s); try again in {secs}s",
+                        FAILURE_WINDOW.as_secs()
+                    ),
+                    retry_after: secs,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn failed(&self, client: Option<IpAddr>, username: &str) {
+        let now = Instant::now();
+        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= THROTTLE_MAX_KEYS {
+            map.retain(|_, (start, _)| now.duration_since(*start) < FAILURE_WINDOW);
+            if map.len() >= THROTTLE_MAX_KEYS {
+                map.clear();
+            }
+        }
+        for key in Self::keys(client, username) {
+            let e = map.entry(key).or_insert((now, 0));
+            if now.duration_since(e.0) >= FAILURE_WINDOW {
+                *e = (now, 0);
+            }
+            e.1 += 1;
+        }
+    }
+
+    /// Runs one argon2 check on the blocking pool, in turn. The limits are
+    /// checked again once it is this check's turn, and a wrong password is
+    /// counted before the next check may start, so no flood gets more than
+    /// [`MAX_FAILURES`] checks through.
+    async fn verify(
+        &self,
+        client: Option<IpAddr>,
+        username: &str,
+        password: String,
+        stored: String,
+    ) -> Result<bool, ApiError> {
+        use std::sync::atomic::Ordering;
+        let busy = || ApiError::TooManyRequests {
+            message: format!(
+                "too many password checks at once (over {ARGON2_QUEUE} waiting); try again in a second, or use an API key"
+            ),
+            retry_after: 1,
+        };
+        self.check(client, username)?;
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= ARGON2_QUEUE {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(busy());
+        }
+        let permit = self.argon2.acquire().await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        let _permit = permit.map_err(|_| busy())?;
+        self.check(client, username)?;
+        let ok = tokio::task::spawn_blocking(move || secrets::verify_password(&password, &stored))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if !ok {
+            self.failed(client, username);
+        }
+        Ok(ok)
+    }
+}
+
 /// Reads the credentials of a request, if any, and checks them: the
 /// `Authorization` header, else a client certificate presented over TLS.
+/// `client` is the caller's address, for the password throttle.
 pub async fn authenticate(
     state: &AppState,
     headers: &HeaderMap,
     tls: Option<&axum_server::tls::TlsInfo>,
+    client: Option<IpAddr>,
 ) -> Result<Principal, ApiError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return match tls.and_then(|t| t.peer_certificates.first()) {
@@ -124,7 +257,7 @@ pub async fn authenticate(
     if scheme.eq_ignore_ascii_case("api-key") {
         api_key(state, cred).await
     } else if scheme.eq_ignore_ascii_case("basic") {
-        basic(state, cred).await
+        basic(state, cred, client).await
     } else {
         Err(ApiError::Unauthorized(format!(
             "unsupported Authorization scheme {scheme:?}; use 'Api-Key <key>' or HTTP Basic"
@@ -179,7 +312,11 @@ async fn api_key(state: &AppState, key: &str) -> Result<Principal, ApiError> {
     Ok(Principal::ApiKey { id, name, shared })
 }
 
-async fn basic(state: &AppState, cred: &str) -> Result<Principal, ApiError> {
+async fn basic(
+    state: &AppState,
+    cred: &str,
+    client: Option<IpAddr>,
+) -> Result<Principal, ApiError> {
     let bad = || ApiError::Unauthorized("wrong user name or password".into());
     let decoded = STANDARD.decode(cred).map_err(|_| bad())?;
     let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
@@ -193,13 +330,13 @@ async fn basic(state: &AppState, cred: &str) -> Result<Principal, ApiError> {
         .fetch_optional(db.pool())
         .await
         .map_err(|e| ApiError::Internal(format!("user lookup: {e}")))?;
+    let throttle = &state.throttle;
     let Some(row) = row else {
         // Spend the same time as a real check, so timing does not tell which
-        // user names exist.
-        let password = password.to_owned();
-        let _ =
-            tokio::task::spawn_blocking(move || secrets::verify_password(&password, DUMMY_HASH))
-                .await;
+        // user names exist; it counts as a wrong password.
+        throttle
+            .verify(client, username, password.to_owned(), DUMMY_HASH.to_owned())
+            .await?;
         return Err(bad());
     };
     let stored: String = row
@@ -208,10 +345,9 @@ async fn basic(state: &AppState, cred: &str) -> Result<Principal, ApiError> {
     let is_admin = opt_bool(&row, "is_admin").ok().flatten().unwrap_or(false);
     let key = PasswordCache::key(username, password, &stored);
     if !state.passwords.hit(&key) {
-        let (p, s) = (password.to_owned(), stored.clone());
-        let ok = tokio::task::spawn_blocking(move || secrets::verify_password(&p, &s))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let ok = throttle
+            .verify(client, username, password.to_owned(), stored.clone())
+            .await?;
         if !ok {
             return Err(bad());
         }
@@ -241,7 +377,18 @@ pub async fn auth_layer(State(state): State<AppState>, mut req: Request, next: N
         .extensions()
         .get::<std::sync::Arc<axum_server::tls::TlsInfo>>()
         .cloned();
-    let principal = match authenticate(&state, req.headers(), tls.as_deref()).await {
+    let client = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+        .map(|peer| {
+            let xff = req
+                .headers()
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok());
+            state.config.client_ip(peer, xff)
+        });
+    let principal = match authenticate(&state, req.headers(), tls.as_deref(), client).await {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };

@@ -43,6 +43,21 @@ pub enum ApiError {
     Unauthorized(String),
     /// 415.
     UnsupportedMediaType,
+    /// 503: a part of the service is down for now; try again in
+    /// `retry_after` seconds.
+    Unavailable {
+        /// What is down and what to do.
+        message: String,
+        /// Seconds, for `Retry-After`.
+        retry_after: u32,
+    },
+    /// 429: too many attempts; try again in `retry_after` seconds.
+    TooManyRequests {
+        /// What was limited.
+        message: String,
+        /// Seconds, for `Retry-After`.
+        retry_after: u32,
+    },
     /// 426: the client runs another version.
     UpgradeRequired {
         /// What the client sent, if anything.
@@ -112,6 +127,18 @@ impl ApiError {
             ApiError::Unauthorized(m) => {
                 (StatusCode::UNAUTHORIZED, "unauthorized", m.clone(), None)
             }
+            ApiError::Unavailable { message, .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                message.clone(),
+                None,
+            ),
+            ApiError::TooManyRequests { message, .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_requests",
+                message.clone(),
+                None,
+            ),
             ApiError::UnsupportedMediaType => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
@@ -141,6 +168,11 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(cause) = &self {
             tracing::error!(%cause, "request failed");
         }
+        let retry_after = match &self {
+            ApiError::Unavailable { retry_after, .. }
+            | ApiError::TooManyRequests { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        };
         let (status, error, message, field) = self.parts();
         let body = mprov_api::ApiError {
             error: error.to_owned(),
@@ -148,6 +180,10 @@ impl IntoResponse for ApiError {
             field,
         };
         let mut resp = (status, axum::Json(body)).into_response();
+        if let Some(secs) = retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

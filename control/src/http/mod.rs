@@ -41,6 +41,8 @@ pub struct Inner {
     pub secrets: SecretBox,
     /// Recently verified passwords.
     pub passwords: auth::PasswordCache,
+    /// Bounds argon2 work and counts wrong passwords.
+    pub throttle: auth::PasswordThrottle,
     /// Woken after every write through this process, for the long-polls.
     pub changed: tokio::sync::Notify,
     /// The CA certificate (PEM) served at `/ca.crt`, once TLS is set up.
@@ -60,6 +62,7 @@ impl Inner {
             config,
             secrets,
             passwords: auth::PasswordCache::default(),
+            throttle: auth::PasswordThrottle::default(),
             changed: tokio::sync::Notify::new(),
             ca_pem: None,
             ca_fingerprint: None,

@@ -4,8 +4,13 @@
 //! - Admins (admin users, API keys other than the shared one): everything.
 //! - Read-only users: every read.
 //! - A **node's** certificate: only what a node does to itself: its own
-//!   system row (read, update) and effective config, its own NICs and BMC
-//!   entries, and renewing its certificate.
+//!   system row and effective config, its own NICs and BMC entries (read),
+//!   and renewing its certificate. It may write only the fields in
+//!   [`NODE_WRITABLE`] of its own objects, checked on the body by
+//!   [`check_fields`]: what a node reports about itself (boot events, script
+//!   results, status and facts), never who it is or what it boots (its
+//!   system, host name, groups, image, kernel command line, aliases, NIC
+//!   ownership or BMC settings).
 //! - A **job server's** certificate: every inventory read except accounts
 //!   and credentials, its own job-server row (heartbeats), the jobs it
 //!   claimed, which images it hosts (`/api/v1/images/{key}/hosts/{itself}`),
@@ -49,6 +54,42 @@ impl std::str::FromStr for SharedKeyMode {
                 "MPROV_SHARED_KEY_MODE={other:?} is not all, nodes or off"
             )),
         }
+    }
+}
+
+/// The fields a node may write on its own objects, per kind. The inventory
+/// has no node-reported field yet (boot events and script results have
+/// their own endpoints), so today no field is listed: a node's PATCH of its
+/// own system, NIC or BMC is refused field by field, with the field named.
+pub const NODE_WRITABLE: &[(&str, &[&str])] = &[("systems", &[]), ("nics", &[]), ("bmcs", &[])];
+
+/// Whether `principal` may write `fields` of an object of `kind` it was
+/// already allowed to reach by [`check`]: admins and users yes; a node's
+/// certificate (and the shared key in `nodes` mode, which acts for any node)
+/// only the fields of [`NODE_WRITABLE`]. Pure.
+pub fn check_fields<'a>(
+    principal: &Principal,
+    mode: SharedKeyMode,
+    kind: &str,
+    mut fields: impl Iterator<Item = &'a str>,
+) -> Result<(), ApiError> {
+    let node = match principal {
+        Principal::Agent(agent) if agent.kind == "node" => true,
+        Principal::ApiKey { shared: true, .. } => mode == SharedKeyMode::Nodes,
+        _ => false,
+    };
+    if !node {
+        return Ok(());
+    }
+    let allowed: &[&str] = NODE_WRITABLE
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map_or(&[], |(_, f)| *f);
+    match fields.find(|f| !allowed.contains(f)) {
+        None => Ok(()),
+        Some(field) => Err(forbid(&format!(
+            "a node may not write {field:?} of its {kind}: a node reports only what it does (boot events, script results, status and facts); who it is, what it boots and its NICs and BMC are set by an administrator"
+        ))),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The control service's API suite. Every test runs on SQLite, MariaDB and
 //! PostgreSQL (see `common`), against the router in process.
 
+mod attacks;
 mod backup;
 mod common;
 mod process;
@@ -1125,12 +1126,17 @@ async fn every_endpoint_with_every_identity(engine: Engine) {
     scopes::every_endpoint_with_every_identity(engine).await;
 }
 
+async fn concurrent_enrollments_leave_one_valid_certificate(engine: Engine) {
+    attacks::races(engine).await;
+}
+
 async fn node_enrollment_refusals(engine: Engine) {
     scopes::node_enrollment_refusals(engine).await;
 }
 
 engine_tests!(
     every_endpoint_with_every_identity,
+    concurrent_enrollments_leave_one_valid_certificate,
     node_enrollment_refusals,
     crud_round_trip,
     bulk_create_is_all_or_nothing,

@@ -159,6 +159,22 @@ impl Server {
         (status, serde_json::from_str(body).unwrap_or(Value::Null))
     }
 
+    /// Waits (at most 30 s) for it to exit by itself: success, and its log.
+    pub(crate) fn wait_exit(&mut self) -> (bool, String) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status.success(), self.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mprov-control did not exit:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Stops it with SIGTERM, as systemd would, and waits.
     pub(crate) fn stop(&mut self) -> String {
         let pid = self.child.id().to_string();

@@ -114,7 +114,8 @@ async fn enroll_node(app: &axum::Router, mac: &str) -> Vec<u8> {
 async fn ctx_with_signer(engine: Engine) -> (Ctx, tempfile::TempDir) {
     let c = Ctx::new(engine).await;
     let tls = tempfile::tempdir().unwrap();
-    let signer = mprov_control::signer::SignerClient::in_process(tls.path(), "mpcc").unwrap();
+    let signer =
+        mprov_control::signer::SignerClient::in_process(&tls.path().join("tls"), "mpcc").unwrap();
     let ca = signer.ca_pem().to_owned();
     let state: AppState = Arc::new(
         http::Inner::new(
@@ -149,9 +150,11 @@ fn expected(who: Who, mode: &str, method: &str, path: &str, ids: &Ids) -> bool {
             format!("/api/v1/systems/{host}"),
             format!("/api/v1/systems/{id}"),
         ];
-        (matches!(method, "GET" | "PATCH") && own_system.iter().any(|p| p == path))
+        // A node writes none of the inventory's fields (the field walk
+        // below checks each one); the bodies here name an unknown field.
+        (method == "GET" && own_system.iter().any(|p| p == path))
             || (method == "GET" && path == format!("/api/v1/systems/{host}/config"))
-            || (matches!(method, "GET" | "PATCH")
+            || (method == "GET"
                 && (path == format!("/api/v1/nics/{nic}") || path == format!("/api/v1/bmcs/{bmc}")))
             || (method == "GET"
                 && (path == format!("/api/v1/nics/?system={host}")
@@ -401,7 +404,8 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
             )
             .with_ca(c.state.ca_pem.clone().unwrap())
             .with_signer(
-                mprov_control::signer::SignerClient::in_process(tls.path(), "mpcc").unwrap(),
+                mprov_control::signer::SignerClient::in_process(&tls.path().join("tls"), "mpcc")
+                    .unwrap(),
             ),
         );
         let app = http::router(state);
@@ -430,6 +434,69 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
         }
     }
     assert!(checked > 300, "walked only {checked} requests");
+
+    // The field dimension: every writable field of a node's own system, NIC
+    // and BMC, written by every identity that is not an admin, with the
+    // values of the attacks in issue 11. Each must be refused, and nothing
+    // may change.
+    let before = snapshot_own(&c, &ids).await;
+    let mut fields_checked = 0;
+    for mode in ["all", "nodes"] {
+        let cfg = config(&c.db.url, &["--shared-key-mode", mode]);
+        let state: AppState = Arc::new(
+            http::Inner::new(
+                c.state.db.clone(),
+                Arc::new(cfg),
+                mprov_control::secrets::SecretBox::new("test secret key"),
+            )
+            .with_ca(c.state.ca_pem.clone().unwrap()),
+        );
+        let app = http::router(state);
+        let mut identities: Vec<(Who, Cred)> = vec![(Who::Shared, Cred::Key(shared.key.clone()))];
+        if mode == "all" {
+            identities = vec![
+                (Who::Anonymous, Cred::None),
+                (Who::NodeA, Cred::Cert(node_a.clone())),
+                (Who::NodeB, Cred::Cert(node_b.clone())),
+                (Who::JobServer, Cred::Cert(jobserver.clone())),
+                (Who::Revoked, Cred::Cert(revoked.clone())),
+            ];
+        }
+        for (who, cred) in &identities {
+            for (kind, key) in [
+                ("systems", "c01".to_owned()),
+                ("nics", ids.nic_a.to_string()),
+                ("bmcs", ids.bmc_a.to_string()),
+            ] {
+                let k = mprov_control::db::kinds::kind(kind).unwrap();
+                let names = k
+                    .fields
+                    .iter()
+                    .map(|f| f.name)
+                    .chain(k.m2m.iter().map(|m| m.name))
+                    .chain(k.children.iter().map(|ch| ch.name));
+                for field in names {
+                    let body = json!({ field: attack_value(field, &ids) });
+                    let path = format!("/api/v1/{kind}/{key}");
+                    let (status, v) = send(&app, "PATCH", &path, cred, Some(body.clone())).await;
+                    fields_checked += 1;
+                    let refused =
+                        status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN;
+                    if !refused {
+                        violations.push(format!(
+                            "{who:?} mode={mode} PATCH {path} {body}: {status} {v}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(fields_checked > 100, "walked only {fields_checked} fields");
+    assert_eq!(
+        snapshot_own(&c, &ids).await,
+        before,
+        "the field walk changed data"
+    );
 
     // A job server says which images it holds: itself only.
     let js = Cred::Cert(jobserver.clone());
@@ -467,6 +534,43 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
         violations.join("\n")
     );
     c.cleanup().await;
+}
+
+/// What an attacker would write into `field` (issue 11, attack 3): another
+/// node's id, the control host's names, a shell as init, a new password.
+fn attack_value(field: &str, ids: &Ids) -> Value {
+    match field {
+        "system" => json!(ids.b),
+        "hostname" => json!("mpcc"),
+        "aliases" => json!(["mpcc", "js1"]),
+        "install_kernel_cmdline" => json!("init=/bin/sh"),
+        "groups" | "scripts" | "jobservers" => json!([1]),
+        "nics" => json!([{"mac": "aa:bb:cc:00:00:02"}]),
+        "password" | "username" => json!("attacker"),
+        "image" | "network" | "switch_port" | "distro" => json!(1),
+        "mac" => json!("aa:bb:cc:00:00:77"),
+        "ipv4" => json!("10.0.0.1"),
+        "ipv6" => json!("fd00::1"),
+        "mtu" => json!(9000),
+        "tmpfs_root_size" => json!(1),
+        "stateful" | "netboot" | "bootable" | "is_gateway" => json!(false),
+        _ => json!("x"),
+    }
+}
+
+/// Node A's system, NIC and BMC as an admin sees them.
+async fn snapshot_own(c: &Ctx, ids: &Ids) -> Vec<Value> {
+    let mut out = Vec::new();
+    for path in [
+        "/api/v1/systems/c01".to_owned(),
+        "/api/v1/systems/c02".to_owned(),
+        format!("/api/v1/nics/{}", ids.nic_a),
+        format!("/api/v1/bmcs/{}", ids.bmc_a),
+        "/api/v1/revision".to_owned(),
+    ] {
+        out.push(c.ok("GET", &path, None).await);
+    }
+    out
 }
 
 /// The nonce from a fresh /ipxe/ script for `mac`.

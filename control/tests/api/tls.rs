@@ -129,8 +129,17 @@ fn check_https(dir: &Path, url: &str) {
 
     // Privilege separation: the web service and the signing helper run as
     // their own users, and the web service's user cannot open the CA key.
+    // The helper's supervisor keeps root (to start the helper again); the
+    // helper itself, its only child, runs as mprov-signer.
     let web_uid = uid_of(s.pid());
-    let helper = children(s.pid());
+    let supervisor = children(s.pid());
+    assert_eq!(
+        supervisor.len(),
+        1,
+        "one signing supervisor: {supervisor:?}"
+    );
+    assert_eq!(uid_of(supervisor[0]), 0, "the supervisor stays root");
+    let helper = children(supervisor[0]);
     assert_eq!(helper.len(), 1, "one signing helper: {helper:?}");
     let helper_uid = uid_of(helper[0]);
     assert_eq!(web_uid, user_id("mprov"), "the web service runs as mprov");
@@ -566,10 +575,23 @@ fn check_enrollment(dir: &Path, url: &str) {
     // The local job server's token, owner-only, kept across a restart.
     let token_file = dir.join("etc/enroll_token");
     assert_eq!(mode(&token_file), 0o600);
-    let token = std::fs::read_to_string(&token_file)
+    let local = std::fs::read_to_string(&token_file)
         .unwrap()
         .trim()
         .to_owned();
+    let make_token = |name: &str, extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_mprov-control"))
+            .args(["enroll-token", "--name", name, "--hours", "2"])
+            .args(extra)
+            .env("MPROV_CONFIG_DIR", dir.join("etc"))
+            .env("MPROV_STATE_DIR", dir.join("var"))
+            .env("MPROV_DATABASE_URL", url)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let token = make_token("js1", &[]);
 
     let csr = openssl_csr(&work, "js1", "/CN=js1", &[]);
     let enroll = |token: &str, name: &str, csr: &str| {
@@ -595,6 +617,12 @@ fn check_enrollment(dir: &Path, url: &str) {
     let (code, body) = enroll(&token, "js1", &other);
     assert!(code == "400" && body.contains("js2"), "{code} {body}");
 
+    // The local token is for this host's job server (mpcc) only.
+    let (code, body) = enroll(&local, "js1", &csr);
+    assert!(
+        code == "403" && body.contains("made for") && body.contains("mpcc"),
+        "{code} {body}"
+    );
     let (code, body) = enroll(&token, "js1", &csr);
     assert_eq!(code, "200", "{body}");
     let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -666,17 +694,10 @@ fn check_enrollment(dir: &Path, url: &str) {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
 
-    // An expired token, made by the CLI and aged in the database.
-    let out = Command::new(env!("CARGO_BIN_EXE_mprov-control"))
-        .args(["enroll-token", "--name", "second", "--hours", "2"])
-        .env("MPROV_CONFIG_DIR", dir.join("etc"))
-        .env("MPROV_STATE_DIR", dir.join("var"))
-        .env("MPROV_DATABASE_URL", url)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let second = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    assert!(second.starts_with("mpe") && text(&out).contains("cannot be shown again"));
+    // An expired token, made by the CLI and aged in the database: one that
+    // may replace js1's live certificate.
+    let second = make_token("js1", &["--replace"]);
+    assert!(second.starts_with("mpe"));
     let db_file = mprov_control::db::sqlite_path(url).unwrap();
     let prefix = second.split('.').next().unwrap();
     let aged = tool(

@@ -1,0 +1,1083 @@
+//! The attacks of issue 11, each performed against the real `mprov-control
+//! serve` (started as root, dropping to the `mprov` user) and shown refused,
+//! with the data untouched. Steps that the attacker takes as the service user
+//! run as that user (`setpriv`), not as root pretending.
+
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::path::Path;
+use std::process::{Command, Output};
+
+use mprov_control::db::Engine;
+
+use crate::common::TestDb;
+use crate::process::{Server, serve_to_exit};
+
+/// Runs `program args` as the `mprov` user.
+fn as_mprov(program: &str, args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid",
+            "mprov",
+            "--regid",
+            "mprov",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux) must be installed")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn uid_of_user(name: &str) -> u32 {
+    let out = Command::new("id").args(["-u", name]).output().unwrap();
+    assert!(out.status.success(), "no user {name}");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Owner uid and mode (permission bits) of `p`, not following a link.
+fn owner_mode(p: &Path) -> (u32, u32) {
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (m.uid(), m.mode() & 0o7777)
+}
+
+async fn on_sqlite(check: fn(&Path, &str)) {
+    let db = TestDb::new(Engine::Sqlite).await;
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || check(&d, &url))
+        .await
+        .unwrap();
+    db.cleanup().await;
+}
+
+/// The URL of the default SQLite database under `dir/var`.
+fn default_db(dir: &Path) -> String {
+    format!("sqlite://{}/var/db/mprov.sqlite3?mode=rwc", dir.display())
+}
+
+/// Attack 1: a link planted where the service hands files over, then a
+/// restart. The root-only file stays root's and unreadable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_1_a_planted_link_never_hands_a_root_file_over() {
+    on_sqlite(|dir, _| {
+        let url = default_db(dir);
+        let mut s = Server::start(dir, &url, 1, &[]);
+        s.stop();
+        let secret = dir.join("root-only");
+        std::fs::write(&secret, "root's secret\n").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+        // As mprov, the attack as written: a link in conf/ (and state/).
+        for target in ["etc/x", "var/x"] {
+            let link = dir.join(target);
+            let out = as_mprov(
+                "ln",
+                &["-s", secret.to_str().unwrap(), link.to_str().unwrap()],
+            );
+            assert!(
+                !out.status.success() && text(&out).contains("Permission denied"),
+                "mprov could write in {target}: {}",
+                text(&out)
+            );
+        }
+        // Where mprov may write (its database folder), and where an older
+        // version had let it (conf/, planted here as root): links are
+        // skipped, never followed.
+        std::os::unix::fs::symlink(&secret, dir.join("etc/x")).unwrap();
+        let db_link = dir.join("var/db/x");
+        let out = as_mprov(
+            "ln",
+            &["-s", secret.to_str().unwrap(), db_link.to_str().unwrap()],
+        );
+        assert!(out.status.success(), "{}", text(&out));
+        let mut s = Server::start(dir, &url, 2, &[]);
+        let log = s.stop();
+        assert!(
+            log.contains("etc/x is a symbolic link; it is left alone"),
+            "{log}"
+        );
+        assert_eq!(
+            owner_mode(&secret),
+            (0, 0o600),
+            "the root file is untouched"
+        );
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root's secret\n");
+        let out = as_mprov("cat", &[secret.to_str().unwrap()]);
+        assert!(!out.status.success(), "mprov read it: {}", text(&out));
+
+        // The database file itself swapped for a link: the start is refused.
+        let db = dir.join("var/db/mprov.sqlite3");
+        std::fs::rename(&db, dir.join("var/db/real")).unwrap();
+        let out = as_mprov(
+            "ln",
+            &["-s", secret.to_str().unwrap(), db.to_str().unwrap()],
+        );
+        assert!(out.status.success(), "{}", text(&out));
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(!ok && log.contains("is a symbolic link"), "{log}");
+        assert_eq!(owner_mode(&secret), (0, 0o600));
+    })
+    .await;
+}
+
+/// Attack 2: the service user replaces the CA. It cannot move the TLS
+/// folder; and a TLS folder or CA key that someone else could have changed
+/// stops the start with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_2_the_service_user_cannot_replace_the_ca() {
+    on_sqlite(|dir, _| {
+        let url = default_db(dir);
+        let mut s = Server::start(dir, &url, 1, &[]);
+        s.stop();
+        let tls = dir.join("var/tls");
+        let ca = std::fs::read_to_string(tls.join("ca.crt")).unwrap();
+
+        // As mprov: move tls/ aside, or make another beside it.
+        let aside = dir.join("var/tls.aside");
+        let out = as_mprov("mv", &[tls.to_str().unwrap(), aside.to_str().unwrap()]);
+        assert!(!out.status.success(), "{}", text(&out));
+        let out = as_mprov("mkdir", &[dir.join("var/tls2").to_str().unwrap()]);
+        assert!(!out.status.success(), "{}", text(&out));
+        assert_eq!(std::fs::read_to_string(tls.join("ca.crt")).unwrap(), ca);
+
+        // Had it managed to: a TLS folder of the attacker's with its own CA.
+        std::fs::rename(&tls, &aside).unwrap();
+        std::fs::create_dir(&tls).unwrap();
+        let made = Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args(["-nodes", "-days", "2", "-subj", "/CN=evil CA"])
+            .arg("-keyout")
+            .arg(tls.join("ca.key"))
+            .arg("-out")
+            .arg(tls.join("ca.crt"))
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{}", text(&made));
+        let mprov = uid_of_user("mprov");
+        for f in ["", "ca.key", "ca.crt"] {
+            std::os::unix::fs::lchown(tls.join(f), Some(mprov), Some(mprov)).unwrap();
+        }
+        std::fs::set_permissions(&tls, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(
+            !ok && log.contains(&format!("belongs to uid {mprov}")) && log.contains("var/tls"),
+            "{log}"
+        );
+        // Root's folder, but the attacker's key file.
+        std::os::unix::fs::lchown(&tls, Some(0), Some(0)).unwrap();
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(
+            !ok && log.contains("ca.key") && log.contains(&format!("belongs to uid {mprov}")),
+            "{log}"
+        );
+        std::fs::remove_dir_all(&tls).unwrap();
+
+        // A link to a folder elsewhere.
+        std::os::unix::fs::symlink(&aside, &tls).unwrap();
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(!ok && log.contains("is a symbolic link"), "{log}");
+        std::fs::remove_file(&tls).unwrap();
+        std::fs::rename(&aside, &tls).unwrap();
+
+        // A key others may read; a folder others may enter.
+        std::fs::set_permissions(tls.join("ca.key"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(
+            !ok && log.contains("ca.key") && log.contains("open to its group or others"),
+            "{log}"
+        );
+        std::fs::set_permissions(tls.join("ca.key"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        std::fs::set_permissions(&tls, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(!ok && log.contains("open to its group or others"), "{log}");
+        std::fs::set_permissions(&tls, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+        // Put right, the same CA is served.
+        let mut s = Server::start(dir, &url, 2, &[]);
+        let out = Command::new("curl")
+            .args(["-sS", &format!("http://127.0.0.1:{}/ca.crt", s.port)])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), ca);
+        s.stop();
+    })
+    .await;
+}
+
+/// Every folder and file the service writes, with its owner and mode.
+fn walk(root: &Path, out: &mut Vec<(String, u32, u32)>) {
+    let (uid, mode) = owner_mode(root);
+    out.push((root.display().to_string(), uid, mode));
+    if std::fs::symlink_metadata(root).unwrap().is_dir() {
+        let mut entries: Vec<_> = std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for e in entries {
+            walk(&e, out);
+        }
+    }
+}
+
+/// What each path must be: owner and mode.
+fn expected_owner_mode(path: &str, mprov: u32) -> Option<(u32, u32)> {
+    let name = Path::new(path).file_name()?.to_str()?;
+    Some(if path.ends_with("/etc") {
+        (0, 0o700)
+    } else if path.contains("/etc/") {
+        (0, 0o600)
+    } else if path.ends_with("/var") {
+        (0, 0o711)
+    } else if path.ends_with("/var/tls") {
+        (0, 0o700)
+    } else if path.contains("/var/tls/") {
+        (0, if name.ends_with(".crt") { 0o644 } else { 0o600 })
+    } else if path.ends_with("/var/db") {
+        (mprov, 0o700)
+    } else if path.contains("/var/db/") {
+        (mprov, 0o600)
+    } else {
+        return None;
+    })
+}
+
+/// Attack 9 and the file-mode rules: on a fresh machine and on a second
+/// start, every file and folder has its owner and mode; existing loose
+/// folders are tightened; a new deep path gets the private mode on its last
+/// folder only; a state folder under a parent the service user cannot enter
+/// stops the start with what to do; `serve` with no PATH still makes its
+/// user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_9_file_modes_on_first_and_second_start() {
+    on_sqlite(|dir, _| {
+        let url = default_db(dir);
+        let mprov = uid_of_user("mprov");
+        // Loose folders and a readable file from before.
+        std::fs::create_dir_all(dir.join("etc")).unwrap();
+        std::fs::create_dir_all(dir.join("var")).unwrap();
+        std::fs::set_permissions(dir.join("etc"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(dir.join("var"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::write(
+            dir.join("etc/secret_key"),
+            "an old key of 40 characters or more....\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            dir.join("etc/secret_key"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        for run in [1, 2] {
+            let mut s = Server::start(dir, &url, run, &[]);
+            s.stop();
+            let mut seen = Vec::new();
+            walk(&dir.join("etc"), &mut seen);
+            walk(&dir.join("var"), &mut seen);
+            let mut wrong = Vec::new();
+            for (path, uid, mode) in &seen {
+                match expected_owner_mode(path, mprov) {
+                    Some(want) if want == (*uid, *mode) => {}
+                    want => wrong.push(format!("{path}: uid {uid} mode {mode:04o}, want {want:?}")),
+                }
+            }
+            assert!(seen.len() >= 10, "{seen:?}");
+            assert!(wrong.is_empty(), "start {run}:\n{}", wrong.join("\n"));
+            let db = dir.join("var/db/mprov.sqlite3");
+            assert!(db.exists(), "the database is where the service keeps it");
+        }
+        // The database file is not readable by anyone else.
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid",
+                "nobody",
+                "--regid",
+                "nogroup",
+                "--clear-groups",
+                "--",
+            ])
+            .args(["cat", dir.join("var/db/mprov.sqlite3").to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+
+        // A new deep path: its parents are passable, its last folder private.
+        let deep = dir.join("new/a/b");
+        let deep_url = format!("sqlite://{}/db/mprov.sqlite3?mode=rwc", deep.display());
+        let mut s = Server::start(
+            dir,
+            &deep_url,
+            3,
+            &[
+                ("MPROV_STATE_DIR", deep.to_str().unwrap()),
+                ("MPROV_CONFIG_DIR", dir.join("new/etc").to_str().unwrap()),
+            ],
+        );
+        s.stop();
+        for (p, want) in [
+            ("new", (0, 0o755)),
+            ("new/a", (0, 0o755)),
+            ("new/a/b", (0, 0o711)),
+            ("new/a/b/db", (mprov, 0o700)),
+            ("new/etc", (0, 0o700)),
+        ] {
+            assert_eq!(owner_mode(&dir.join(p)), want, "{p}");
+        }
+
+        // Under root's home (0700): refused, with the folder and what to do.
+        let home = dir.join("root-home");
+        std::fs::create_dir(&home).unwrap();
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let state = home.join("clone/var");
+        let (ok, log) = serve_to_exit(
+            dir,
+            &format!("sqlite://{}/db/mprov.sqlite3?mode=rwc", state.display()),
+            &[
+                ("MPROV_STATE_DIR", state.to_str().unwrap()),
+                ("MPROV_CONFIG_DIR", home.join("clone/etc").to_str().unwrap()),
+            ],
+        );
+        assert!(
+            !ok && log.contains(&format!("{} (mode 0700", home.display()))
+                && log.contains("chmod o+x")
+                && log.contains("MPROV_STATE_DIR"),
+            "{log}"
+        );
+        // A database folder that holds the TLS folder is never handed over.
+        let (ok, log) = serve_to_exit(
+            dir,
+            &format!("sqlite://{}/var/mprov.sqlite3?mode=rwc", dir.display()),
+            &[],
+        );
+        assert!(
+            !ok && log.contains("holds") && log.contains("a folder of its own"),
+            "{log}"
+        );
+        assert_eq!(owner_mode(&dir.join("var")), (0, 0o711));
+    })
+    .await;
+}
+
+/// `serve` started with an empty environment (no PATH) makes its service
+/// user when it does not exist yet (issue 12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_no_path_makes_its_user() {
+    on_sqlite(|dir, _| {
+        let user = "mprov-t11";
+        let _ = Command::new("/usr/sbin/userdel").arg(user).status();
+        let url = default_db(dir);
+        let mut s = Server::start(dir, &url, 1, &[("PATH", ""), ("MPROV_SERVICE_USER", user)]);
+        let log = s.stop();
+        assert!(
+            log.contains(&format!("made the system user {user}")),
+            "{log}"
+        );
+        assert!(log.contains(&format!("running as {user}")), "{log}");
+        let del = Command::new("/usr/sbin/userdel")
+            .arg(user)
+            .status()
+            .unwrap();
+        assert!(del.success());
+    })
+    .await;
+}
+
+/// How a curl request authenticates.
+#[derive(Clone)]
+enum As {
+    Nobody,
+    Admin,
+    Cert(std::path::PathBuf),
+}
+
+/// A client of the real service: curl over HTTPS with the service's CA.
+struct Client {
+    https: u16,
+    ca: std::path::PathBuf,
+    work: std::path::PathBuf,
+}
+
+const ADMIN_PASSWORD: &str = "attack-admin-password";
+
+impl Client {
+    fn new(s: &Server, dir: &Path) -> Client {
+        let work = dir.join("client");
+        std::fs::create_dir_all(&work).unwrap();
+        Client {
+            https: s.https_port,
+            ca: dir.join("var/tls/ca.crt"),
+            work,
+        }
+    }
+
+    /// The curl command for one request; the body goes in `body_file`.
+    fn command(
+        &self,
+        method: &str,
+        path: &str,
+        who: &As,
+        body: Option<&serde_json::Value>,
+        tag: &str,
+    ) -> Command {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "-X", method, "-w", "\n%{http_code}", "-D"])
+            .arg(self.work.join(format!("{tag}.headers")))
+            .arg("--cacert")
+            .arg(&self.ca)
+            .args([
+                "-H",
+                &format!("mProv-Version: {}", mprov_api::api_version()),
+            ]);
+        match who {
+            As::Nobody => {}
+            As::Admin => {
+                cmd.args(["-u", &format!("admin:{ADMIN_PASSWORD}")]);
+            }
+            As::Cert(base) => {
+                cmd.arg("--cert")
+                    .arg(base.with_extension("crt"))
+                    .arg("--key")
+                    .arg(base.with_extension("key"));
+            }
+        }
+        if let Some(b) = body {
+            let file = self.work.join(format!("{tag}.json"));
+            std::fs::write(&file, b.to_string()).unwrap();
+            cmd.args(["-H", "Content-Type: application/json", "--data-binary"])
+                .arg(format!("@{}", file.display()));
+        }
+        cmd.arg(format!("https://127.0.0.1:{}{path}", self.https));
+        cmd
+    }
+
+    fn parse(out: &Output) -> (u16, serde_json::Value, String) {
+        let all = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = all.rsplit_once('\n').unwrap_or((&all, ""));
+        let v = serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_owned()));
+        (code.parse().unwrap_or(0), v, body.to_owned())
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        who: &As,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let out = self
+            .command(method, path, who, body.as_ref(), "one")
+            .output()
+            .unwrap();
+        let (code, v, _) = Client::parse(&out);
+        (code, v)
+    }
+
+    fn ok(&self, method: &str, path: &str, body: Option<serde_json::Value>) -> serde_json::Value {
+        let (code, v) = self.call(method, path, &As::Admin, body);
+        assert!((200..300).contains(&code), "{method} {path}: {code} {v}");
+        v
+    }
+
+    /// A P-256 key and a CSR with `subject` and `-addext` items.
+    fn csr(&self, name: &str, newkey: &[&str], extra: &[&str]) -> String {
+        let key = self.work.join(format!("{name}.key"));
+        let csr = self.work.join(format!("{name}.csr"));
+        let mut cmd = Command::new("openssl");
+        cmd.args(["req", "-new", "-nodes", "-subj", "/"])
+            .args(newkey)
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&csr);
+        for e in extra {
+            cmd.args(["-addext", e]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        std::fs::read_to_string(csr).unwrap()
+    }
+
+    /// Enrolls a node with `nonce`; its certificate at `work/<name>.crt`.
+    fn enroll_node(&self, name: &str, nonce: &str) -> std::path::PathBuf {
+        let csr = self.csr(
+            name,
+            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+            &[],
+        );
+        let (code, v) = self.call(
+            "POST",
+            "/enroll/node/",
+            &As::Nobody,
+            Some(serde_json::json!({"nonce": nonce, "csr": csr})),
+        );
+        assert_eq!(code, 200, "{v}");
+        let base = self.work.join(name);
+        std::fs::write(
+            base.with_extension("crt"),
+            v["certificate"].as_str().unwrap(),
+        )
+        .unwrap();
+        base
+    }
+
+    /// The enrollment nonce on a fresh /ipxe/ script for `mac`.
+    fn nonce(&self, mac: &str) -> String {
+        let (code, v) = self.call("GET", &format!("/ipxe/?mac={mac}"), &As::Nobody, None);
+        assert_eq!(code, 200, "{v}");
+        let script = v.as_str().unwrap_or_default().to_owned();
+        script
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("mprov_enroll="))
+            .unwrap_or_else(|| panic!("no nonce in {script}"))
+            .to_owned()
+    }
+
+    fn token(&self, name: &str, purpose: &str) -> String {
+        self.ok(
+            "POST",
+            "/api/v1/enroll-tokens/",
+            Some(serde_json::json!({"name": name, "purpose": purpose})),
+        )["token"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Enrolls job server `name` with `token`: status and body.
+    fn enroll_js(&self, token: &str, name: &str, csr: &str) -> (u16, serde_json::Value) {
+        self.call(
+            "POST",
+            "/enroll/jobserver/",
+            &As::Nobody,
+            Some(serde_json::json!({"token": token, "name": name, "csr": csr})),
+        )
+    }
+
+    /// Certificates of `identity` that are not revoked.
+    fn live(&self, identity: &str) -> usize {
+        let v = self.ok(
+            "GET",
+            &format!("/api/v1/credentials/?identity={identity}"),
+            None,
+        );
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["revoked_at"].is_null())
+            .count()
+    }
+}
+
+/// An image `compute` on a job server, so /ipxe/ boots nodes with it.
+fn hosted_image(c: &Client) -> serde_json::Value {
+    let js = c.ok(
+        "POST",
+        "/api/v1/jobservers/",
+        Some(serde_json::json!({"name": "jsx", "addresses": ["10.0.0.2"]})),
+    );
+    let image = c.ok(
+        "POST",
+        "/api/v1/images/",
+        Some(serde_json::json!({"slug": "compute"})),
+    );
+    c.ok(
+        "PATCH",
+        "/api/v1/images/compute",
+        Some(serde_json::json!({"jobservers": [js["id"]]})),
+    );
+    image
+}
+
+fn start_admin(dir: &Path, url: &str, run: usize) -> Server {
+    Server::start(
+        dir,
+        url,
+        run,
+        &[("MPROV_SUPERUSER_PASSWORD", ADMIN_PASSWORD)],
+    )
+}
+
+/// Attack 3: node c01, with its own certificate, tries each change of the
+/// issue against the real service. Every one is refused; c01, c02, their
+/// NICs and BMCs and the inventory revision are unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_3_a_node_cannot_change_who_it_is() {
+    on_sqlite(|dir, url| {
+        let mut s = start_admin(dir, url, 1);
+        let c = Client::new(&s, dir);
+        let group = c.ok("POST", "/api/v1/groups/", Some(serde_json::json!({"slug": "secret-group", "config_params": "db_password: hunter2\n"})));
+        let image = c.ok("POST", "/api/v1/images/", Some(serde_json::json!({"slug": "other-image"})));
+        let own_image = hosted_image(&c);
+        let mut sys = Vec::new();
+        for (host, mac) in [("c01", "aa:bb:cc:00:01:01"), ("c02", "aa:bb:cc:00:01:02")] {
+            let v = c.ok("POST", "/api/v1/systems/", Some(serde_json::json!({"hostname": host, "image": own_image["id"], "nics": [{"mac": mac}]})));
+            let bmc = c.ok("POST", "/api/v1/bmcs/", Some(serde_json::json!({"system": v["id"], "password": "bmc-secret"})));
+            sys.push((v["id"].as_i64().unwrap(), v["nics"][0]["id"].as_i64().unwrap(), bmc["id"].as_i64().unwrap()));
+        }
+        let nonce = c.nonce("aa:bb:cc:00:01:01");
+        let me = As::Cert(c.enroll_node("c01", &nonce));
+        let ((_, nic1, bmc1), (id2, _, _)) = (sys[0], sys[1]);
+        let snapshot = |c: &Client| {
+            [
+                "/api/v1/systems/c01".to_owned(),
+                "/api/v1/systems/c02".to_owned(),
+                format!("/api/v1/nics/{nic1}"),
+                format!("/api/v1/bmcs/{bmc1}"),
+                "/api/v1/revision".to_owned(),
+            ]
+            .map(|p| c.ok("GET", &p, None))
+        };
+        let before = snapshot(&c);
+        // It reads its own row: the certificate works.
+        assert_eq!(c.call("GET", "/api/v1/systems/c01", &me, None).0, 200);
+        let attacks = [
+            ("PATCH", "/api/v1/systems/c01".to_owned(), serde_json::json!({"groups": [group["id"]]})),
+            ("PATCH", "/api/v1/systems/c01".to_owned(), serde_json::json!({"image": image["id"]})),
+            ("PATCH", "/api/v1/systems/c01".to_owned(), serde_json::json!({"install_kernel_cmdline": "init=/bin/sh"})),
+            ("PATCH", "/api/v1/systems/c01".to_owned(), serde_json::json!({"hostname": "c09"})),
+            ("PATCH", format!("/api/v1/nics/{nic1}"), serde_json::json!({"system": "c02"})),
+            ("PATCH", format!("/api/v1/nics/{nic1}"), serde_json::json!({"system": id2})),
+            ("PATCH", format!("/api/v1/nics/{nic1}"), serde_json::json!({"hostname": "mpcc", "aliases": ["mpcc", "js1"]})),
+            ("PATCH", format!("/api/v1/bmcs/{bmc1}"), serde_json::json!({"system": id2})),
+            ("PATCH", format!("/api/v1/bmcs/{bmc1}"), serde_json::json!({"password": "attacker"})),
+        ];
+        for (method, path, body) in attacks {
+            let (code, v) = c.call(method, &path, &me, Some(body.clone()));
+            assert_eq!(code, 403, "{method} {path} {body}: {code} {v}");
+            assert!(v["message"].as_str().unwrap_or_default().contains("may not write"), "{v}");
+        }
+        // Its effective config shows no group's secrets.
+        let (_, cfg) = c.call("GET", "/api/v1/systems/c01/config", &me, None);
+        assert!(!cfg.to_string().contains("hunter2"), "{cfg}");
+        assert_eq!(snapshot(&c), before, "the attacks changed data");
+        // /ipxe/ for c01's MAC still boots c01, never c02.
+        let (_, script) = c.call("GET", "/ipxe/?mac=aa:bb:cc:00:01:01", &As::Nobody, None);
+        let script = script.as_str().unwrap_or_default().to_owned();
+        assert!(script.contains("c01") && !script.contains("c02"), "{script}");
+        s.stop();
+    })
+    .await;
+}
+
+/// Attack 4: a token made for new-js9 enrolls as the live js1: refused, and
+/// js1's certificate keeps working. A new-server token for a live name is
+/// refused too; a replace token for that name works (and revokes the old).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_4_a_token_works_only_for_its_name() {
+    on_sqlite(|dir, url| {
+        let mut s = start_admin(dir, url, 1);
+        let c = Client::new(&s, dir);
+        let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+        let csr = c.csr("js1", &p256, &[]);
+        let (code, v) = c.enroll_js(&c.token("js1", "new"), "js1", &csr);
+        assert_eq!(code, 200, "{v}");
+        let js1 = c.work.join("js1");
+        std::fs::write(
+            js1.with_extension("crt"),
+            v["certificate"].as_str().unwrap(),
+        )
+        .unwrap();
+        let me = As::Cert(js1.clone());
+        assert_eq!(c.call("GET", "/api/v1/systems/", &me, None).0, 200);
+
+        let t9 = c.token("new-js9", "new");
+        let (code, v) = c.enroll_js(&t9, "js1", &c.csr("evil", &p256, &[]));
+        assert_eq!(code, 403, "{v}");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .contains("made for \"new-js9\""),
+            "{v}"
+        );
+        assert_eq!(
+            c.call("GET", "/api/v1/systems/", &me, None).0,
+            200,
+            "js1 still works"
+        );
+        assert_eq!(c.live("js1"), 1);
+        // The token was not spent: new-js9 itself still enrolls with it.
+        let (code, v) = c.enroll_js(&t9, "new-js9", &c.csr("new-js9", &p256, &[]));
+        assert_eq!(code, 200, "{v}");
+
+        let again = c.token("js1", "new");
+        let (code, v) = c.enroll_js(&again, "js1", &c.csr("evil2", &p256, &[]));
+        assert_eq!(code, 409, "{v}");
+        assert!(v["message"].as_str().unwrap().contains("--replace"), "{v}");
+        assert_eq!(c.call("GET", "/api/v1/systems/", &me, None).0, 200);
+        // A token without a name cannot be made.
+        let (code, _) = c.call(
+            "POST",
+            "/api/v1/enroll-tokens/",
+            &As::Admin,
+            Some(serde_json::json!({})),
+        );
+        assert_eq!(code, 400);
+
+        let replace = c.token("js1", "replace");
+        let (code, v) = c.enroll_js(&replace, "js1", &c.csr("js1b", &p256, &[]));
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(
+            c.call("GET", "/api/v1/systems/", &me, None).0,
+            401,
+            "the old one is revoked"
+        );
+        assert_eq!(c.live("js1"), 1);
+        s.stop();
+    })
+    .await;
+}
+
+/// The process ids of `pid`'s children.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        if let Ok(list) = std::fs::read_to_string(task.unwrap().path().join("children")) {
+            out.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// Attack 5: the signing helper is killed. Enrollments get 503 with a
+/// clear message and Retry-After (never 500, token not spent), no helper is
+/// started per request, and the supervisor brings it back: the same token
+/// then enrolls. Killing the supervisor makes the service exit for systemd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_5_the_signer_comes_back() {
+    on_sqlite(|dir, url| {
+        let mut s = start_admin(dir, url, 1);
+        let c = Client::new(&s, dir);
+        let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+        let token = c.token("js1", "new");
+        let csr = c.csr("js1", &p256, &[]);
+        let supervisor = children(s.pid());
+        assert_eq!(supervisor.len(), 1, "{supervisor:?}");
+        let worker = children(supervisor[0]);
+        assert_eq!(worker.len(), 1, "{worker:?}");
+        let killed = Command::new("kill")
+            .args(["-KILL", &worker[0].to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut unavailable = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let out = c
+                .command(
+                    "POST",
+                    "/enroll/jobserver/",
+                    &As::Nobody,
+                    Some(&serde_json::json!({"token": token, "name": "js1", "csr": csr})),
+                    "sig",
+                )
+                .output()
+                .unwrap();
+            let (code, v, _) = Client::parse(&out);
+            match code {
+                503 => {
+                    unavailable += 1;
+                    assert!(
+                        v["message"].as_str().unwrap().contains("signing helper"),
+                        "{v}"
+                    );
+                    let headers = std::fs::read_to_string(c.work.join("sig.headers")).unwrap();
+                    assert!(
+                        headers.to_ascii_lowercase().contains("retry-after: 5"),
+                        "{headers}"
+                    );
+                }
+                200 => break,
+                other => panic!("{other} {v}"),
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the signer did not come back"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(unavailable >= 1, "the kill was not seen");
+        assert_eq!(children(s.pid()), supervisor, "the same supervisor");
+        assert_ne!(children(supervisor[0]), worker, "a new helper");
+        // Several 503s, one restart: no helper is started per request.
+        let log = s.log_text();
+        assert_eq!(
+            log.matches("the signing helper is back").count(),
+            1,
+            "{log}"
+        );
+
+        // The supervisor itself killed, then its helper: nobody can start
+        // the helper again, so the service exits (for systemd to start it
+        // again) with the reason.
+        let worker = children(supervisor[0]);
+        assert_eq!(worker.len(), 1, "{worker:?}");
+        for pid in [supervisor[0], worker[0]] {
+            let killed = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
+        }
+        let (status, log) = s.wait_exit();
+        assert!(!status, "{log}");
+        assert!(log.contains("supervisor is gone"), "{log}");
+    })
+    .await;
+}
+
+/// Attack 10: refusals name the problem; an explicit CA:FALSE is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_10_csr_refusals_name_the_problem() {
+    on_sqlite(|dir, url| {
+        let mut s = start_admin(dir, url, 1);
+        let c = Client::new(&s, dir);
+        let token = c.token("js1", "new");
+        for (name, newkey, extra, want) in [
+            (
+                "rsa1024",
+                vec!["-newkey", "rsa:1024"],
+                vec![],
+                "too weak: an RSA key of 1024 bits",
+            ),
+            (
+                "k1",
+                vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:secp256k1"],
+                vec![],
+                "not accepted: ECDSA on secp256k1",
+            ),
+            (
+                "ed448",
+                vec!["-newkey", "ed448"],
+                vec![],
+                "not accepted: Ed448",
+            ),
+            (
+                "ca",
+                vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+                vec!["basicConstraints=critical,CA:TRUE"],
+                "asks for CA rights",
+            ),
+        ] {
+            let csr = c.csr(name, &newkey, &extra);
+            let (code, v) = c.enroll_js(&token, "js1", &csr);
+            assert!(
+                code == 400 && v["message"].as_str().unwrap().contains(want),
+                "{name}: {code} {v}"
+            );
+        }
+        let csr = c.csr(
+            "nofalse",
+            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+            &["basicConstraints=critical,CA:FALSE"],
+        );
+        let (code, v) = c.enroll_js(&token, "js1", &csr);
+        assert_eq!(code, 200, "an explicit CA:FALSE is fine: {v}");
+        s.stop();
+    })
+    .await;
+}
+
+/// Attack 7: a flood of wrong passwords. Past the limit, 429 with
+/// Retry-After; argon2 runs one at a time, so the API still answers an API
+/// key at once while the flood runs; the right password works from another
+/// address once the user-name limit is not hit... and is refused for the
+/// flooded name until the window ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_7_password_checks_are_throttled() {
+    on_sqlite(|dir, url| {
+        let mut s = start_admin(dir, url, 1);
+        let c = Client::new(&s, dir);
+        let key = std::fs::read_to_string(dir.join("etc/apikey")).unwrap();
+        let key = key
+            .trim()
+            .strip_prefix("export MPROV_APIKEY=")
+            .unwrap()
+            .to_owned();
+        // 32 parallel wrong passwords for admin, as the attack did.
+        let flood: Vec<_> = (0..32)
+            .map(|i| {
+                Command::new("curl")
+                    .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+                    .arg(&c.ca)
+                    .args(["-u", &format!("admin:wrong-{i}")])
+                    .args([
+                        "-H",
+                        &format!("mProv-Version: {}", mprov_api::api_version()),
+                    ])
+                    .arg(format!("https://127.0.0.1:{}/api/v1/systems/", c.https))
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        // While the flood runs, an API key is answered.
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "5",
+                "--cacert",
+            ])
+            .arg(&c.ca)
+            .args(["-H", &format!("Authorization: Api-Key {key}")])
+            .args([
+                "-H",
+                &format!("mProv-Version: {}", mprov_api::api_version()),
+            ])
+            .arg(format!("https://127.0.0.1:{}/api/v1/systems/", c.https))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "200",
+            "the API starved"
+        );
+        let codes: Vec<String> = flood
+            .into_iter()
+            .map(|ch| String::from_utf8_lossy(&ch.wait_with_output().unwrap().stdout).into_owned())
+            .collect();
+        let wrong = codes.iter().filter(|c| *c == "401").count();
+        let limited = codes.iter().filter(|c| *c == "429").count();
+        assert_eq!(wrong + limited, 32, "{codes:?}");
+        assert!(wrong <= 10 && limited >= 22, "{codes:?}");
+        // The right password now gets 429 too (the name is limited), with
+        // Retry-After; nothing was let through.
+        let (code, v) = c.call("GET", "/api/v1/systems/", &As::Admin, None);
+        assert_eq!(code, 429, "{v}");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .contains("too many wrong passwords"),
+            "{v}"
+        );
+        let headers = std::fs::read_to_string(c.work.join("one.headers")).unwrap();
+        assert!(
+            headers.to_ascii_lowercase().contains("retry-after:"),
+            "{headers}"
+        );
+        s.stop();
+    })
+    .await;
+}
+
+/// The races on one engine, against the real service: one nonce ×20, one
+/// token ×20 and one identity ×20 (20 replace tokens for js1) concurrent
+/// enrollments; exactly one valid certificate each time.
+pub(crate) async fn races(engine: Engine) {
+    let db = TestDb::new(engine).await;
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut s = start_admin(&d, &url, 1);
+        let c = Client::new(&s, &d);
+        let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+        let image = hosted_image(&c);
+        c.ok(
+            "POST",
+            "/api/v1/systems/",
+            Some(serde_json::json!({"hostname": "c01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:02:01"}]})),
+        );
+        let csr = c.csr("racer", &p256, &[]);
+        let race = |bodies: Vec<(&str, serde_json::Value)>| -> Vec<u16> {
+            let children: Vec<_> = bodies
+                .iter()
+                .enumerate()
+                .map(|(i, (path, b))| {
+                    c.command("POST", path, &As::Nobody, Some(b), &format!("race{i}"))
+                        .stdout(std::process::Stdio::piped())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            children
+                .into_iter()
+                .map(|ch| Client::parse(&ch.wait_with_output().unwrap()).0)
+                .collect()
+        };
+        // One nonce ×20.
+        let nonce = c.nonce("aa:bb:cc:00:02:01");
+        let codes = race(
+            (0..20)
+                .map(|_| {
+                    (
+                        "/enroll/node/",
+                        serde_json::json!({"nonce": nonce, "csr": csr}),
+                    )
+                })
+                .collect(),
+        );
+        assert_eq!(codes.iter().filter(|c| **c == 200).count(), 1, "{codes:?}");
+        assert!(codes.iter().all(|c| matches!(c, 200 | 401 | 409)), "{codes:?}");
+        assert_eq!(c.live("c01"), 1);
+        // One token ×20.
+        let token = c.token("js1", "new");
+        let codes = race(
+            (0..20)
+                .map(|_| {
+                    (
+                        "/enroll/jobserver/",
+                        serde_json::json!({"token": token, "name": "js1", "csr": csr}),
+                    )
+                })
+                .collect(),
+        );
+        assert_eq!(codes.iter().filter(|c| **c == 200).count(), 1, "{codes:?}");
+        assert!(codes.iter().all(|c| matches!(c, 200 | 401 | 409)), "{codes:?}");
+        assert_eq!(c.live("js1"), 1);
+        // One identity ×20: each with its own replace token.
+        let tokens: Vec<String> = (0..20).map(|_| c.token("js1", "replace")).collect();
+        let codes = race(
+            tokens
+                .iter()
+                .map(|t| {
+                    (
+                        "/enroll/jobserver/",
+                        serde_json::json!({"token": t, "name": "js1", "csr": csr}),
+                    )
+                })
+                .collect(),
+        );
+        assert!(codes.iter().all(|c| *c == 200 || *c == 409), "{codes:?}");
+        assert!(codes.contains(&200), "{codes:?}");
+        assert_eq!(
+            c.live("js1"),
+            1,
+            "exactly one valid certificate for js1: {codes:?}"
+        );
+        s.stop();
+    })
+    .await
+    .unwrap();
+    db.cleanup().await;
+}
