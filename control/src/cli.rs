@@ -539,13 +539,19 @@ async fn serve(settings: Settings) -> Result<()> {
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     let lost = state.signer.as_ref().map(|s| s.lost()).unwrap_or_default();
-    let signer_gone = lost.clone();
+    // Only a supervisor lost while serving is a failure: once a stop was
+    // asked for, dropping the helper's socket ends it on purpose.
+    let lost_first = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (signer_gone, lost_flag) = (lost.clone(), lost_first.clone());
     tokio::spawn(async move {
         tokio::select! {
             () = signals.wait() => tracing::info!("shutting down"),
-            () = signer_gone.cancelled() => tracing::error!(
-                "the signing helper's supervisor is gone and this service cannot start it again (it runs without root): shutting down so that systemd starts the whole service again"
-            ),
+            () = signer_gone.cancelled() => {
+                lost_flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                tracing::error!(
+                    "the signing helper's supervisor is gone and this service cannot start it again (it runs without root): shutting down so that systemd starts the whole service again"
+                );
+            }
         }
         signal.cancel();
     });
@@ -559,7 +565,7 @@ async fn serve(settings: Settings) -> Result<()> {
         }
         None => plain.await.context("HTTP server failed")?,
     }
-    if lost.is_cancelled() {
+    if lost_first.load(std::sync::atomic::Ordering::SeqCst) {
         bail!(
             "the signing helper's supervisor is gone; exiting so that the service is started again (systemd Restart=on-failure)"
         );

@@ -701,6 +701,9 @@ pub struct SpawnSpec {
     pub user: Option<String>,
 }
 
+/// Where the answer to the request in flight goes.
+type Waiter = tokio::sync::oneshot::Sender<Result<SignReply, SignerError>>;
+
 /// What the reader task and the callers share.
 #[derive(Debug)]
 struct Link {
@@ -709,12 +712,7 @@ struct Link {
     /// Why it is not, when it is not.
     why_down: std::sync::Mutex<String>,
     /// The request waiting for its answer.
-    pending: std::sync::Mutex<
-        Option<(
-            u64,
-            tokio::sync::oneshot::Sender<Result<SignReply, SignerError>>,
-        )>,
-    >,
+    pending: std::sync::Mutex<Option<(u64, Waiter)>>,
     /// Fires when the supervisor is gone for good.
     lost: tokio_util::sync::CancellationToken,
 }

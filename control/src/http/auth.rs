@@ -101,11 +101,13 @@ impl PasswordCache {
     }
 }
 
-/// Wrong passwords allowed per client address, and per user name, in one
-/// [`FAILURE_WINDOW`]; beyond that, password checks answer 429 until the
-/// window ends. Right passwords are not counted.
+/// Wrong passwords allowed per client address, and per user name, before
+/// password checks answer 429; the count starts over once a
+/// [`FAILURE_WINDOW`] passed without a wrong password, so a flood, however
+/// slow its checks, never gets more than this many through. Right passwords
+/// are not counted.
 pub const MAX_FAILURES: u32 = 10;
-/// The window [`MAX_FAILURES`] counts in.
+/// The quiet time after which the count of wrong passwords starts over.
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 /// argon2 checks running at once: one, so a flood of passwords holds at
 /// most one of the cores and the API keeps answering on the others.
@@ -136,10 +138,10 @@ impl Default for PasswordThrottle {
 }
 
 /// The throttle's decision for one key: how long until it may try again.
-/// Pure: `entry` is the window's start and its failures.
+/// Pure: `entry` is the last wrong password's time and the count.
 pub fn throttled(entry: Option<(Instant, u32)>, now: Instant) -> Option<Duration> {
-    let (start, count) = entry?;
-    let end = start + FAILURE_WINDOW;
+    let (last, count) = entry?;
+    let end = last + FAILURE_WINDOW;
     (count >= MAX_FAILURES && now < end).then(|| end - now)
 }
 
@@ -167,7 +169,7 @@ impl PasswordThrottle {
                 };
                 return Err(ApiError::TooManyRequests {
                     message: format!(
-                        "too many wrong passwords {who} (more than {MAX_FAILURES} in {}s); try again in {secs}s",
+                        "too many wrong passwords {who} ({MAX_FAILURES} without {}s between them); try again in {secs}s",
                         FAILURE_WINDOW.as_secs()
                     ),
                     retry_after: secs,
@@ -189,9 +191,9 @@ impl PasswordThrottle {
         for key in Self::keys(client, username) {
             let e = map.entry(key).or_insert((now, 0));
             if now.duration_since(e.0) >= FAILURE_WINDOW {
-                *e = (now, 0);
+                e.1 = 0;
             }
-            e.1 += 1;
+            *e = (now, e.1.saturating_add(1));
         }
     }
 
@@ -473,6 +475,21 @@ pub async fn edge_layer(State(state): State<AppState>, req: Request, next: Next)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_throttle_counts_until_a_quiet_window() {
+        let t0 = Instant::now();
+        assert_eq!(throttled(None, t0), None);
+        assert_eq!(throttled(Some((t0, MAX_FAILURES - 1)), t0), None);
+        assert_eq!(
+            throttled(Some((t0, MAX_FAILURES)), t0),
+            Some(FAILURE_WINDOW)
+        );
+        assert_eq!(
+            throttled(Some((t0, MAX_FAILURES)), t0 + FAILURE_WINDOW),
+            None
+        );
+    }
 
     /// The stand-in hash must parse, or an unknown user would be refused
     /// faster than a wrong password and timing would tell names apart.

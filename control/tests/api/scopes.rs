@@ -152,13 +152,14 @@ fn expected(who: Who, mode: &str, method: &str, path: &str, ids: &Ids) -> bool {
         ];
         // A node writes none of the inventory's fields (the field walk
         // below checks each one); the bodies here name an unknown field.
-        (method == "GET" && own_system.iter().any(|p| p == path))
-            || (method == "GET" && path == format!("/api/v1/systems/{host}/config"))
-            || (method == "GET"
-                && (path == format!("/api/v1/nics/{nic}") || path == format!("/api/v1/bmcs/{bmc}")))
-            || (method == "GET"
-                && (path == format!("/api/v1/nics/?system={host}")
-                    || path == format!("/api/v1/bmcs/?system={id}")))
+        let reads = [
+            format!("/api/v1/systems/{host}/config"),
+            format!("/api/v1/nics/{nic}"),
+            format!("/api/v1/bmcs/{bmc}"),
+            format!("/api/v1/nics/?system={host}"),
+            format!("/api/v1/bmcs/?system={id}"),
+        ];
+        method == "GET" && own_system.iter().chain(reads.iter()).any(|p| p == path)
     };
     // Renewal is for the holder of an agent certificate only.
     if path == "/enroll/renew/" {
