@@ -156,6 +156,7 @@ pub async fn schema(
                      FROM information_schema.columns c JOIN information_schema.tables t \
                      ON t.table_schema = c.table_schema AND t.table_name = c.table_name \
                      WHERE c.table_schema = DATABASE() AND t.table_type = 'BASE TABLE' \
+                     AND c.is_generated = 'NEVER' \
                      ORDER BY c.table_name, c.ordinal_position",
                     "SELECT table_name AS t, referenced_table_name AS p \
                      FROM information_schema.referential_constraints WHERE constraint_schema = DATABASE()",
