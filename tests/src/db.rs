@@ -114,10 +114,11 @@ impl MariaDb {
         .with_context(|| format!("writing {}", init.display()))?;
         run_as.give(&init)?;
 
+        let ready_client = client.clone();
         let server = Server::launch(
             "MariaDB",
             dir,
-            |port| {
+            move |port| {
                 let mut cmd = run_as.command(&mariadbd);
                 cmd.arg("--no-defaults")
                     .arg(format!("--datadir={}", data.display()))
@@ -138,7 +139,7 @@ impl MariaDb {
                     ]);
                 cmd
             },
-            |port| mariadb_query(&client, port, "SELECT 1").is_ok(),
+            move |port| mariadb_query(&ready_client, port, "SELECT 1").is_ok(),
         )?;
         Ok(Self { server, client })
     }
@@ -170,6 +171,23 @@ impl MariaDb {
     /// Stops the server and removes its folder, reporting what went wrong.
     pub fn stop(self) -> Result<()> {
         self.server.stop()
+    }
+
+    /// Stops the server cleanly (SIGTERM) but keeps its folder and port, for
+    /// an outage test; [`Self::start_again`] brings it back.
+    pub fn shut_down(&mut self) -> Result<()> {
+        self.server.shut_down(nix::sys::signal::Signal::SIGTERM)
+    }
+
+    /// Starts the server again on the same data and port, and waits until it
+    /// answers.
+    pub fn start_again(&mut self) -> Result<()> {
+        self.server.start_again()
+    }
+
+    /// The server's process id while it runs (for SIGSTOP/SIGCONT).
+    pub fn pid(&self) -> Option<u32> {
+        self.server.pid()
     }
 }
 
@@ -216,10 +234,11 @@ impl Postgres {
             ]);
         run_logged(cmd, &root, "initdb")?;
 
+        let ready_psql = psql.clone();
         let server = Server::launch(
             "PostgreSQL",
             dir,
-            |port| {
+            move |port| {
                 let mut cmd = run_as.command(&postgres);
                 cmd.arg("-D")
                     .arg(&data)
@@ -234,7 +253,7 @@ impl Postgres {
                     .args(["-c", "max_connections=200"]);
                 cmd
             },
-            |port| psql_query(&psql, port, "SELECT 1").is_ok(),
+            move |port| psql_query(&ready_psql, port, "SELECT 1").is_ok(),
         )?;
         Ok(Self { server, psql })
     }
@@ -267,17 +286,51 @@ impl Postgres {
     pub fn stop(self) -> Result<()> {
         self.server.stop()
     }
+
+    /// Stops the server with a fast shutdown (SIGINT: it disconnects its
+    /// clients, as `pg_ctl restart -m fast` does) but keeps its folder and
+    /// port, for an outage test; [`Self::start_again`] brings it back.
+    pub fn shut_down(&mut self) -> Result<()> {
+        self.server.shut_down(nix::sys::signal::Signal::SIGINT)
+    }
+
+    /// Starts the server again on the same data and port, and waits until it
+    /// answers.
+    pub fn start_again(&mut self) -> Result<()> {
+        self.server.start_again()
+    }
+
+    /// The server's process id while it runs (for SIGSTOP/SIGCONT).
+    pub fn pid(&self) -> Option<u32> {
+        self.server.pid()
+    }
 }
 
 /// A server process that we started, and the folder it lives in.
 ///
 /// No `Drop` here: the fields drop in order, so the process stops before the
 /// folder is removed.
-#[derive(Debug)]
 struct Server {
+    name: &'static str,
     port: u16,
-    process: Process,
+    /// `None` while shut down for an outage test.
+    process: Option<Process>,
     dir: TempDir,
+    /// Builds the server's command for a port, kept for a restart.
+    command: Box<dyn Fn(u16) -> Command + Send + Sync>,
+    /// Whether it answers on a port.
+    ready: Box<dyn Fn(u16) -> bool + Send + Sync>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("name", &self.name)
+            .field("port", &self.port)
+            .field("process", &self.process)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How a server's start ended.
@@ -293,8 +346,8 @@ impl Server {
     fn launch(
         name: &'static str,
         dir: TempDir,
-        mut command: impl FnMut(u16) -> Command,
-        ready: impl Fn(u16) -> bool,
+        command: impl Fn(u16) -> Command + Send + Sync + 'static,
+        ready: impl Fn(u16) -> bool + Send + Sync + 'static,
     ) -> Result<Self> {
         let log_path = dir.path().join(LOG_FILE);
         for attempt in 1..=PORT_TRIES {
@@ -314,7 +367,16 @@ impl Server {
             // On every early return below, `process` drops before `dir`, so the
             // server stops before its folder goes.
             match wait_ready(&mut process, || ready(port))? {
-                Startup::Ready => return Ok(Self { port, process, dir }),
+                Startup::Ready => {
+                    return Ok(Self {
+                        name,
+                        port,
+                        process: Some(process),
+                        dir,
+                        command: Box::new(command),
+                        ready: Box::new(ready),
+                    });
+                }
                 Startup::Exited(status) => {
                     let log = log_tail(&log_path);
                     if attempt < PORT_TRIES && log.contains("Address already in use") {
@@ -342,11 +404,88 @@ impl Server {
         self.dir.path()
     }
 
+    fn pid(&self) -> Option<u32> {
+        self.process.as_ref().and_then(Process::id)
+    }
+
+    /// Stops the process with `signal` (then SIGTERM, SIGKILL after bounded
+    /// waits), keeping folder and port.
+    fn shut_down(&mut self, signal: nix::sys::signal::Signal) -> Result<()> {
+        let mut process = self
+            .process
+            .take()
+            .with_context(|| format!("{} is not running", self.name))?;
+        if let Some(pid) = process.id() {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(pid)?);
+            nix::sys::signal::kill(pid, signal)?;
+            for _ in 0..READY_TRIES {
+                if let Some(status) = process.try_wait()? {
+                    if !status.success() {
+                        bail!("{} exited with {status} when stopped", self.name);
+                    }
+                    // Reaped: nothing left for `stop` to signal.
+                    std::mem::forget(process);
+                    return Ok(());
+                }
+                thread::sleep(READY_INTERVAL);
+            }
+        }
+        let status = process.stop()?;
+        if !status.success() {
+            bail!("{} exited with {status} when stopped", self.name);
+        }
+        Ok(())
+    }
+
+    /// Starts the process again on the same port and waits until it answers.
+    fn start_again(&mut self) -> Result<()> {
+        if self.process.is_some() {
+            bail!("{} is already running", self.name);
+        }
+        let log_path = self.dir.path().join(LOG_FILE);
+        let log = fs::OpenOptions::new()
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        let mut cmd = (self.command)(self.port);
+        cmd.current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().context("duplicating the log file")?)
+            .stderr(log);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {} again: {cmd:?}", self.name))?;
+        let mut process = Process::new(self.name, child, STOP_TIMEOUT);
+        let port = self.port;
+        match wait_ready(&mut process, || (self.ready)(port))? {
+            Startup::Ready => {
+                self.process = Some(process);
+                Ok(())
+            }
+            Startup::Exited(status) => bail!(
+                "{} exited with {status} when started again on port {port}; the end of its log:\n{}",
+                self.name,
+                log_tail(&log_path)
+            ),
+            Startup::TimedOut => bail!(
+                "{} was not ready again on port {port}; the end of its log:\n{}",
+                self.name,
+                log_tail(&log_path)
+            ),
+        }
+    }
+
     /// Stops the process, then removes the folder. Tries both even if the first
     /// fails.
     fn stop(self) -> Result<()> {
         let Self { process, dir, .. } = self;
         // SIGTERM is a clean shutdown for both servers, which then exit 0.
+        let Some(process) = process else {
+            let path = dir.path().to_path_buf();
+            return dir
+                .close()
+                .with_context(|| format!("removing {}", path.display()));
+        };
         let stopped = process.stop().and_then(|status| {
             if status.success() {
                 Ok(())
@@ -379,7 +518,7 @@ fn wait_ready(process: &mut Process, ready: impl Fn() -> bool) -> Result<Startup
 }
 
 /// Who runs the server's programs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct RunAs {
     /// `None` when we are not root: the programs then run as us.
     user: Option<User>,
@@ -673,7 +812,7 @@ mod tests {
     fn launch_retries_when_the_port_is_taken() -> Result<()> {
         let dir = tempfile::tempdir()?;
         let started = dir.path().join("started");
-        let server = Server::launch("flaky", dir, flaky_server, |_| started.exists())?;
+        let server = Server::launch("flaky", dir, flaky_server, move |_| started.exists())?;
         let folder = server.dir().to_path_buf();
         assert!(folder.join("tried").exists());
         // `sleep` dies of the SIGTERM, which a real server would handle.

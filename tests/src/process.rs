@@ -31,6 +31,11 @@ impl Process {
         }
     }
 
+    /// Its process id, while it runs.
+    pub(crate) fn id(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The exit status if the process has exited, without waiting.
     pub(crate) fn try_wait(&mut self) -> Result<Option<ExitStatus>> {
         let name = &self.name;

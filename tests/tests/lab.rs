@@ -5,6 +5,9 @@
 
 use std::future::Future;
 
+#[path = "lab/outage.rs"]
+mod outage;
+
 use anyhow::{Context, Result};
 use mprov_tests::db::{MariaDb, Postgres};
 

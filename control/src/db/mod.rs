@@ -11,6 +11,7 @@
 //! Migrations live in `migrations/<engine>/` and run at every start.
 
 pub mod crud;
+pub mod health;
 pub mod kinds;
 
 use std::fmt;
@@ -214,7 +215,13 @@ pub enum OpenError {
 pub struct Db {
     pool: AnyPool,
     engine: Engine,
+    health: std::sync::Arc<health::Health>,
 }
+
+/// How long a request waits for a pooled connection to MariaDB or
+/// PostgreSQL before it is answered 503 (sqlx's default is 30 s, which looks
+/// like a hang to a client).
+pub const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A URL with its password replaced, for logs and errors.
 pub fn redact_url(url: &str) -> String {
@@ -249,6 +256,9 @@ impl Db {
             Engine::Sqlite => 4,
             Engine::Mysql | Engine::Postgres => 16,
         });
+        if engine != Engine::Sqlite {
+            opts = opts.acquire_timeout(ACQUIRE_TIMEOUT);
+        }
         if engine == Engine::Sqlite {
             opts = opts.after_connect(|conn, _meta| {
                 Box::pin(async move {
@@ -275,7 +285,11 @@ impl Db {
             url: redact_url(url),
             err,
         })?;
-        Ok(Db { pool, engine })
+        Ok(Db {
+            pool,
+            engine,
+            health: std::sync::Arc::new(health::Health::new(url)),
+        })
     }
 
     /// Connects to `url` and runs every pending migration.
@@ -299,6 +313,11 @@ impl Db {
     /// The engine.
     pub fn engine(&self) -> Engine {
         self.engine
+    }
+
+    /// Whether the database answers (see [`health`]).
+    pub fn health(&self) -> &std::sync::Arc<health::Health> {
+        &self.health
     }
 
     /// The pool.

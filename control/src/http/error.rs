@@ -3,7 +3,10 @@
 //! Every failure a handler or middleware can have becomes an [`ApiError`], which
 //! picks the status code and the JSON body (`{"error", "message", "field"}`)
 //! the API conventions promise. Internal failures are logged with their cause
-//! and answered with a message that points at the log, never with the cause.
+//! (by [`super::outage`], the router's outermost layer, from the [`Failure`]
+//! a response carries) and answered with a message that points at the log,
+//! never with the cause. A database that does not answer is a 503 with a
+//! `Retry-After`, logged once per outage.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -41,6 +44,9 @@ pub enum ApiError {
     PayloadTooLarge(usize),
     /// 401, with a `WWW-Authenticate` challenge.
     Unauthorized(String),
+    /// 503: the database does not answer; the cause goes to the log (once,
+    /// by [`super::outage`]).
+    DatabaseUnavailable(String),
     /// 415.
     UnsupportedMediaType,
     /// 503: a part of the service is down for now; try again in
@@ -127,6 +133,12 @@ impl ApiError {
             ApiError::Unauthorized(m) => {
                 (StatusCode::UNAUTHORIZED, "unauthorized", m.clone(), None)
             }
+            ApiError::DatabaseUnavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                "the control service's database is not answering; the service retries by itself and serves again as soon as it is back (retry shortly; an admin should check the database server, its log has the cause)".into(),
+                None,
+            ),
             ApiError::Unavailable { message, .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
@@ -163,14 +175,29 @@ impl ApiError {
     }
 }
 
+/// What a failed response carries for [`super::outage`], which logs it (or
+/// turns it into a 503 when the database turns out to be down).
+#[derive(Debug, Clone)]
+pub enum Failure {
+    /// An internal error and its cause.
+    Internal(String),
+    /// The database did not answer.
+    Unavailable(String),
+}
+
+/// How long a client is told to wait before retrying a 503.
+pub const RETRY_AFTER_SECS: &str = "2";
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if let ApiError::Internal(cause) = &self {
-            tracing::error!(%cause, "request failed");
-        }
         let retry_after = match &self {
             ApiError::Unavailable { retry_after, .. }
             | ApiError::TooManyRequests { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        };
+        let failure = match &self {
+            ApiError::Internal(cause) => Some(Failure::Internal(cause.clone())),
+            ApiError::DatabaseUnavailable(cause) => Some(Failure::Unavailable(cause.clone())),
             _ => None,
         };
         let (status, error, message, field) = self.parts();
@@ -183,6 +210,15 @@ impl IntoResponse for ApiError {
         if let Some(secs) = retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(f) = failure {
+            if matches!(f, Failure::Unavailable(_)) {
+                resp.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from_static(RETRY_AFTER_SECS),
+                );
+            }
+            resp.extensions_mut().insert(f);
         }
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(
@@ -206,6 +242,9 @@ impl From<StoreError> for ApiError {
                 field,
             },
             StoreError::Conflict { field, message } => ApiError::Conflict { message, field },
+            StoreError::Db(e) if crate::db::health::is_unavailable(&e) => {
+                ApiError::DatabaseUnavailable(format!("database: {e}"))
+            }
             StoreError::Db(e) => ApiError::Internal(format!("database: {e}")),
             StoreError::Hash(e) => ApiError::Internal(e),
         }

@@ -10,6 +10,7 @@ pub mod auth;
 pub mod error;
 pub mod ipxe;
 pub mod openapi;
+pub mod outage;
 pub mod scope;
 
 use std::net::SocketAddr;
@@ -127,6 +128,10 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::edge_layer,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            outage::outage_layer,
         ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)

@@ -375,3 +375,136 @@ async fn round_trip_sqlite_postgres_mariadb_sqlite() {
     }
     from.cleanup().await;
 }
+
+/// The refusals, each leaving the target as it was: a served folder, a
+/// loose folder, a truncated or altered archive, a newer version, a
+/// database that holds data without `--force`. And the modes of what is
+/// written: 0600 in 0700.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_and_modes() {
+    use std::os::unix::fs::PermissionsExt;
+
+    use mprov_control::backup::archive;
+
+    let src = Ctx::new(Engine::Sqlite).await;
+    populate(&src, 20, 50).await;
+    let dirs = Dirs::new();
+    let cfg = dirs.config(&src.db.url);
+    // Served folders: the TLS folder and the job server's export folder.
+    for served in [cfg.tls_dir.join("sub"), cfg.state_dir.join("export/images")] {
+        let err = backup::backup(&cfg, &src.state.db, KEY, &served, false)
+            .await
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("served to the network"),
+            "{err:#}"
+        );
+        assert!(!served.exists(), "{} was made", served.display());
+    }
+    // A folder others may enter.
+    let loose = dirs.root.join("loose");
+    std::fs::create_dir(&loose).unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let err = backup::backup(&cfg, &src.state.db, KEY, &loose, false)
+        .await
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("chmod 700"), "{err:#}");
+    // The modes.
+    let report = backup::backup(&cfg, &src.state.db, KEY, &dirs.backups(), false)
+        .await
+        .unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&report.path), 0o600);
+    assert_eq!(mode(&dirs.backups()), 0o700);
+    let good = std::fs::read(&report.path).unwrap();
+
+    let target = TestDb::new(Engine::Sqlite).await;
+    let tcfg = dirs.config(&target.url);
+    let untouched = || {
+        let path = mprov_control::db::sqlite_path(&target.url).unwrap();
+        assert!(
+            !path.exists(),
+            "the refused restore created {}",
+            path.display()
+        );
+    };
+    // Truncated anywhere, or one byte altered inside a part.
+    for cut in [good.len() / 3, good.len() / 2, good.len() - 1100] {
+        let err = backup::restore(&tcfg, good[..cut].to_vec(), false)
+            .await
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("refusing to restore"),
+            "{err:#}"
+        );
+        untouched();
+    }
+    let mut altered = good.clone();
+    // Inside the first table part (after the zstd magic), not in tar padding.
+    let at = good
+        .windows(4)
+        .position(|w| w == [0x28, 0xb5, 0x2f, 0xfd])
+        .unwrap()
+        + 12;
+    altered[at] ^= 0x01;
+    let err = backup::restore(&tcfg, altered, false).await.unwrap_err();
+    assert!(format!("{err:#}").contains("SHA-256"), "{err:#}");
+    untouched();
+    // From a newer mProv: a well-formed archive whose manifest says so.
+    let v = archive::open(&good).unwrap();
+    let mut newer = archive::Contents {
+        manifest: v.manifest.clone(),
+        tables: v.tables.clone(),
+        secrets: None,
+    };
+    newer.manifest.mprov_version = "99.0.0".into();
+    newer.manifest.schema_level = 99_999_999_999_999;
+    let err = backup::restore(&tcfg, archive::pack(newer).unwrap(), false)
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("newer than this mProv"),
+        "{err:#}"
+    );
+    untouched();
+    // A database that holds data: refused, then replaced with --force.
+    let err = backup::restore(&dirs.config(&src.db.url), good.clone(), false)
+        .await
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("--force"), "{err:#}");
+    let before = rows(&src.state.db).await;
+    assert!(
+        backup::restore(&dirs.config(&src.db.url), good.clone(), true)
+            .await
+            .is_ok()
+    );
+    assert_eq!(rows(&src.state.db).await, before);
+    // An older backup (schema level 1) is migrated to the current level.
+    let old = TestDb::new(Engine::Sqlite).await;
+    let odb = Db::connect(&old.url).await.unwrap();
+    mprov_control::db::migrator(Engine::Sqlite)
+        .run_to(1, odb.pool())
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO settings (name, value) VALUES ('from_level_1', 'yes')")
+        .execute(odb.pool())
+        .await
+        .unwrap();
+    let contents = backup::snapshot(&odb, KEY).await.unwrap();
+    assert_eq!(contents.manifest.schema_level, 1);
+    let restored = backup::restore(&tcfg, archive::pack(contents).unwrap(), false)
+        .await
+        .unwrap();
+    assert_eq!((restored.from_level, restored.to_level > 1), (1, true));
+    let tdb = Db::open(&target.url).await.unwrap();
+    assert_eq!(
+        tdb.setting("from_level_1").await.unwrap().as_deref(),
+        Some("yes")
+    );
+    // The later migration's tables are there.
+    sqlx::query("SELECT COUNT(*) FROM enroll_tokens")
+        .fetch_one(tdb.pool())
+        .await
+        .unwrap();
+    src.cleanup().await;
+}
