@@ -15,11 +15,11 @@ use mprov_api::boot::BootConfig;
 use mprov_api::client::{Auth, Client};
 use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, UdpSocket};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::{identity, snapshot};
+use crate::{events, identity, snapshot};
 
 /// The mProv job server: DHCP, TFTP, DNS and HTTP image servers for network
 /// boot, answering from the control service's inventory.
@@ -303,6 +303,8 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     let shutdown = CancellationToken::new();
     let mut tasks: JoinSet<Result<()>> = JoinSet::new();
 
+    // The boot timeline's reporter, when following the control service.
+    let mut reporter: Option<watch::Receiver<Client>> = None;
     // Where the boot config comes from.
     let (tx, rx) = watch::channel(Arc::new(BootConfig {
         revision: -1,
@@ -322,6 +324,7 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
         (None, Some(url)) => {
             let (client, renewal) = control_client(&cli, url).await?;
             let (clients_tx, clients) = watch::channel(client);
+            reporter = Some(clients.clone());
             if let Some((control, me)) = renewal {
                 let metrics = identity::CertMetrics::register(&mut registry);
                 let stop = shutdown.clone();
@@ -359,8 +362,17 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
         )
         .context("opening the DHCP lease log")?;
         let metrics = mprov_dhcp::Metrics::register(&mut registry);
-        let server =
+        let mut server =
             mprov_dhcp::Server::new(config.clone(), rx.clone(), leases).with_metrics(metrics);
+        if let Some(client) = reporter.clone() {
+            let (events_tx, events_rx) = mpsc::channel(events::QUEUE);
+            server = server.with_events(events_tx);
+            let stop = shutdown.clone();
+            tasks.spawn(async move {
+                events::report(client, events_rx, stop).await;
+                Ok(())
+            });
+        }
         let socket = dhcp_socket(cli.dhcp, cli.dhcp_interface.as_deref())
             .with_context(|| format!("DHCP: cannot bind {}", cli.dhcp))?;
         tracing::info!(

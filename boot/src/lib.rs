@@ -12,5 +12,6 @@
 //! [`BootConfig`]: mprov_api::boot::BootConfig
 
 pub mod cli;
+pub mod events;
 pub mod identity;
 pub mod snapshot;

@@ -128,6 +128,14 @@ pub struct Settings {
     /// cluster's domains to (none: such queries are refused).
     #[arg(long, env = "MPROV_DNS_UPSTREAMS", default_value = "")]
     pub dns_upstreams: String,
+    /// `/ipxe/` requests a minute one MAC may make (a booting node makes one
+    /// or two); beyond it, 429 with a retry script.
+    #[arg(long, env = "MPROV_IPXE_LIMIT_PER_MAC", default_value_t = 12)]
+    pub ipxe_limit_per_mac: u32,
+    /// `/ipxe/` requests a minute in total (bursts up to a tenth of it at
+    /// once); raise it for clusters that power on thousands of nodes at once.
+    #[arg(long, env = "MPROV_IPXE_LIMIT_TOTAL", default_value_t = 30_000)]
+    pub ipxe_limit_total: u32,
     /// The URL nodes reach this service by (default: `http://` the first of
     /// MPROV_MPCC_IPs, else the host name, and the listen port).
     #[arg(long, env = "MPROV_PUBLIC_URL")]
@@ -227,6 +235,10 @@ pub struct Config {
     pub dns_upstreams: Vec<IpAddr>,
     /// The URL nodes reach this service by, without a trailing slash.
     pub public_url: String,
+    /// `/ipxe/` requests a minute per MAC.
+    pub ipxe_limit_per_mac: u32,
+    /// `/ipxe/` requests a minute in total.
+    pub ipxe_limit_total: u32,
     /// The first-start admin password, if given.
     pub superuser_password: Option<String>,
     /// The secret key, if given in the environment.
@@ -386,6 +398,8 @@ impl Config {
             version_exempt,
             dns_upstreams,
             public_url,
+            ipxe_limit_per_mac: s.ipxe_limit_per_mac,
+            ipxe_limit_total: s.ipxe_limit_total,
             superuser_password: s.superuser_password.filter(|p| !p.is_empty()),
             secret_key: s.secret_key.filter(|k| !k.is_empty()),
             backup_dir,

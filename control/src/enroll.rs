@@ -367,13 +367,24 @@ pub const NONCE_TTL: Duration = Duration::from_secs(15 * 60);
 pub const NODE_DAYS: u32 = 30;
 
 /// Mints a one-time enrollment nonce bound to `system_id`; only its hash
-/// is kept.
+/// is kept. In the same transaction it cancels the system's earlier unused
+/// nonces (only the newest boot can enroll) and deletes every expired row,
+/// so the table holds at most one live nonce per system plus the used ones
+/// of the last [`NONCE_TTL`] (kept to recognise a replay).
 pub async fn mint_nonce(db: &Db, system_id: i64) -> Result<String, ApiError> {
     let nonce = secrets::random_token(24);
     let expires = jiff::Timestamp::now()
         .checked_add(jiff::SignedDuration::try_from(NONCE_TTL).unwrap_or_default())
         .map(format_ts)
         .map_err(internal)?;
+    let mut tx = db.pool().begin().await.map_err(internal)?;
+    let mut gone = db.sql();
+    gone.push("DELETE FROM enroll_nonces WHERE expires_at <= ")
+        .bind(Val::Text(Some(now())))
+        .push(" OR (system_id = ")
+        .bind(Val::Int(Some(system_id)))
+        .push(" AND used_at IS NULL)");
+    gone.query().execute(&mut *tx).await.map_err(internal)?;
     let mut sql = db.sql();
     sql.push("INSERT INTO enroll_nonces (system_id, hash, created_at, expires_at) VALUES ")
         .bind_list([
@@ -382,7 +393,8 @@ pub async fn mint_nonce(db: &Db, system_id: i64) -> Result<String, ApiError> {
             Val::Text(Some(now())),
             Val::Text(Some(expires)),
         ]);
-    sql.query().execute(db.pool()).await.map_err(internal)?;
+    sql.query().execute(&mut *tx).await.map_err(internal)?;
+    tx.commit().await.map_err(internal)?;
     Ok(nonce)
 }
 
@@ -409,6 +421,21 @@ pub async fn enroll_node(
     let used: Option<String> = row.try_get("used_at").unwrap_or(None);
     if let Some(at) = used {
         tracing::warn!("enrollment: a used nonce was presented again");
+        // On the node's timeline: a replayed boot command line.
+        let replay = crate::boot::NewEvent {
+            system_id: crate::db::int(&row, "system_id").ok(),
+            mac: None,
+            phase: mprov_api::boot::BootPhase::Failed,
+            source: "control".into(),
+            jobserver_id: None,
+            ip: None,
+            detail: format!(
+                "refused an enrollment with a nonce already used at {at}: a replayed boot command line? Boot the node through /ipxe/ for a new one"
+            ),
+        };
+        if let Err(e) = crate::boot::record(db, replay).await {
+            tracing::warn!(error = %e, "cannot record the refused replay");
+        }
         return Err(refused(&format!(
             "this enrollment nonce was already used at {at}; boot the node again for a new one"
         )));

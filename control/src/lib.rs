@@ -12,6 +12,7 @@
 //! database: every other component goes through the API (`mprov-api`).
 
 pub mod backup;
+pub mod boot;
 pub mod bootconfig;
 pub mod cli;
 pub mod config;
@@ -21,6 +22,7 @@ pub mod enroll;
 pub mod first_start;
 pub mod fuzz;
 pub mod http;
+pub mod netboot;
 pub mod privileges;
 pub mod secrets;
 pub mod signer;

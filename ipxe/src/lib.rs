@@ -15,17 +15,29 @@
 
 use std::fmt::Write as _;
 
+/// Where a node can fetch its kernel and agent initramfs: one job server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source<'a> {
+    /// The kernel's URL.
+    pub kernel_url: &'a str,
+    /// The agent initramfs' URL.
+    pub initrd_url: &'a str,
+}
+
 /// What a node that should boot from the network gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Boot<'a> {
     /// The node's host name (shown on its console).
     pub hostname: &'a str,
-    /// The kernel's URL.
-    pub kernel_url: &'a str,
-    /// The agent initramfs' URL.
-    pub initrd_url: &'a str,
+    /// Kernel and initramfs, best job server first; the script falls back
+    /// to the next when a download fails.
+    pub sources: &'a [Source<'a>],
     /// Kernel arguments, each one word (`key=value` or a flag).
     pub args: &'a [String],
+    /// Where to chain when every source failed (see [`retry_script`]).
+    pub chain_url: &'a str,
+    /// How long to wait before that.
+    pub retry_secs: u32,
 }
 
 /// A value that cannot go into a script.
@@ -59,25 +71,47 @@ fn check<'a>(what: &'static str, value: &'a str) -> Result<&'a str, UnsafeValue>
     }
 }
 
-/// The script that boots a node's kernel and the agent initramfs.
+/// The script that boots a node's kernel and the agent initramfs, from the
+/// first source that serves both; when none does, it says so and chains to
+/// the boot script URL again after `retry_secs`.
 ///
 /// `initrd=` names the initramfs on the kernel command line: the EFI stub
 /// loads it by that name from iPXE's file system (BIOS ignores it).
 pub fn boot_script(boot: &Boot<'_>) -> Result<String, UnsafeValue> {
     let hostname = check("host name", boot.hostname)?;
-    let kernel = check("kernel URL", boot.kernel_url)?;
-    let initrd = check("initramfs URL", boot.initrd_url)?;
-    let initrd_name = initrd.rsplit('/').next().unwrap_or(initrd);
-    let mut line = format!("kernel {kernel} initrd={initrd_name}");
+    let chain = check_chain(boot.chain_url)?;
+    let mut args = String::new();
     for arg in boot.args {
-        line.push(' ');
-        line.push_str(check("kernel argument", arg)?);
+        args.push(' ');
+        args.push_str(check("kernel argument", arg)?);
     }
     let mut s = String::from("#!ipxe\n");
     let _ = writeln!(s, "echo mProv: booting {hostname}");
-    let _ = writeln!(s, "{line}");
-    let _ = writeln!(s, "initrd {initrd}");
-    s.push_str("boot\n");
+    for (i, src) in boot.sources.iter().enumerate() {
+        let kernel = check("kernel URL", src.kernel_url)?;
+        let initrd = check("initramfs URL", src.initrd_url)?;
+        let initrd_name = initrd.rsplit('/').next().unwrap_or(initrd);
+        let next = if i + 1 == boot.sources.len() {
+            "failed".to_owned()
+        } else {
+            format!("source{}", i + 1)
+        };
+        let _ = writeln!(s, ":source{i}");
+        let _ = writeln!(s, "imgfree");
+        let _ = writeln!(
+            s,
+            "kernel {kernel} initrd={initrd_name}{args} || goto {next}"
+        );
+        let _ = writeln!(s, "initrd {initrd} || goto {next}");
+        let _ = writeln!(s, "boot || goto {next}");
+    }
+    let _ = writeln!(s, ":failed");
+    let _ = writeln!(
+        s,
+        "echo mProv: no job server served the kernel and initramfs; retrying"
+    );
+    let _ = writeln!(s, "sleep {}", boot.retry_secs);
+    let _ = writeln!(s, "chain {chain}");
     Ok(s)
 }
 
@@ -146,6 +180,8 @@ pub fn retry_script(
 mod tests {
     use super::*;
 
+    const CHAIN: &str = "http://c/ipxe/?mac=${net0/mac}";
+
     #[test]
     fn a_boot_script_loads_kernel_and_initramfs_with_the_arguments() {
         let args = vec![
@@ -153,16 +189,37 @@ mod tests {
             "mprov_enroll=n0nce".to_owned(),
             "mprov_ca=ab12".to_owned(),
         ];
+        let sources = [
+            Source {
+                kernel_url: "http://10.0.0.2:8081/images/compute/3/vmlinuz",
+                initrd_url: "http://10.0.0.2:8081/images/compute/3/initramfs.img",
+            },
+            Source {
+                kernel_url: "http://10.0.0.3:8081/images/compute/3/vmlinuz",
+                initrd_url: "http://10.0.0.3:8081/images/compute/3/initramfs.img",
+            },
+        ];
         let s = boot_script(&Boot {
             hostname: "c01",
-            kernel_url: "http://10.0.0.2:8081/images/compute/3/vmlinuz",
-            initrd_url: "http://10.0.0.2:8081/images/compute/3/initramfs.img",
+            sources: &sources,
             args: &args,
+            chain_url: CHAIN,
+            retry_secs: 10,
         })
         .unwrap();
         assert_eq!(
             s,
-            "#!ipxe\necho mProv: booting c01\nkernel http://10.0.0.2:8081/images/compute/3/vmlinuz initrd=initramfs.img console=ttyS0 mprov_enroll=n0nce mprov_ca=ab12\ninitrd http://10.0.0.2:8081/images/compute/3/initramfs.img\nboot\n"
+            "#!ipxe\necho mProv: booting c01\n\
+             :source0\nimgfree\n\
+             kernel http://10.0.0.2:8081/images/compute/3/vmlinuz initrd=initramfs.img console=ttyS0 mprov_enroll=n0nce mprov_ca=ab12 || goto source1\n\
+             initrd http://10.0.0.2:8081/images/compute/3/initramfs.img || goto source1\n\
+             boot || goto source1\n\
+             :source1\nimgfree\n\
+             kernel http://10.0.0.3:8081/images/compute/3/vmlinuz initrd=initramfs.img console=ttyS0 mprov_enroll=n0nce mprov_ca=ab12 || goto failed\n\
+             initrd http://10.0.0.3:8081/images/compute/3/initramfs.img || goto failed\n\
+             boot || goto failed\n\
+             :failed\necho mProv: no job server served the kernel and initramfs; retrying\n\
+             sleep 10\nchain http://c/ipxe/?mac=${net0/mac}\n"
         );
     }
 
@@ -172,9 +229,13 @@ mod tests {
             let args = vec![bad.to_owned()];
             let err = boot_script(&Boot {
                 hostname: "c01",
-                kernel_url: "http://h/k",
-                initrd_url: "http://h/i",
+                sources: &[Source {
+                    kernel_url: "http://h/k",
+                    initrd_url: "http://h/i",
+                }],
                 args: &args,
+                chain_url: CHAIN,
+                retry_secs: 1,
             })
             .unwrap_err();
             assert_eq!(err.what, "kernel argument", "{bad:?}");

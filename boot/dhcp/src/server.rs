@@ -17,12 +17,14 @@ use std::time::Duration;
 
 use mprov_api::boot::BootConfig;
 use tokio::net::UdpSocket;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::DhcpConfig;
-use crate::handler::{Action, Context, PoolEvent, Reason, decode, encode, handle, prefilter};
+use crate::handler::{
+    Action, Context, PoolEvent, Reason, ReplyKind, decode, encode, handle, prefilter,
+};
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
 use crate::store::{LeaseStore, unix_now};
@@ -49,6 +51,21 @@ pub struct Server {
     table: Arc<Mutex<LeaseTable>>,
     store: LeaseStore,
     metrics: Metrics,
+    events: Option<mpsc::Sender<Sent>>,
+}
+
+/// A reply the server sent, for the job server's boot-event reporter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    /// What it was.
+    pub kind: ReplyKind,
+    /// The client's MAC, lowercase `aa:bb:cc:dd:ee:ff`.
+    pub mac: String,
+    /// The address leased (`yiaddr`), or in proxyDHCP the client's own
+    /// (`ciaddr`, else the packet's source), if any.
+    pub ip: Option<std::net::Ipv4Addr>,
+    /// Sent as a proxyDHCP server.
+    pub proxy: bool,
 }
 
 impl std::fmt::Debug for Server {
@@ -80,7 +97,15 @@ impl Server {
             table: Arc::new(Mutex::new(table)),
             store: leases,
             metrics,
+            events: None,
         }
+    }
+
+    /// Tells `events` of every reply sent (never waiting: when the channel
+    /// is full the report is dropped, the reply is not delayed).
+    pub fn with_events(mut self, events: mpsc::Sender<Sent>) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// Uses `metrics` (usually from [`Metrics::register`]).
@@ -219,6 +244,9 @@ impl Server {
                     Ok(_) => {
                         tracing::debug!(dest = %reply.dest, kind = reply.kind.as_str(), yiaddr = %reply.msg.yiaddr(), "sent");
                         self.metrics.sent(reply.kind);
+                        if let Some(events) = &self.events {
+                            let _ = events.try_send(sent(&reply, &msg, src, self.config.proxy));
+                        }
                     }
                     Err(err) => {
                         tracing::warn!(dest = %reply.dest, error = %err, "cannot send reply");
@@ -269,6 +297,45 @@ fn log_pool(event: &PoolEvent) {
         PoolEvent::Recovered { network } => {
             tracing::info!(network = %network, "DHCP pool of network {network} has free addresses again");
         }
+    }
+}
+
+/// What the reporter is told of a reply.
+fn sent(
+    reply: &crate::handler::Reply,
+    req: &dhcproto::v4::Message,
+    src: SocketAddr,
+    proxy: bool,
+) -> Sent {
+    let mac = reply
+        .msg
+        .chaddr()
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let yiaddr = reply.msg.yiaddr();
+    let source = match src.ip() {
+        std::net::IpAddr::V4(ip) => ip,
+        std::net::IpAddr::V6(_) => std::net::Ipv4Addr::UNSPECIFIED,
+    };
+    let ip = [
+        yiaddr,
+        req.ciaddr(),
+        if proxy {
+            source
+        } else {
+            std::net::Ipv4Addr::UNSPECIFIED
+        },
+    ]
+    .into_iter()
+    .find(|ip| !ip.is_unspecified());
+    Sent {
+        kind: reply.kind,
+        mac,
+        ip,
+        proxy,
     }
 }
 

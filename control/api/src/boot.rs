@@ -244,7 +244,9 @@ pub struct BootManifest {
 }
 
 /// Where boot events are written (job servers and nodes, each with its own
-/// certificate) and read (`?system=<hostname or id>`).
+/// certificate) and read: `?system=<hostname or id>` for a node's last boot
+/// (`&boot=all` for every boot), `?mac=` for a node the inventory does not
+/// know, nothing for the latest event of every node.
 pub const EVENTS_PATH: &str = "/api/v1/boot/events";
 
 /// A step of a node's boot. The timeline orders events by time; the phases
@@ -255,7 +257,13 @@ pub enum BootPhase {
     /// Job server: a DHCPOFFER went to the node's MAC.
     DhcpOffered,
     /// Job server: a DHCPACK went to the node's MAC (the lease is durable).
+    /// With the leased address in `ip`, it attests the node's `/ipxe/`
+    /// request from that address.
     DhcpAcked,
+    /// Job server in proxyDHCP mode: boot information went to the node's
+    /// MAC beside the site's own DHCP server (the address, if known, in
+    /// `ip`). It attests `/ipxe/` in place of `dhcp_acked`.
+    ProxyAnswered,
     /// Job server: the iPXE binary went out over TFTP.
     BootFileSent,
     /// Control: `/ipxe/` served the boot script (with a nonce).
@@ -290,6 +298,7 @@ impl BootPhase {
         match self {
             BootPhase::DhcpOffered => "dhcp_offered",
             BootPhase::DhcpAcked => "dhcp_acked",
+            BootPhase::ProxyAnswered => "proxy_answered",
             BootPhase::BootFileSent => "boot_file_sent",
             BootPhase::ScriptServed => "script_served",
             BootPhase::KernelFetched => "kernel_fetched",
@@ -338,6 +347,9 @@ pub struct BootEvent {
     /// The system's id, if the node is known.
     #[serde(default)]
     pub system: Option<i64>,
+    /// The system's host name, if the node is known.
+    #[serde(default)]
+    pub hostname: Option<String>,
     /// The node's MAC, if reported.
     #[serde(default)]
     pub mac: Option<String>,

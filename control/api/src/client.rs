@@ -503,6 +503,45 @@ impl Client {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
+    /// Reports one step of a boot (`POST /api/v1/boot/events`): a node for
+    /// itself, with its own certificate; a job server for the node it names.
+    pub async fn report_boot_event(
+        &self,
+        report: &crate::boot::BootEventReport,
+    ) -> Result<crate::boot::BootEvent, ClientError> {
+        let url = self.path_url(crate::boot::EVENTS_PATH)?;
+        self.call(Method::POST, url, Some(report)).await
+    }
+
+    /// A node's last boot, oldest event first (`all`: every boot); with no
+    /// `system`, the latest event of every node.
+    pub async fn boot_events(
+        &self,
+        system: Option<&str>,
+        all: bool,
+    ) -> Result<Vec<crate::boot::BootEvent>, ClientError> {
+        let mut url = self.path_url(crate::boot::EVENTS_PATH)?;
+        {
+            let mut pairs = url.query_pairs_mut();
+            if let Some(s) = system {
+                pairs.append_pair("system", s);
+            }
+            if all {
+                pairs.append_pair("boot", "all");
+            }
+        }
+        if url.query() == Some("") {
+            url.set_query(None);
+        }
+        self.call(Method::GET, url, None::<&()>).await
+    }
+
+    /// The node's own boot manifest (with its certificate).
+    pub async fn boot_manifest(&self) -> Result<crate::boot::BootManifest, ClientError> {
+        let url = self.path_url(crate::boot::MANIFEST_PATH)?;
+        self.call(Method::GET, url, None::<&()>).await
+    }
+
     /// Enrolls a node with the nonce from its kernel command line.
     pub async fn enroll_node(
         &self,

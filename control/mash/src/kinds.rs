@@ -169,6 +169,7 @@ pub(crate) static KINDS: &[KindInfo] = &[
             ("distro", Ref),
             ("version", Int),
             ("needs_rebuild", Bool),
+            ("rootfs_size", Int),
             ("scripts", IdList),
             ("jobservers", IdList),
         ],

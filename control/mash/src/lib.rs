@@ -17,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+mod boot;
 pub mod config;
 mod import;
 mod kinds;
@@ -154,6 +155,33 @@ pub enum Command {
     /// Create systems from a CSV file, all in one transaction
     #[command(after_help = IMPORT_AFTER_HELP)]
     Import(ImportArgs),
+    /// Boot timelines: what each node's boot went through, step by step
+    Boot(BootArgs),
+}
+
+/// The arguments of `mash boot`.
+#[derive(Debug, Args)]
+pub struct BootArgs {
+    /// What to show.
+    #[command(subcommand)]
+    pub action: BootAction,
+}
+
+/// What `mash boot` shows.
+#[derive(Debug, Subcommand)]
+pub enum BootAction {
+    /// A node's last boot, each step with how long it took until the next;
+    /// without HOST, the latest step of every node
+    Status {
+        /// The node's host name or id
+        host: Option<String>,
+        /// Every boot of the node, not only the last
+        #[arg(long)]
+        all: bool,
+        /// Print JSON (the same as --output json)
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 impl Command {
@@ -175,7 +203,7 @@ impl Command {
             Command::Jobs(a) => ("jobs", a),
             Command::Apikeys(a) => ("apikeys", a),
             Command::Users(a) => ("users", a),
-            Command::Import(_) => return None,
+            Command::Import(_) | Command::Boot(_) => return None,
         })
     }
 }
@@ -273,6 +301,14 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> Result<()> {
 async fn run_async(cli: Cli, out: &mut dyn Write) -> Result<()> {
     if let Command::Import(args) = &cli.command {
         return import(&cli, args, out).await;
+    }
+    if let Command::Boot(BootArgs {
+        action: BootAction::Status { host, all, json },
+    }) = &cli.command
+    {
+        let client = connect(&cli.conn)?;
+        let format = if *json { Format::Json } else { cli.output };
+        return boot::status(&client, host.as_deref(), *all, format, out).await;
     }
     let Some((name, args)) = cli.command.kind() else {
         bail!("no such command");
@@ -475,9 +511,27 @@ mod tests {
         }
         let kind_commands = cmd
             .get_subcommands()
-            .filter(|s| s.get_name() != "import")
+            .filter(|s| !matches!(s.get_name(), "import" | "boot"))
             .count();
         assert_eq!(kind_commands, kinds::KINDS.len());
+    }
+
+    #[test]
+    fn boot_status_takes_an_optional_host() {
+        let cli = Cli::try_parse_from(["mash", "boot", "status", "c01", "--all"]).expect("parse");
+        assert!(matches!(
+            cli.command,
+            Command::Boot(BootArgs {
+                action: BootAction::Status { host: Some(ref h), all: true, json: false }
+            }) if h == "c01"
+        ));
+        let cli = Cli::try_parse_from(["mash", "boot", "status"]).expect("parse");
+        assert!(matches!(
+            cli.command,
+            Command::Boot(BootArgs {
+                action: BootAction::Status { host: None, .. }
+            })
+        ));
     }
 
     #[test]

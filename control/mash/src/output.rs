@@ -60,14 +60,14 @@ pub(crate) fn json(value: &Value) -> String {
     out
 }
 
-fn new_table() -> Table {
+pub(crate) fn new_table() -> Table {
     let mut table = Table::new();
     table.load_style(TableStyle::new().header_separator(comfy_table::LineStyle::none()));
     table.force_no_tty();
     table
 }
 
-fn render(mut table: Table) -> String {
+pub(crate) fn render(mut table: Table) -> String {
     // Two spaces between columns and none at the line's edges.
     let count = table.column_count();
     for (i, column) in table.column_iter_mut().enumerate() {

@@ -1419,7 +1419,9 @@ impl Db {
             // and a job to build it.
             if !created {
                 let mut bump = self.sql();
-                bump.push("UPDATE system_images SET version = version + 1 WHERE id = ");
+                // The new version's rootfs is not published yet: no
+                // checksum until it is.
+                bump.push("UPDATE system_images SET version = version + 1, rootfs_sha256 = '', rootfs_size = 0 WHERE id = ");
                 bump.bind(Val::Int(Some(id)));
                 bump.query().execute(&mut *conn).await?;
                 let mut clear = self.sql();

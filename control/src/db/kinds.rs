@@ -319,12 +319,14 @@ const DISTROS: [Field; 10] = cat::<5, 5, 10>(
     layer_fields!(),
 );
 
-const IMAGES: [Field; 9] = cat::<4, 5, 9>(
+const IMAGES: [Field; 11] = cat::<6, 5, 11>(
     [
         f("slug", Ty::Slug, "The image's unique name in URLs and on job servers.").unique(),
         f("distro", Ty::Ref("distros"), "The OS distro it is built from.").null(),
         f("version", Ty::Int { min: 1, max: i64::MAX }, "Bumped by every rebuild request.").def(Default::Int(1)).ro(),
-        f("needs_rebuild", Ty::Bool, "Set true to request a rebuild: bumps the version, clears the hosting job servers and queues an image-update job.").def(Default::Bool(false)),
+        f("needs_rebuild", Ty::Bool, "Set true to request a rebuild: bumps the version, clears the hosting job servers and the rootfs checksum, and queues an image-update job.").def(Default::Bool(false)),
+        f("rootfs_sha256", Ty::Text { max: 64 }, "The sha256 (lowercase hex) of the current version's rootfs.tar.zst, recorded when it was published (its manifest.json has it). Nodes verify the stream against it; none means the version cannot boot yet.").def(Default::Str("")),
+        f("rootfs_size", Ty::Int { min: 0, max: i64::MAX }, "The size in bytes of the current version's rootfs.tar.zst.").def(Default::Int(0)),
     ],
     layer_fields!(),
 );

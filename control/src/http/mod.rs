@@ -53,6 +53,10 @@ pub struct Inner {
     pub ca_fingerprint: Option<String>,
     /// The signing helper, once TLS is set up.
     pub signer: Option<crate::signer::SignerClient>,
+    /// Woken after every boot event, for `/ipxe/` waiting on a lease report.
+    pub boot_events: tokio::sync::Notify,
+    /// `/ipxe/`'s rate limit.
+    pub ipxe_limiter: ipxe::Limiter,
 }
 
 impl Inner {
@@ -60,7 +64,7 @@ impl Inner {
     pub fn new(db: Db, config: Arc<Config>, secrets: SecretBox) -> Inner {
         Inner {
             db,
-            config,
+            config: config.clone(),
             secrets,
             passwords: auth::PasswordCache::default(),
             throttle: auth::PasswordThrottle::default(),
@@ -68,6 +72,8 @@ impl Inner {
             ca_pem: None,
             ca_fingerprint: None,
             signer: None,
+            boot_events: tokio::sync::Notify::new(),
+            ipxe_limiter: ipxe::Limiter::new(config.ipxe_limit_per_mac, config.ipxe_limit_total),
         }
     }
 
@@ -111,6 +117,11 @@ pub fn router(state: AppState) -> Router {
             post(crate::enroll::revoke_credential),
         )
         .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
+        .route(
+            mprov_api::boot::EVENTS_PATH,
+            get(crate::boot::get_events).post(crate::boot::post_event),
+        )
+        .route(mprov_api::boot::MANIFEST_PATH, get(crate::boot::manifest))
         .route("/api/v1/systems/{key}/config", get(api::effective_config))
         .route(
             "/api/v1/images/{key}/hosts/{jobserver}",

@@ -444,7 +444,7 @@ fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Va
     );
     paths.insert(
         "/ipxe/".into(),
-        json!({"get": {"summary": "The iPXE script of the node with this MAC: boot (with a one-time enrollment nonce), discovery or local boot (no authentication)",
+        json!({"get": {"summary": "The iPXE script of the node with this MAC: boot (with a one-time enrollment nonce), discovery or local boot, once a job server on the node's network reported leasing the request's address to that MAC; else a retry script, the same for every MAC; 429 with a retry script beyond the rate limit (no authentication)",
             "security": [],
             "parameters": [{"name": "mac", "in": "query", "required": true, "schema": {"type": "string"}}],
             "responses": text("An iPXE script", "text/plain")}}),
@@ -525,5 +525,93 @@ fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Va
         "/api/v1/credentials/{id}/revoke".into(),
         json!({"parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
             "post": {"summary": "Revoke a certificate at once (admin)", "responses": revoked}}),
+    );
+    boot_paths(paths, schemas);
+}
+
+/// The boot timeline and the boot manifest.
+fn boot_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) {
+    let phases: Vec<&str> = [
+        "dhcp_offered",
+        "dhcp_acked",
+        "proxy_answered",
+        "boot_file_sent",
+        "script_served",
+        "kernel_fetched",
+        "initramfs_fetched",
+        "agent_dhcp",
+        "enrolled",
+        "image_started",
+        "progress",
+        "verified",
+        "checksum_mismatch",
+        "switch_root",
+        "failed",
+        "ready",
+    ]
+    .to_vec();
+    schemas.insert(
+        "BootEvent".into(),
+        json!({"type": "object", "properties": {
+            "id": {"type": "integer"},
+            "system": {"type": ["integer", "null"], "description": "The system's id, if the node is known."},
+            "hostname": {"type": ["string", "null"]},
+            "mac": {"type": ["string", "null"]},
+            "boot_id": {"type": "integer", "description": "The boot this event belongs to."},
+            "phase": {"type": "string", "enum": phases},
+            "at": {"type": "string", "description": "When it was recorded (RFC 3339, UTC)."},
+            "source": {"type": "string", "description": "jobserver:<name>, node:<host>, control, or the admin's user:/apikey: name."},
+            "ip": {"type": ["string", "null"]},
+            "detail": {"type": "string"}
+        }, "required": ["id", "boot_id", "phase", "at", "source", "detail"], "additionalProperties": false}),
+    );
+    schemas.insert(
+        "BootManifest".into(),
+        json!({"type": "object", "properties": {
+            "system_id": {"type": "integer"}, "hostname": {"type": "string"},
+            "image": {"type": "string"}, "version": {"type": "integer"},
+            "size": {"type": "integer", "description": "rootfs.tar.zst's size in bytes."},
+            "sha256": {"type": "string", "description": "The checksum recorded when the version was published; the node verifies the stream against it."},
+            "sources": {"type": "array", "items": {"type": "string"}, "description": "rootfs.tar.zst on the eligible job servers, best first."},
+            "tmpfs_size": {"type": ["string", "null"]}
+        }, "required": ["system_id", "hostname", "image", "version", "size", "sha256", "sources"], "additionalProperties": false}),
+    );
+    let mut listed = ok(
+        "200",
+        "Oldest first.",
+        json!({"type": "array", "items": schema_ref("BootEvent")}),
+    );
+    listed.extend(error_responses(&["400", "401", "403", "404", "426"]));
+    let mut created = ok("201", "The stored event.", schema_ref("BootEvent"));
+    created.extend(error_responses(&["400", "401", "403", "426"]));
+    paths.insert(
+        mprov_api::boot::EVENTS_PATH.into(),
+        json!({
+            "get": {"summary": "A node's boot timeline: its last boot (boot=all: every boot); without system or mac, the latest event of every node. A node's certificate reads its own only",
+                "parameters": [
+                    {"name": "system", "in": "query", "schema": {"type": "string"}, "description": "Host name or id."},
+                    {"name": "mac", "in": "query", "schema": {"type": "string"}, "description": "A node the inventory does not know."},
+                    {"name": "boot", "in": "query", "schema": {"type": "string", "enum": ["last", "all"]}}
+                ],
+                "responses": listed},
+            "post": {"summary": "Report a step of a boot: a node for itself only (its certificate), a job server for the node it names by mac, system or leased ip",
+                "security": [{"clientCertificate": []}, {"apiKey": []}, {"basic": []}],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                    "type": "object", "properties": {
+                        "phase": {"type": "string", "enum": phases},
+                        "mac": {"type": ["string", "null"]}, "system": {"type": ["string", "null"]},
+                        "ip": {"type": ["string", "null"]}, "detail": {"type": "string"}
+                    }, "required": ["phase"], "additionalProperties": false}}}},
+                "responses": created}
+        }),
+    );
+    let mut manifest = ok("200", "What the node boots.", schema_ref("BootManifest"));
+    manifest.extend(error_responses(&["400", "401", "403", "404", "409", "426"]));
+    paths.insert(
+        mprov_api::boot::MANIFEST_PATH.into(),
+        json!({"get": {"summary": "The boot manifest of the node whose certificate this request presents (admins: ?system=)",
+            "security": [{"clientCertificate": []}, {"apiKey": []}, {"basic": []}],
+            "parameters": [{"name": "system", "in": "query", "schema": {"type": "string"}}],
+            "responses": manifest}}),
     );
 }

@@ -3,6 +3,7 @@
 
 mod attacks;
 mod backup;
+mod boot;
 mod common;
 mod process;
 mod scopes;
@@ -1134,7 +1135,17 @@ async fn node_enrollment_refusals(engine: Engine) {
     scopes::node_enrollment_refusals(engine).await;
 }
 
+async fn boot_timeline_manifest_and_nonces(engine: Engine) {
+    boot::boot_timeline_manifest_and_nonces(engine).await;
+}
+
+async fn ipxe_rate_limits(engine: Engine) {
+    boot::ipxe_rate_limits(engine).await;
+}
+
 engine_tests!(
+    boot_timeline_manifest_and_nonces,
+    ipxe_rate_limits,
     every_endpoint_with_every_identity,
     concurrent_enrollments_leave_one_valid_certificate,
     node_enrollment_refusals,
@@ -1165,4 +1176,16 @@ fn openapi_matches_its_snapshot() {
         stored == rendered,
         "the OpenAPI document changed; review it and run with UPDATE_SNAPSHOTS=1 to accept"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipxe_attacks_on_the_real_service() {
+    let db = common::TestDb::new(Engine::Sqlite).await;
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || boot::attacks_on_the_real_service(&d, &url))
+        .await
+        .unwrap();
+    db.cleanup().await;
 }

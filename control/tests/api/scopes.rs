@@ -31,20 +31,20 @@ enum Who {
 
 /// How a request is authenticated.
 #[derive(Clone)]
-enum Cred {
+pub(crate) enum Cred {
     None,
     Key(String),
     Cert(Vec<u8>),
 }
 
-fn csr() -> String {
+pub(crate) fn csr() -> String {
     let key = KeyPair::generate().unwrap();
     let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
     p.distinguished_name = DistinguishedName::new();
     p.serialize_request(&key).unwrap().pem().unwrap()
 }
 
-async fn send(
+pub(crate) async fn send(
     app: &axum::Router,
     method: &str,
     path: &str,
@@ -66,6 +66,11 @@ async fn send(
         None => Body::empty(),
     };
     let mut req = req.body(body).unwrap();
+    // Every request comes from the address a job server leased the node.
+    req.extensions_mut()
+        .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            NODE_IP, 40_000,
+        ))));
     if let Cred::Cert(der) = cred {
         let mut info = axum_server::tls::TlsInfo::default();
         info.peer_certificates = vec![der.clone()];
@@ -83,14 +88,57 @@ async fn send(
     (status, v)
 }
 
-fn der_of(pem: &str) -> Vec<u8> {
+/// The address the requests come from.
+pub(crate) const NODE_IP: [u8; 4] = [10, 0, 0, 50];
+
+/// A 64-hex rootfs checksum, as publishing an image records.
+pub(crate) const SHA: &str = "5e0a0d1c9f2b7e3a4d6c8b0a1f3e5d7c9b1a3f5e7d9c1b3a5f7e9d1c3b5a7f90";
+
+/// What the job server js1 reports when it leases `NODE_IP` to `mac`: the
+/// event that lets `/ipxe/` answer that MAC from that address.
+pub(crate) async fn attest(c: &Ctx, mac: &str) {
+    let db = &c.state.db;
+    let r = sqlx::query("SELECT id FROM jobservers WHERE name = 'js1'")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let js = mprov_control::db::int(&r, "id").unwrap();
+    let mac = mac.to_ascii_lowercase().replace('-', ":");
+    let mut q = db.sql();
+    q.push("SELECT system_id FROM network_interfaces WHERE mac = ")
+        .bind(mprov_control::db::Val::Text(Some(mac.clone())));
+    let system = q
+        .query()
+        .fetch_optional(db.pool())
+        .await
+        .unwrap()
+        .map(|r| mprov_control::db::int(&r, "system_id").unwrap());
+    mprov_control::boot::record(
+        db,
+        mprov_control::boot::NewEvent {
+            system_id: system,
+            mac: Some(mac),
+            phase: mprov_api::boot::BootPhase::DhcpAcked,
+            source: "jobserver:js1".into(),
+            jobserver_id: Some(js),
+            ip: Some(NODE_IP.into()),
+            detail: String::new(),
+        },
+    )
+    .await
+    .unwrap();
+}
+
+pub(crate) fn der_of(pem: &str) -> Vec<u8> {
     CertificateDer::from_pem_slice(pem.as_bytes())
         .unwrap()
         .to_vec()
 }
 
 /// Enrolls a node through /ipxe/ and /enroll/node/; its certificate (DER).
-async fn enroll_node(app: &axum::Router, mac: &str) -> Vec<u8> {
+async fn enroll_node(c: &Ctx, mac: &str) -> Vec<u8> {
+    attest(c, mac).await;
+    let app = &c.app;
     let (status, script) = send(app, "GET", &format!("/ipxe/?mac={mac}"), &Cred::None, None).await;
     assert_eq!(status, StatusCode::OK, "{script}");
     let script = script.as_str().unwrap().to_owned();
@@ -111,7 +159,7 @@ async fn enroll_node(app: &axum::Router, mac: &str) -> Vec<u8> {
     der_of(v["certificate"].as_str().unwrap())
 }
 
-async fn ctx_with_signer(engine: Engine) -> (Ctx, tempfile::TempDir) {
+pub(crate) async fn ctx_with_signer(engine: Engine) -> (Ctx, tempfile::TempDir) {
     let c = Ctx::new(engine).await;
     let tls = tempfile::tempdir().unwrap();
     let signer =
@@ -286,7 +334,11 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
     c.ok("POST", "/api/v1/jobservers/", Some(json!({"name": "js2"})))
         .await;
     let image = c
-        .ok("POST", "/api/v1/images/", Some(json!({"slug": "compute"})))
+        .ok(
+            "POST",
+            "/api/v1/images/",
+            Some(json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 1000})),
+        )
         .await;
     c.ok(
         "PATCH",
@@ -344,9 +396,11 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
         .unwrap();
 
     // Credentials: two nodes, a job server, a revoked node certificate.
-    let revoked = enroll_node(&c.app, "aa:bb:cc:00:00:01").await;
-    let node_a = enroll_node(&c.app, "aa:bb:cc:00:00:01").await;
-    let node_b = enroll_node(&c.app, "aa:bb:cc:00:00:02").await;
+    let revoked = enroll_node(&c, "aa:bb:cc:00:00:01").await;
+    let node_a = enroll_node(&c, "aa:bb:cc:00:00:01").await;
+    let node_b = enroll_node(&c, "aa:bb:cc:00:00:02").await;
+    // The unknown MAC the walk asks /ipxe/ for: leased, so it is answered at once.
+    attest(&c, "aa:bb:cc:00:00:99").await;
     let token = c
         .ok(
             "POST",
@@ -575,8 +629,16 @@ async fn snapshot_own(c: &Ctx, ids: &Ids) -> Vec<Value> {
 }
 
 /// The nonce from a fresh /ipxe/ script for `mac`.
-async fn nonce_for(app: &axum::Router, mac: &str) -> String {
-    let (status, script) = send(app, "GET", &format!("/ipxe/?mac={mac}"), &Cred::None, None).await;
+pub(crate) async fn nonce_for(c: &Ctx, mac: &str) -> String {
+    attest(c, mac).await;
+    let (status, script) = send(
+        &c.app,
+        "GET",
+        &format!("/ipxe/?mac={mac}"),
+        &Cred::None,
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{script}");
     let script = script.as_str().unwrap().to_owned();
     assert!(script.contains("mprov_ca="), "{script}");
@@ -597,7 +659,11 @@ pub(crate) async fn node_enrollment_refusals(engine: Engine) {
         )
         .await;
     let image = c
-        .ok("POST", "/api/v1/images/", Some(json!({"slug": "compute"})))
+        .ok(
+            "POST",
+            "/api/v1/images/",
+            Some(json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 1000})),
+        )
         .await;
     c.ok(
         "PATCH",
@@ -637,8 +703,33 @@ pub(crate) async fn node_enrollment_refusals(engine: Engine) {
         p.serialize_request(&key).unwrap().pem().unwrap()
     };
 
+    // Without the job server's lease report, the same retry script for a
+    // known and an unknown MAC, and no nonce.
+    let (_, unattested) = send(
+        &c.app,
+        "GET",
+        "/ipxe/?mac=aa:bb:cc:00:00:01",
+        &Cred::None,
+        None,
+    )
+    .await;
+    let (_, unknown) = send(
+        &c.app,
+        "GET",
+        "/ipxe/?mac=aa:bb:cc:00:00:98",
+        &Cred::None,
+        None,
+    )
+    .await;
+    assert_eq!(unattested, unknown);
+    let unattested = unattested.as_str().unwrap();
+    assert!(
+        unattested.contains("waiting for the job server") && !unattested.contains("mprov_enroll"),
+        "{unattested}"
+    );
     // The script: kernel and the image's agent initramfs from js1 on the
     // port mprov-jobserver serves, the nonce and the CA pin.
+    attest(&c, "aa:bb:cc:00:00:01").await;
     let (_, script) = send(
         &c.app,
         "GET",
@@ -663,6 +754,8 @@ pub(crate) async fn node_enrollment_refusals(engine: Engine) {
         .unwrap();
     assert_eq!(fp.len(), 64);
     // Unknown node: the discovery script; not netbooting: local boot.
+    attest(&c, "aa:bb:cc:00:00:99").await;
+    attest(&c, "aa:bb:cc:00:00:02").await;
     let (_, d) = send(
         &c.app,
         "GET",
@@ -698,7 +791,7 @@ pub(crate) async fn node_enrollment_refusals(engine: Engine) {
 
     // A CSR for another node's name, or asking for CA rights: refused, and
     // the nonce is still good afterwards.
-    let nonce = nonce_for(&c.app, "aa:bb:cc:00:00:01").await;
+    let nonce = nonce_for(&c, "aa:bb:cc:00:00:01").await;
     let (status, v) = enroll(nonce.clone(), csr_named("c02", false)).await;
     assert!(
         status == StatusCode::BAD_REQUEST && v["message"].as_str().unwrap().contains("c02"),
@@ -737,7 +830,7 @@ pub(crate) async fn node_enrollment_refusals(engine: Engine) {
         "{status} {v}"
     );
     // Expired.
-    let old = nonce_for(&c.app, "aa:bb:cc:00:00:02").await;
+    let old = nonce_for(&c, "aa:bb:cc:00:00:02").await;
     {
         let db = &c.state.db;
         let mut sql = db.sql();

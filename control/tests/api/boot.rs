@@ -1,0 +1,622 @@
+//! The boot timeline, the boot manifest and `/ipxe/`'s defences, on every
+//! engine: job servers write events for nodes with their own certificate,
+//! a node writes and reads only its own, `/ipxe/` hands a nonce only to an
+//! attested request, each new nonce cancels the earlier ones, a replayed
+//! nonce is refused and lands on the timeline, and `/ipxe/` is rate-limited.
+
+use axum::http::StatusCode;
+use mprov_api::boot::{BootEvent, BootManifest, EVENTS_PATH, MANIFEST_PATH};
+use mprov_control::db::Engine;
+use serde_json::{Value, json};
+
+use crate::scopes::{Cred, SHA, csr, ctx_with_signer, der_of, nonce_for, send};
+
+const C01: &str = "52:54:00:12:00:01";
+const C02: &str = "52:54:00:12:00:02";
+
+fn events(v: &Value) -> Vec<BootEvent> {
+    serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"))
+}
+
+pub(crate) async fn boot_timeline_manifest_and_nonces(engine: Engine) {
+    let (c, _tls) = ctx_with_signer(engine).await;
+    let prov = c
+        .ok(
+            "POST",
+            "/api/v1/networks/",
+            Some(json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24})),
+        )
+        .await;
+    let other = c
+        .ok(
+            "POST",
+            "/api/v1/networks/",
+            Some(json!({"slug": "other", "subnet": "10.9.0.0", "netmask": 24})),
+        )
+        .await;
+    let mut hosts = Vec::new();
+    for (name, addr, net) in [
+        ("js1", "10.0.0.2", &prov),
+        ("js2", "10.0.0.3", &prov),
+        ("js3", "10.9.0.2", &other),
+    ] {
+        let js = c
+            .ok(
+                "POST",
+                "/api/v1/jobservers/",
+                Some(json!({"name": name, "addresses": [addr], "network": net["id"]})),
+            )
+            .await;
+        hosts.push(js["id"].clone());
+    }
+    // What each last reported: js2 is the least loaded.
+    for (name, load) in [("js1", 2.5), ("js2", 0.5), ("js3", 0.0)] {
+        let db = &c.state.db;
+        let mut sql = db.sql();
+        sql.push("UPDATE jobservers SET load_avg = ")
+            .bind(mprov_control::db::Val::Float(Some(load)))
+            .push(" WHERE name = ")
+            .bind(mprov_control::db::Val::Text(Some(name.into())));
+        sql.query().execute(db.pool()).await.unwrap();
+    }
+    c.ok(
+        "POST",
+        "/api/v1/groups/",
+        Some(json!({"slug": "serial", "install_kernel_cmdline": "console=ttyS0,115200"})),
+    )
+    .await;
+    c.ok(
+        "POST",
+        "/api/v1/images/",
+        Some(
+            json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 4242,
+            "install_kernel_cmdline": "quiet", "tmpfs_root_size": 3, "jobservers": hosts}),
+        ),
+    )
+    .await;
+    for (host, mac) in [("c01", C01), ("c02", C02)] {
+        c.ok(
+            "POST",
+            "/api/v1/systems/",
+            Some(
+                json!({"hostname": host, "image": "compute", "groups": ["serial"],
+                "nics": [{"mac": mac, "network": "prov", "bootable": true}]}),
+            ),
+        )
+        .await;
+    }
+
+    // The job server's own certificate.
+    let token = c
+        .ok(
+            "POST",
+            "/api/v1/enroll-tokens/",
+            Some(json!({"name": "js1"})),
+        )
+        .await["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        "/enroll/jobserver/",
+        &Cred::None,
+        Some(json!({"token": token, "name": "js1", "csr": csr()})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let js1 = Cred::Cert(der_of(v["certificate"].as_str().unwrap()));
+
+    // The job server reports the lease; the event names the node.
+    let (status, ev) = send(
+        &c.app,
+        "POST",
+        EVENTS_PATH,
+        &js1,
+        Some(json!({"phase": "dhcp_acked", "mac": C01, "ip": "10.0.0.50"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{ev}");
+    assert_eq!(ev["source"], "jobserver:js1");
+    assert_eq!(ev["hostname"], "c01");
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        EVENTS_PATH,
+        &js1,
+        Some(json!({"phase": "ready", "mac": C01})),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a job server does not report ready: {v}"
+    );
+    let (status, _) = send(
+        &c.app,
+        "POST",
+        EVENTS_PATH,
+        &Cred::None,
+        Some(json!({"phase": "dhcp_acked", "mac": C01, "ip": "10.0.0.50"})),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "anonymous events are refused"
+    );
+
+    // The script: js2 (least loaded) then js1 on the node's network, never
+    // js3; the layered arguments, then the agent's.
+    let (status, script) = send(
+        &c.app,
+        "GET",
+        &format!("/ipxe/?mac={C01}"),
+        &Cred::None,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let script = script.as_str().unwrap().to_owned();
+    let first = script
+        .find("http://10.0.0.3:8081/images/compute/1/vmlinuz")
+        .expect(&script);
+    let second = script
+        .find("http://10.0.0.2:8081/images/compute/1/vmlinuz")
+        .expect(&script);
+    assert!(first < second, "{script}");
+    assert!(!script.contains("10.9.0.2"), "{script}");
+    for arg in [
+        "initrd=initramfs.img",
+        "console=ttyS0,115200",
+        "quiet",
+        "mprov_image=compute:1",
+        &format!("mprov_mac={C01}"),
+        "mprov_url=",
+        "mprov_ca=",
+    ] {
+        assert!(
+            script.contains(&format!(" {arg}")),
+            "{arg} missing: {script}"
+        );
+    }
+    let first_nonce = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("mprov_enroll="))
+        .unwrap()
+        .to_owned();
+
+    // Each new nonce cancels the earlier ones.
+    let second_nonce = nonce_for(&c, C01).await;
+    let enroll = |nonce: &str| {
+        let app = c.app.clone();
+        let body = json!({"nonce": nonce, "csr": csr()});
+        async move { send(&app, "POST", "/enroll/node/", &Cred::None, Some(body)).await }
+    };
+    let (status, v) = enroll(&first_nonce).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "an earlier nonce: {v}");
+    let (status, v) = enroll(&second_nonce).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let node1 = Cred::Cert(der_of(v["certificate"].as_str().unwrap()));
+    let node2 = {
+        let n = nonce_for(&c, C02).await;
+        let (status, v) = enroll(&n).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        Cred::Cert(der_of(v["certificate"].as_str().unwrap()))
+    };
+    // One live nonce per system, whatever was asked before.
+    {
+        let r = sqlx::query("SELECT COUNT(*) AS n FROM enroll_nonces WHERE used_at IS NULL")
+            .fetch_one(c.state.db.pool())
+            .await
+            .unwrap();
+        assert_eq!(mprov_control::db::int(&r, "n").unwrap(), 0);
+    }
+
+    // The node writes its own steps; another node's are refused.
+    for phase in ["enrolled", "image_started", "verified", "switch_root"] {
+        let (status, v) = send(
+            &c.app,
+            "POST",
+            EVENTS_PATH,
+            &node1,
+            Some(json!({"phase": phase, "detail": "step"})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{v}");
+        assert_eq!(v["source"], "node:c01");
+    }
+    for body in [
+        json!({"phase": "ready", "system": "c02"}),
+        json!({"phase": "ready", "mac": C02}),
+    ] {
+        let (status, v) = send(&c.app, "POST", EVENTS_PATH, &node1, Some(body)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{v}");
+    }
+    let (status, _) = send(
+        &c.app,
+        "POST",
+        EVENTS_PATH,
+        &node1,
+        Some(json!({"phase": "dhcp_acked", "ip": "10.0.0.50"})),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a node cannot attest itself"
+    );
+    let (status, _) = send(
+        &c.app,
+        "GET",
+        &format!("{EVENTS_PATH}?system=c02"),
+        &node1,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (_, v) = send(
+        &c.app,
+        "GET",
+        &format!("{EVENTS_PATH}?system=c02"),
+        &Cred::Key(c.key.clone()),
+        None,
+    )
+    .await;
+    assert!(
+        events(&v).iter().all(|e| e.source != "node:c01"),
+        "c02's timeline holds nothing c01 wrote: {v}"
+    );
+
+    // The manifest: the recorded checksum, js2 then js1, the tmpfs size.
+    let (status, m) = send(&c.app, "GET", MANIFEST_PATH, &node1, None).await;
+    assert_eq!(status, StatusCode::OK, "{m}");
+    let m: BootManifest = serde_json::from_value(m).unwrap();
+    assert_eq!((m.image.as_str(), m.version, m.size), ("compute", 1, 4242));
+    assert_eq!(m.sha256, SHA);
+    assert_eq!(
+        m.sources,
+        [
+            "http://10.0.0.3:8081/images/compute/1/rootfs.tar.zst",
+            "http://10.0.0.2:8081/images/compute/1/rootfs.tar.zst"
+        ]
+    );
+    assert_eq!(m.tmpfs_size.as_deref(), Some("3G"));
+    let (status, _) = send(
+        &c.app,
+        "GET",
+        &format!("{MANIFEST_PATH}?system=c01"),
+        &node2,
+        None,
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "c02 cannot read c01's manifest"
+    );
+
+    // The replayed nonce: refused, and on c01's timeline.
+    let (status, v) = enroll(&second_nonce).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{v}");
+    let (status, v) = send(&c.app, "GET", EVENTS_PATH, &node1, None).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let timeline = events(&v);
+    let phases: Vec<&str> = timeline.iter().map(|e| e.phase.as_str()).collect();
+    assert_eq!(
+        phases,
+        [
+            "script_served",
+            "enrolled",
+            "image_started",
+            "verified",
+            "switch_root",
+            "failed"
+        ],
+        "the last boot, in order (the second script_served started it): {v}"
+    );
+    assert!(
+        timeline.last().unwrap().detail.contains("already used"),
+        "{v}"
+    );
+
+    // Ready ends the boot: the next DHCP starts a new one.
+    let (status, ready) = send(
+        &c.app,
+        "POST",
+        EVENTS_PATH,
+        &node1,
+        Some(json!({"phase": "ready"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{ready}");
+    let (_, next) = send(
+        &c.app,
+        "POST",
+        EVENTS_PATH,
+        &js1,
+        Some(json!({"phase": "dhcp_offered", "mac": C01, "ip": "10.0.0.50"})),
+    )
+    .await;
+    assert_ne!(next["boot_id"], ready["boot_id"]);
+    let (_, all) = send(
+        &c.app,
+        "GET",
+        &format!("{EVENTS_PATH}?system=c01&boot=all"),
+        &Cred::Key(c.key.clone()),
+        None,
+    )
+    .await;
+    assert_eq!(events(&all).len(), 11, "{all}");
+    let (_, latest) = send(&c.app, "GET", EVENTS_PATH, &Cred::Key(c.key.clone()), None).await;
+    let latest = events(&latest);
+    assert_eq!(latest.len(), 2, "one line per node: {latest:?}");
+    c.cleanup().await;
+}
+
+/// Nonce farming: one MAC asking again and again, and many MACs at once,
+/// get 429 with a retry script beyond the limit.
+pub(crate) async fn ipxe_rate_limits(engine: Engine) {
+    let c = crate::common::Ctx::with_args(
+        engine,
+        &["--ipxe-limit-per-mac", "3", "--ipxe-limit-total", "100"],
+    )
+    .await;
+    let ask = |mac: String| {
+        let app = c.app.clone();
+        async move { send(&app, "GET", &format!("/ipxe/?mac={mac}"), &Cred::None, None).await }
+    };
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        set.spawn(ask(C01.into()));
+    }
+    let mut statuses = Vec::new();
+    while let Some(r) = set.join_next().await {
+        let (status, body) = r.unwrap();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            let body = body.as_str().unwrap();
+            assert!(
+                body.starts_with("#!ipxe\n") && body.contains("chain "),
+                "{body}"
+            );
+        }
+        statuses.push(status);
+    }
+    let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert!(
+        ok <= 4,
+        "one MAC got {ok} of 8 through a limit of 3 a minute: {statuses:?}"
+    );
+    assert!(statuses.contains(&StatusCode::TOO_MANY_REQUESTS));
+    // In total: 100 a minute, bursting to 10.
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..60 {
+        set.spawn(ask(format!("52:54:00:13:00:{i:02x}")));
+    }
+    let mut refused = 0;
+    while let Some(r) = set.join_next().await {
+        if r.unwrap().0 == StatusCode::TOO_MANY_REQUESTS {
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "60 MACs at once all got through a total limit");
+    c.cleanup().await;
+}
+
+/// curl, with the status code on the last line; the body and the status.
+fn curl(args: &[&str]) -> (String, u16) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-w", "\n%{http_code}", "-H"])
+        .arg(format!("mProv-Version: {}", mprov_api::api_version()))
+        .args(args)
+        .output()
+        .expect("curl must be installed");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (body.to_owned(), code.trim().parse().unwrap_or(0))
+}
+
+/// A key and a CSR (PEM) for `cn`, written to `dir/<name>.key`.
+fn key_and_csr(dir: &std::path::Path, name: &str, cn: &str) -> (std::path::PathBuf, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name = rcgen::DistinguishedName::new();
+    p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    let csr = p.serialize_request(&key).unwrap().pem().unwrap();
+    let path = dir.join(format!("{name}.key"));
+    std::fs::write(&path, key.serialize_pem()).unwrap();
+    (path, csr)
+}
+
+/// The attacks of issue 11 item 6 and issue 12 against the real `serve`,
+/// from loopback with curl: an unattested `/ipxe/` gets no nonce and says
+/// nothing about the MAC; once the job server (its own certificate, over
+/// HTTPS) reported the lease, each nonce cancels the one before; farming one
+/// MAC gets 429; a node cannot write another node's timeline.
+pub(crate) fn attacks_on_the_real_service(dir: &std::path::Path, db_url: &str) {
+    let s = crate::process::Server::start(dir, db_url, 1, &[("MPROV_IPXE_LIMIT_PER_MAC", "6")]);
+    let http = format!("http://127.0.0.1:{}", s.port);
+    let https = format!("https://127.0.0.1:{}", s.https_port);
+    let ca = dir.join("var/tls/ca.crt");
+    let ca = ca.to_str().unwrap();
+    let key = std::fs::read_to_string(dir.join("etc/apikey")).unwrap();
+    let key = key
+        .trim()
+        .trim_start_matches("export MPROV_APIKEY=")
+        .to_owned();
+    let admin = format!("Authorization: Api-Key {key}");
+    let post = |path: &str, body: Value| {
+        curl(&[
+            "-H",
+            &admin,
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            &body.to_string(),
+            &format!("{http}{path}"),
+        ])
+    };
+    for (path, body) in [
+        (
+            "/api/v1/networks/",
+            json!({"slug": "lo", "subnet": "127.0.0.0", "netmask": 8}),
+        ),
+        (
+            "/api/v1/jobservers/",
+            json!({"name": "js1", "addresses": ["127.0.0.1"], "network": "lo"}),
+        ),
+        (
+            "/api/v1/images/",
+            json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 1, "jobservers": ["js1"]}),
+        ),
+        (
+            "/api/v1/systems/",
+            json!({"hostname": "c01", "image": "compute", "nics": [{"mac": C01, "network": "lo"}]}),
+        ),
+        (
+            "/api/v1/systems/",
+            json!({"hostname": "c02", "image": "compute", "nics": [{"mac": C02, "network": "lo"}]}),
+        ),
+    ] {
+        let (body, code) = post(path, body);
+        assert_eq!(code, 201, "{path}: {body}");
+    }
+    let ipxe = |mac: &str| curl(&["-i", &format!("{http}/ipxe/?mac={mac}")]);
+    let body_of = |r: &str| {
+        r.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default()
+    };
+
+    // Unattested: no nonce, and the same answer as for an unknown MAC.
+    let (known, code) = ipxe(C01);
+    assert_eq!(code, 200, "{known}");
+    let (unknown, _) = ipxe("52:54:00:12:00:99");
+    assert!(
+        !known.contains("mprov_enroll"),
+        "an unattested request got a nonce: {known}"
+    );
+    assert_eq!(
+        body_of(&known),
+        body_of(&unknown),
+        "the answer tells whether a MAC is known"
+    );
+
+    // The job server enrolls with a token made for it, and reports the
+    // lease over HTTPS with its own certificate.
+    let (v, code) = post("/api/v1/enroll-tokens/", json!({"name": "js1"}));
+    assert_eq!(code, 200, "{v}");
+    let v: Value = serde_json::from_str(&v).unwrap();
+    let token = v["token"].as_str().unwrap().to_owned();
+    let (js_key, csr) = key_and_csr(dir, "js1", "js1");
+    let (v, code) = post(
+        "/enroll/jobserver/",
+        json!({"token": token.trim(), "name": "js1", "csr": csr}),
+    );
+    assert_eq!(code, 200, "{v}");
+    let v: Value = serde_json::from_str(&v).unwrap();
+    let js_crt = dir.join("js1.crt");
+    std::fs::write(&js_crt, v["certificate"].as_str().unwrap()).unwrap();
+    let as_cert = |crt: &std::path::Path,
+                   k: &std::path::Path,
+                   method: &str,
+                   path: &str,
+                   body: Option<Value>| {
+        let mut args = vec![
+            "--cacert".to_owned(),
+            ca.to_owned(),
+            "--cert".to_owned(),
+            crt.to_str().unwrap().to_owned(),
+            "--key".to_owned(),
+            k.to_str().unwrap().to_owned(),
+            "-X".to_owned(),
+            method.to_owned(),
+        ];
+        if let Some(b) = body {
+            args.extend([
+                "-H".into(),
+                "Content-Type: application/json".into(),
+                "-d".into(),
+                b.to_string(),
+            ]);
+        }
+        args.push(format!("{https}{path}"));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        curl(&refs)
+    };
+    for mac in [C01, C02] {
+        let (v, code) = as_cert(
+            &js_crt,
+            &js_key,
+            "POST",
+            EVENTS_PATH,
+            Some(json!({"phase": "dhcp_acked", "mac": mac, "ip": "127.0.0.1"})),
+        );
+        assert_eq!(code, 201, "{v}");
+    }
+
+    // Attested: a nonce; the next one cancels it.
+    let nonce = |r: &str| {
+        r.split_whitespace()
+            .find_map(|w| w.strip_prefix("mprov_enroll="))
+            .unwrap_or_else(|| panic!("no nonce in {r}"))
+            .to_owned()
+    };
+    let first = nonce(&ipxe(C01).0);
+    let second = nonce(&ipxe(C01).0);
+    let (k01, csr01) = key_and_csr(dir, "c01", "c01");
+    let (v, code) = post("/enroll/node/", json!({"nonce": first, "csr": csr01}));
+    assert_eq!(code, 401, "the earlier nonce still enrolled: {v}");
+    let (v, code) = post("/enroll/node/", json!({"nonce": second, "csr": csr01}));
+    assert_eq!(code, 200, "{v}");
+    let v: Value = serde_json::from_str(&v).unwrap();
+    let c01_crt = dir.join("c01.crt");
+    std::fs::write(&c01_crt, v["certificate"].as_str().unwrap()).unwrap();
+
+    // A node writing another node's timeline: refused, nothing stored.
+    let (v, code) = as_cert(
+        &c01_crt,
+        &k01,
+        "POST",
+        EVENTS_PATH,
+        Some(json!({"phase": "ready", "system": "c02"})),
+    );
+    assert_eq!(code, 403, "{v}");
+    let (v, code) = as_cert(
+        &c01_crt,
+        &k01,
+        "GET",
+        &format!("{EVENTS_PATH}?system=c02"),
+        None,
+    );
+    assert_eq!(code, 403, "{v}");
+    let (v, _) = curl(&["-H", &admin, &format!("{http}{EVENTS_PATH}?system=c02")]);
+    assert!(!v.contains("ready") && !v.contains("node:c01"), "{v}");
+    // Its own timeline and manifest it reads.
+    let (v, code) = as_cert(&c01_crt, &k01, "GET", MANIFEST_PATH, None);
+    assert_eq!(code, 200, "{v}");
+    assert!(
+        v.contains(SHA) && v.contains("http://127.0.0.1:8081/images/compute/1/rootfs.tar.zst"),
+        "{v}"
+    );
+
+    // Farming one MAC: 429 with a retry script beyond the limit.
+    let mut codes = Vec::new();
+    for _ in 0..10 {
+        let (r, code) = ipxe(C02);
+        if code == 429 {
+            assert!(
+                r.contains("Retry-After") || r.contains("retry-after"),
+                "{r}"
+            );
+            assert!(body_of(&r).starts_with("#!ipxe\n"), "{r}");
+        }
+        codes.push(code);
+    }
+    assert!(
+        codes.contains(&429),
+        "10 requests for one MAC, none refused: {codes:?}"
+    );
+    drop(s);
+}
