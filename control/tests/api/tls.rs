@@ -131,7 +131,9 @@ fn check_https(dir: &Path, url: &str) {
     // their own users, and the web service's user cannot open the CA key.
     // The helper's supervisor keeps root (to start the helper again); the
     // helper itself, its only child, runs as mprov-signer.
-    let web_uid = uid_of(s.pid());
+    // The listen file is written just before the service drops to its user
+    // (it may be where only root writes), so wait for the switch.
+    let web_uid = settled_uid(s.pid());
     let supervisor = children(s.pid());
     assert_eq!(
         supervisor.len(),
@@ -364,6 +366,19 @@ fn check_https(dir: &Path, url: &str) {
     assert_eq!(x509(&crt, &["-ext", "subjectAltName"]), names);
     let log = s.stop();
     assert!(log.contains("under 30 days left"), "{log}");
+}
+
+/// The real user id of process `pid` once it has left root, or root after
+/// 10 s of waiting.
+fn settled_uid(pid: u32) -> u32 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let uid = uid_of(pid);
+        if uid != 0 || std::time::Instant::now() > deadline {
+            return uid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// The real user id of process `pid`.
