@@ -39,7 +39,8 @@ enum Cmd {
         smoke: bool,
     },
     /// Build and run the control service on its embedded defaults, with its
-    /// config and state under target/demo/, until Ctrl-C.
+    /// config and state under /var/lib/mprov-demo/ as root (else target/demo/),
+    /// until Ctrl-C.
     Demo {
         /// Where the API listens.
         #[arg(long, env = "MPROV_LISTEN", default_value = xtask::DEFAULT_LISTEN)]

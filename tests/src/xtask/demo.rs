@@ -1,5 +1,6 @@
 //! `cargo xtask demo`: build and run `mprov-control serve` on its embedded
-//! defaults, with its config and state under `target/demo/`, until Ctrl-C.
+//! defaults, with its config and state under `/var/lib/mprov-demo/` (as root)
+//! or the clone's `target/demo/` (as anyone else), until Ctrl-C.
 //!
 //! `--check` stops it again right after the API answered, so a test or CI can
 //! run the demo end to end.
@@ -42,12 +43,24 @@ pub struct DemoOptions {
     pub check: bool,
 }
 
+/// Where the demo keeps its config and state. As root, the service drops to
+/// its own user, which must reach its database: a clone under a folder only
+/// root may enter (root's home) cannot hold it, so root's demo lives in
+/// `/var/lib/mprov-demo`. Anyone else keeps it in the clone's `target/demo`.
+fn demo_dir() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        PathBuf::from("/var/lib/mprov-demo")
+    } else {
+        workspace_root().join("target").join("demo")
+    }
+}
+
 /// Builds and runs the service; see the module docs.
 pub fn demo(options: &DemoOptions) -> Result<()> {
     if options.listen.port() == 0 {
         bail!("--listen needs a fixed port, so the demo knows where to look");
     }
-    let demo_dir = workspace_root().join("target").join("demo");
+    let demo_dir = demo_dir();
     let config_dir = demo_dir.join("etc");
     let state_dir = demo_dir.join("var");
     for dir in [&config_dir, &state_dir] {
