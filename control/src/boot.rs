@@ -1,6 +1,6 @@
 //! The boot timeline and the boot manifest.
 //!
-//! - `POST /api/v1/boot/events` ([`EVENTS_PATH`]): one step of a boot. Job
+//! - `POST /api/v1/boot/events` ([`EVENTS_PATH`](mprov_api::boot::EVENTS_PATH)): one step of a boot. Job
 //!   servers report what they served (DHCP offered/acked, proxyDHCP, boot
 //!   file, kernel, initramfs) with their own certificate and name the node
 //!   by MAC, host name or the address they leased; a node reports its own
@@ -9,7 +9,7 @@
 //! - `GET /api/v1/boot/events?system=<host|id>[&boot=all]`: a node's last
 //!   boot (or all its events), oldest first; without `system`, the latest
 //!   event of every node. `mac=` reads a node the inventory does not know.
-//! - `GET /api/v1/boot/manifest` ([`MANIFEST_PATH`]): with a node's
+//! - `GET /api/v1/boot/manifest` ([`MANIFEST_PATH`](mprov_api::boot::MANIFEST_PATH)): with a node's
 //!   certificate, what it boots: image, version, the rootfs checksum the
 //!   control service recorded, and the job servers to fetch it from, best
 //!   first.

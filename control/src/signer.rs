@@ -9,7 +9,7 @@
 //! again (it stays root when started as root, and never reads a request):
 //! it runs `signer-worker` on the same socket pair, and when the worker
 //! dies it says so on the socket ([`Down`]), waits (1 s, doubling to 60 s),
-//! and starts a new one, which announces itself ([`Ready`]) as the first did.
+//! and starts a new one, which announces itself (`Ready`) as the first did.
 //! The web service never starts a helper itself: while the helper is down a
 //! signature fails at once with [`SignerError::Unavailable`] (a 503), and if
 //! the supervisor itself is gone, [`SignerClient::lost`] fires and `serve`
