@@ -539,8 +539,15 @@ impl Client {
         base
     }
 
-    /// The enrollment nonce on a fresh /ipxe/ script for `mac`.
-    fn nonce(&self, mac: &str) -> String {
+    /// The enrollment nonce on a fresh /ipxe/ script for `mac`, once the
+    /// job server `jsx` ([`hosted_image`]) has reported leasing loopback's
+    /// address to it: without that lease /ipxe/ hands out no nonce.
+    fn nonce(&self, db_url: &str, mac: &str) -> String {
+        let (db_url, leased) = (db_url.to_owned(), mac.to_owned());
+        tokio::runtime::Handle::current().block_on(async move {
+            let db = mprov_control::db::Db::connect(&db_url).await.unwrap();
+            crate::scopes::attest_on(&db, "jsx", &leased, [127, 0, 0, 1].into()).await;
+        });
         let (code, v) = self.call("GET", &format!("/ipxe/?mac={mac}"), &As::Nobody, None);
         assert_eq!(code, 200, "{v}");
         let script = v.as_str().unwrap_or_default().to_owned();
@@ -634,7 +641,7 @@ async fn attack_3_a_node_cannot_change_who_it_is() {
             let bmc = c.ok("POST", "/api/v1/bmcs/", Some(serde_json::json!({"system": v["id"], "password": "bmc-secret"})));
             sys.push((v["id"].as_i64().unwrap(), v["nics"][0]["id"].as_i64().unwrap(), bmc["id"].as_i64().unwrap()));
         }
-        let nonce = c.nonce("aa:bb:cc:00:01:01");
+        let nonce = c.nonce(url, "aa:bb:cc:00:01:01");
         let me = As::Cert(c.enroll_node("c01", &nonce));
         let ((_, nic1, bmc1), (id2, _, _)) = (sys[0], sys[1]);
         let snapshot = |c: &Client| {
@@ -1026,7 +1033,7 @@ pub(crate) async fn races(engine: Engine) {
                 .collect()
         };
         // One nonce ×20.
-        let nonce = c.nonce("aa:bb:cc:00:02:01");
+        let nonce = c.nonce(&url, "aa:bb:cc:00:02:01");
         let codes = race(
             (0..20)
                 .map(|_| {

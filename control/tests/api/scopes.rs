@@ -97,11 +97,20 @@ pub(crate) const SHA: &str = "5e0a0d1c9f2b7e3a4d6c8b0a1f3e5d7c9b1a3f5e7d9c1b3a5f
 /// What the job server js1 reports when it leases `NODE_IP` to `mac`: the
 /// event that lets `/ipxe/` answer that MAC from that address.
 pub(crate) async fn attest(c: &Ctx, mac: &str) {
-    let db = &c.state.db;
-    let r = sqlx::query("SELECT id FROM jobservers WHERE name = 'js1'")
-        .fetch_one(db.pool())
-        .await
-        .unwrap();
+    attest_on(&c.state.db, "js1", mac, NODE_IP.into()).await;
+}
+
+/// What job server `jobserver` reports when it leases `ip` to `mac`.
+pub(crate) async fn attest_on(
+    db: &mprov_control::db::Db,
+    jobserver: &str,
+    mac: &str,
+    ip: std::net::IpAddr,
+) {
+    let mut q = db.sql();
+    q.push("SELECT id FROM jobservers WHERE name = ")
+        .bind(mprov_control::db::Val::Text(Some(jobserver.to_owned())));
+    let r = q.query().fetch_one(db.pool()).await.unwrap();
     let js = mprov_control::db::int(&r, "id").unwrap();
     let mac = mac.to_ascii_lowercase().replace('-', ":");
     let mut q = db.sql();
@@ -119,9 +128,9 @@ pub(crate) async fn attest(c: &Ctx, mac: &str) {
             system_id: system,
             mac: Some(mac),
             phase: mprov_api::boot::BootPhase::DhcpAcked,
-            source: "jobserver:js1".into(),
+            source: format!("jobserver:{jobserver}"),
             jobserver_id: Some(js),
-            ip: Some(NODE_IP.into()),
+            ip: Some(ip),
             detail: String::new(),
         },
     )
