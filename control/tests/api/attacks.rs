@@ -605,7 +605,7 @@ fn hosted_image(c: &Client) -> serde_json::Value {
     let image = c.ok(
         "POST",
         "/api/v1/images/",
-        Some(serde_json::json!({"slug": "compute"})),
+        Some(serde_json::json!({"slug": "compute", "rootfs_sha256": crate::scopes::SHA, "rootfs_size": 4096})),
     );
     c.ok(
         "PATCH",
