@@ -473,7 +473,7 @@ fn a_busy_job_server_is_waited_for_as_it_says() -> Result<()> {
     };
     // Until curl's stream is admitted, the agent's could be the one.
     let metrics = format!("http://{}/metrics", a.metrics);
-    let admitted = (0..400).any(|_| {
+    let admitted = (0..2400).any(|_| {
         std::thread::sleep(Duration::from_millis(25));
         Command::new("curl")
             .args(["-s", "--max-time", "5"])
