@@ -1127,10 +1127,6 @@ async fn every_endpoint_with_every_identity(engine: Engine) {
     scopes::every_endpoint_with_every_identity(engine).await;
 }
 
-async fn concurrent_enrollments_leave_one_valid_certificate(engine: Engine) {
-    attacks::races(engine).await;
-}
-
 /// The races of issue 11 (one nonce, one token, one identity, ×20 each).
 mod races {
     use mprov_control::db::Engine;
