@@ -154,6 +154,20 @@ fn make_image(dir: &Path, mib: usize) -> Result<(PathBuf, PathBuf)> {
 }
 
 /// An export folder holding `bytes` as the image.
+/// Sends `GET path` to `addr` from a socket with a 4 KiB receive buffer and
+/// reads nothing: the download stays open on the server until it is dropped.
+fn stalled_download(addr: SocketAddr, path: &str) -> Result<TcpStream> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.set_recv_buffer_size(4096)?;
+    socket.connect(&addr.into())?;
+    let mut stream = TcpStream::from(socket);
+    std::io::Write::write_all(
+        &mut stream,
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes(),
+    )?;
+    Ok(stream)
+}
+
 fn export(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf> {
     let export = dir.join(name);
     let file = export.join(IMAGE);
@@ -454,38 +468,29 @@ fn a_busy_job_server_is_waited_for_as_it_says() -> Result<()> {
         &good,
         &["--http-max-streams", "1", "--http-stream-mib", "1"],
     )?;
-    // curl holds the only permit, slowly.
-    let holder = Mutex::new(Some(
-        Command::new("curl")
-            .args(["-sS", "--limit-rate", "64k", "-o", "/dev/null"])
-            .arg(a.url())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("spawning curl")?,
-    ));
-    let release = || {
-        if let Some(mut curl) = holder.lock().unwrap().take() {
-            let _ = curl.kill();
-            let _ = curl.wait();
-        }
-    };
-    // Until curl's stream is admitted, the agent's could be the one.
+    // A client that asks for the image and then reads nothing holds the only
+    // permit. Its receive buffer is pinned small: loopback's autotuned one
+    // (up to tcp_rmem's 32 MiB here) would swallow the whole image at once
+    // and end the stream on the server's side.
+    let holder = Mutex::new(Some(stalled_download(a.addr, &format!("/{IMAGE}"))?));
+    let release = || drop(holder.lock().unwrap().take());
+    // Until the holder's stream is admitted, the agent's could be the one.
     let metrics = format!("http://{}/metrics", a.metrics);
+    let mut last = String::new();
     let admitted = (0..2400).any(|_| {
         std::thread::sleep(Duration::from_millis(25));
-        Command::new("curl")
+        if let Ok(out) = Command::new("curl")
             .args(["-s", "--max-time", "5"])
             .arg(&metrics)
             .output()
-            .is_ok_and(|out| {
-                String::from_utf8_lossy(&out.stdout).contains("mprov_http_active_streams 1\n")
-            })
+        {
+            last = String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        last.contains("mprov_http_active_streams 1\n")
     });
     if !admitted {
         release();
-        bail!("curl's stream was not admitted");
+        bail!("the stalled download was not admitted; last metrics:\n{last}");
     }
     let staging = s.root.join("staging");
     std::fs::create_dir(&staging)?;
