@@ -59,6 +59,9 @@ impl Control {
             .env("MPROV_HTTPS_LISTEN_FILE", &https_file)
             .env("MPROV_SUPERUSER_PASSWORD", "bench-password")
             .env("MPROV_LOG", "warn")
+            // A power-on surge of thousands of nodes from one address: the
+            // benchmarks measure enrollment, not the /ipxe/ limiter.
+            .env("MPROV_IPXE_LIMIT_TOTAL", "1000000")
             .env_remove("MPROV_SKIP_VERSION_CHECK")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

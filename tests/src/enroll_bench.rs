@@ -3,19 +3,22 @@
 //! over HTTPS with a new TLS connection per node (as real nodes make them).
 //!
 //! Before the clock starts: N systems with a NIC each, an image on a job
-//! server, one `/ipxe/` nonce per node, and one key pair and CSR per node
+//! server, one `/ipxe/` nonce per node (after the enrolled job server's
+//! report of the node's lease, which `/ipxe/` requires), and one key pair and CSR per node
 //! (the node's own work). Timed: N `POST /enroll/node/` from C concurrent
 //! clients. Reported: enrollments per second, latency p50/p99, and the CPU
 //! time of the service plus its signing helper per enrollment. No incumbent
 //! issues certificates here (the original has no CA), so the figures are
 //! absolute. Goal from the issue: at least 200 per second, p99 under 50 ms.
 
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use mprov_api::boot::{BootEventReport, BootPhase};
 use mprov_api::client::{Auth, Client};
-use mprov_api::enroll::NodeEnrollment;
+use mprov_api::enroll::{JobserverEnrollment, NodeEnrollment};
 use serde_json::{Value, json};
 
 use crate::control::{Control, build};
@@ -41,10 +44,17 @@ pub fn run(smoke: bool) -> Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let jobserver = match rt.block_on(setup(&control)) {
+        Ok(client) => client,
+        Err(e) => {
+            control.stop()?;
+            return Err(e);
+        }
+    };
     let mut results = Vec::new();
     let mut first = 0;
     for &(nodes, concurrency) in rounds {
-        let r = rt.block_on(measure(&control, first, nodes, concurrency));
+        let r = rt.block_on(measure(&control, &jobserver, first, nodes, concurrency));
         first += nodes;
         match r {
             Ok(f) => results.push((nodes, concurrency, f)),
@@ -90,25 +100,37 @@ fn mac(i: usize) -> String {
     )
 }
 
+/// What every round shares: job server `js1` hosting the published image
+/// `compute`, and js1's own client.
+async fn setup(control: &Control) -> Result<Client> {
+    let admin = Client::new(&control.http, Auth::ApiKey(control.api_key()?))?;
+    let js = admin
+        .create(
+            "jobservers",
+            &json!({"name": "js1", "addresses": ["10.0.0.2"]}),
+        )
+        .await?;
+    // /ipxe/ boots only a published image: one with its rootfs checksum.
+    admin
+        .create(
+            "images",
+            &json!({"slug": "compute", "rootfs_sha256": "0".repeat(64), "rootfs_size": 4096}),
+        )
+        .await?;
+    admin
+        .update("images", "compute", &json!({"jobservers": [js["id"]]}))
+        .await?;
+    jobserver_client(control, &admin).await
+}
+
 async fn measure(
     control: &Control,
+    jobserver: &Client,
     first: usize,
     nodes: usize,
     concurrency: usize,
 ) -> Result<Figures> {
     let admin = Client::new(&control.http, Auth::ApiKey(control.api_key()?))?;
-    if first == 0 {
-        let js = admin
-            .create(
-                "jobservers",
-                &json!({"name": "js1", "addresses": ["10.0.0.2"]}),
-            )
-            .await?;
-        admin.create("images", &json!({"slug": "compute"})).await?;
-        admin
-            .update("images", "compute", &json!({"jobservers": [js["id"]]}))
-            .await?;
-    }
     let rows: Vec<Value> = (first..first + nodes)
         .map(|i| json!({"hostname": format!("e{i:05}"), "image": "compute", "nics": [{"mac": mac(i)}]}))
         .collect();
@@ -120,6 +142,17 @@ async fn measure(
     let anonymous = Client::new(&control.http, Auth::None)?;
     let mut work = Vec::with_capacity(nodes);
     for i in first..first + nodes {
+        // The job server reports the lease it gave this node, as its DHCP
+        // server does: only then does /ipxe/ hand out a nonce.
+        jobserver
+            .report_boot_event(&BootEventReport {
+                phase: BootPhase::DhcpAcked,
+                mac: Some(mac(i)),
+                system: None,
+                ip: Some(Ipv4Addr::LOCALHOST.into()),
+                detail: String::new(),
+            })
+            .await?;
         let script = anonymous
             .get_text(&format!("/ipxe/?mac={}", mac(i)))
             .await?;
@@ -128,10 +161,7 @@ async fn measure(
             .find_map(|w| w.strip_prefix("mprov_enroll="))
             .with_context(|| format!("no nonce in {script}"))?
             .to_owned();
-        let key = rcgen::KeyPair::generate()?;
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name = rcgen::DistinguishedName::new();
-        let csr = params.serialize_request(&key)?.pem()?;
+        let (_key, csr) = key_and_csr()?;
         work.push(NodeEnrollment { nonce, csr });
     }
 
@@ -182,4 +212,41 @@ async fn measure(
         max: pick(1.0),
         cpu_per: cpu / n,
     })
+}
+
+/// A new key pair and a CSR for it that names nothing (the CA names the
+/// certificate).
+fn key_and_csr() -> Result<(rcgen::KeyPair, String)> {
+    let key = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    let csr = params.serialize_request(&key)?.pem()?;
+    Ok((key, csr))
+}
+
+/// Job server `js1`, enrolled with a one-time token like `mprov-jobserver`
+/// does: a client that presents its own certificate over HTTPS.
+async fn jobserver_client(control: &Control, admin: &Client) -> Result<Client> {
+    let token = admin
+        .create("enroll-tokens", &json!({"name": "js1"}))
+        .await?["token"]
+        .as_str()
+        .context("no token in the enroll-tokens answer")?
+        .to_owned();
+    let ca = control.ca_pem()?;
+    let (key, csr) = key_and_csr()?;
+    let enrolled = Client::builder(&control.https, Auth::None)
+        .ca_certificates_pem(ca.as_bytes().to_vec())
+        .build()?
+        .enroll_jobserver(&JobserverEnrollment {
+            token,
+            name: "js1".to_owned(),
+            csr,
+        })
+        .await?;
+    let identity = format!("{}{}", enrolled.certificate, key.serialize_pem());
+    Ok(Client::builder(&control.https, Auth::None)
+        .ca_certificates_pem(ca.into_bytes())
+        .identity_pem(identity.into_bytes())
+        .build()?)
 }
