@@ -439,6 +439,12 @@ async fn serve(settings: Settings) -> Result<()> {
         Some(name) if root => Some(privileges::system_user(name)?),
         _ => None,
     };
+    // The first start is done with the database; the service's own pool is
+    // opened below, once the files are the service user's and this process
+    // is that user. Setting owners and modes opens and closes the SQLite
+    // files, which would drop the pool's locks (see `Db::close`).
+    db.close().await;
+    drop(db);
     // Before the signer reads the CA: the folders are root's again, and only
     // the database's own folder is the service user's.
     secure_folders(&config, web_user.as_ref())?;
@@ -531,6 +537,9 @@ async fn serve(settings: Settings) -> Result<()> {
             "not started as root: the web service and the signing helper share this user"
         ),
     }
+    // Opened as the user that serves, after every file of the database was
+    // handled (so any -wal and -shm files it makes are that user's too).
+    let db = Db::connect(&config.database_url).await?;
     let state = Arc::new(
         http::Inner::new(db, Arc::new(config), sb)
             .with_ca(tls.ca_pem.clone())

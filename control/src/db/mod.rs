@@ -310,6 +310,21 @@ impl Db {
             })
     }
 
+    /// Closes every connection of the pool and waits until they are closed.
+    ///
+    /// On SQLite this must come before the process opens and closes any of
+    /// the database's files itself (to change their owner or mode, or to see
+    /// whether it can open them): closing any descriptor of a file drops every
+    /// POSIX lock the process holds on it, including those of the pool's
+    /// connections, which go on believing they hold them. Another process
+    /// (the `sqlite3` shell, a backup, a test) closing its own connection then
+    /// thinks it is the last one, checkpoints and deletes the WAL under this
+    /// process's feet: later reads fail with disk I/O errors or miss rows this
+    /// process wrote.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
     /// The engine.
     pub fn engine(&self) -> Engine {
         self.engine

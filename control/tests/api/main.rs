@@ -1142,7 +1142,6 @@ mod races {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "not done: on SQLite, 20 concurrent enrollments with one nonce now get 500s (database busy) besides the one 200; seen after lease attestation landed, left open in issue 11"]
     async fn sqlite_concurrent_enrollments_leave_one_valid_certificate() {
         crate::attacks::races(Engine::Sqlite).await;
     }
