@@ -305,8 +305,22 @@ async fn attack_9_file_modes_on_first_and_second_start() {
             ("MPROV_STATE_DIR", var.to_str().unwrap()),
         ];
         for run in [1, 2] {
+            let mut env = env.to_vec();
+            env.push(("MPROV_SUPERUSER_PASSWORD", ADMIN_PASSWORD));
             let mut s = Server::start(dir, &fresh_url, run, &env);
-            // While it runs, the database's -wal and -shm files are there too.
+            // While it serves (a request read the database), the database's
+            // -wal and -shm files are there too.
+            let out = Command::new("curl")
+                .args(["-sSf", "-o", "/dev/null", "-u"])
+                .arg(format!("admin:{ADMIN_PASSWORD}"))
+                .args([
+                    "-H",
+                    &format!("mProv-Version: {}", mprov_api::api_version()),
+                ])
+                .arg(format!("http://127.0.0.1:{}/api/v1/systems/", s.port))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out));
             let (wrong, seen) = wrong_modes(&root, mprov);
             s.stop();
             assert!(
