@@ -338,11 +338,13 @@ async fn backup(
 ) -> Result<()> {
     let config = Config::from_settings(settings)?;
     let _ = LOG_TZ.set(config.time_zone.1.clone());
+    let out = output_dir.unwrap_or_else(|| config.backup_dir.clone());
+    // A served folder is refused before anything is opened or made.
+    crate::backup::check_output_dir(&out, &crate::backup::served_dirs(&config))?;
     first_start::make_dirs(&config)?;
     let key = first_start::secret_key(&config)?;
     // Migrated like every subcommand: the archive records the current level.
     let db = crate::db::Db::open(&config.database_url).await?;
-    let out = output_dir.unwrap_or_else(|| config.backup_dir.clone());
     let report = crate::backup::backup(&config, &db, &key, &out, with_secrets).await?;
     let rows: u64 = report.manifest.parts.iter().filter_map(|p| p.rows).sum();
     println!(
@@ -379,7 +381,7 @@ async fn backup(
 async fn restore(settings: Settings, file: &std::path::Path, force: bool) -> Result<()> {
     let config = Config::from_settings(settings)?;
     let _ = LOG_TZ.set(config.time_zone.1.clone());
-    first_start::make_dirs(&config)?;
+    // The folders are made by the restore, once the archive is found sound.
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let report = crate::backup::restore(&config, bytes, force).await?;
     let rows: u64 = report.rows.iter().map(|(_, n)| n).sum();

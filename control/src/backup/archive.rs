@@ -359,7 +359,18 @@ pub fn open(bytes: &[u8]) -> Result<Verified, ArchiveError> {
         if entry.header().entry_type() != tar::EntryType::Regular {
             return Err(ArchiveError::Unexpected { path });
         }
+        let declared = entry.header().size().map_err(damaged)?;
         let data = read_bounded(entry, info.bytes).map_err(damaged)?;
+        // The file ended inside this part: say truncated, not altered.
+        if let Some(d) = &data
+            && (d.len() as u64) < declared.min(info.bytes)
+        {
+            return Err(ArchiveError::Damaged(format!(
+                "part {path} ends after {} of its {} bytes",
+                d.len(),
+                info.bytes
+            )));
+        }
         match data {
             Some(d) if d.len() as u64 == info.bytes && sha256_hex(&d) == info.sha256 => {
                 found.insert(path, d);

@@ -405,7 +405,15 @@ pub async fn restore(config: &Config, bytes: Vec<u8>, force: bool) -> Result<Res
     let v = tokio::task::spawn_blocking(move || archive::open(&bytes))
         .await
         .context("the checking thread failed")?
-        .context("refusing to restore")?;
+        .map_err(|e| {
+            let advice = match e {
+                archive::ArchiveError::NewerFormat { .. } => "",
+                _ => {
+                    ". Copy the archive again from where it was written, or restore another backup"
+                }
+            };
+            anyhow::anyhow!("refusing to restore, nothing was changed: {e}{advice}")
+        })?;
     let url = &config.database_url;
     let engine = Engine::from_url(url).with_context(|| {
         format!(
@@ -418,6 +426,8 @@ pub async fn restore(config: &Config, bytes: Vec<u8>, force: bool) -> Result<Res
     check_version(&v.manifest, known_level, env!("CARGO_PKG_VERSION"))?;
     let key_matches = plan_secret_key(config, &v, force)?;
 
+    // Only now, with the archive found sound, is anything made.
+    crate::first_start::make_dirs(config)?;
     let db = Db::connect(url).await?;
     let mut conn = db.pool().acquire().await.context("database")?;
     let mut previous_revision = 0;
