@@ -29,6 +29,9 @@
 //!   slug, reference, API key and secret, directly and through [`validate`].
 //! * [`forwarded`]: a selector byte for the peer address, then the lines
 //!   `X-Forwarded-For`, `Host` and an optional peer address.
+//! * [`backup_archive`]: a selector byte, then a backup archive as
+//!   `mprov-control restore` reads it from an untrusted file, or the inside
+//!   of one table part, which the harness wraps in a well-formed archive.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -52,6 +55,7 @@ pub type Target = fn(&[u8]);
 /// Every target: its name (the corpus folder and the cargo-fuzz binary) and
 /// its entry point.
 pub const TARGETS: &[(&str, Target)] = &[
+    ("backup_archive", backup_archive),
     ("config_params", config_params),
     ("effective_layers", effective_layers),
     ("forwarded", forwarded),
@@ -617,6 +621,131 @@ pub fn forwarded(data: &[u8]) {
     }
 }
 
+/// The largest decompressed table part a [`backup_archive`] input may claim
+/// when the harness writes its manifest (the format allows far more; a
+/// fuzzer's memory limit does not).
+const MAX_FUZZ_TABLE: usize = 1 << 20;
+
+/// A backup archive, checked as `restore` checks it before touching the
+/// database. The first byte picks what the rest is:
+///
+/// * even: the whole archive, as read from the file;
+/// * `1 mod 4`: the decompressed JSON of one table part; the harness
+///   compresses it and writes a manifest with the right size and hash, and
+///   the row count the JSON's row list would have, so the checks behind the
+///   hashes (the table's JSON, its names, its row widths) are reached;
+/// * `3 mod 4`: the compressed bytes of one table part (any zstd frame, or
+///   not), with the decompressed size taken from the next two bytes.
+///
+/// Whatever [`crate::backup::archive::open`] accepts must pack again into an
+/// archive that opens to the same tables, secrets and manifest fields.
+pub fn backup_archive(data: &[u8]) {
+    use crate::backup::archive;
+
+    let Some((&mode, rest)) = data.split_first() else {
+        let _ = archive::open(data);
+        return;
+    };
+    let bytes = match mode % 4 {
+        1 => {
+            let rows = serde_json::from_slice::<Value>(rest)
+                .ok()
+                .and_then(|v| Some(v.get("rows")?.as_array()?.len()))
+                .unwrap_or(usize::from(mode >> 2));
+            match zstd::bulk::compress(rest, 1) {
+                Ok(part) => one_table_archive(&part, rest.len(), rows),
+                Err(_) => return,
+            }
+        }
+        3 => {
+            let (size, part) = match rest {
+                [a, b, part @ ..] => (usize::from(u16::from_le_bytes([*a, *b])), part),
+                _ => (0, rest),
+            };
+            one_table_archive(part, size.min(MAX_FUZZ_TABLE), usize::from(mode >> 2))
+        }
+        _ => rest.to_vec(),
+    };
+    let verified = match archive::open(&bytes) {
+        Ok(v) => v,
+        Err(err) => {
+            assert!(!err.to_string().is_empty());
+            return;
+        }
+    };
+    // What opens is well-formed: rows as wide as their columns, one part per
+    // table, the counts the manifest promised.
+    for t in &verified.tables {
+        assert!(archive::is_identifier(&t.table), "{:?}", t.table);
+        assert!(t.rows.iter().all(|r| r.len() == t.columns.len()));
+        let part = verified
+            .manifest
+            .parts
+            .iter()
+            .find(|p| p.path == format!("{}{}.json.zst", archive::TABLES, t.table));
+        assert_eq!(
+            part.and_then(|p| p.rows),
+            Some(t.rows.len() as u64),
+            "{}",
+            t.table
+        );
+    }
+    assert_eq!(verified.secrets.is_some(), verified.manifest.with_secrets);
+    let again = archive::pack(archive::Contents {
+        manifest: verified.manifest.clone(),
+        tables: verified.tables.clone(),
+        secrets: verified.secrets.clone(),
+    });
+    // Packing what was just read cannot fail: it is all in memory.
+    #[allow(clippy::expect_used)]
+    let again = archive::open(&again.expect("a verified archive packs again"))
+        .unwrap_or_else(|e| panic!("a verified archive, packed again, is refused: {e}"));
+    assert_eq!(again.tables, verified.tables);
+    assert_eq!(again.secrets, verified.secrets);
+    let mut fields = again.manifest.clone();
+    fields.parts.clone_from(&verified.manifest.parts);
+    assert_eq!(fields, verified.manifest, "the manifest's fields");
+}
+
+/// A well-formed archive around one table part `part` (compressed), with a
+/// manifest that gives its true size and hash, `raw` decompressed bytes and
+/// `rows` rows.
+fn one_table_archive(part: &[u8], raw: usize, rows: usize) -> Vec<u8> {
+    use sha2::Digest;
+
+    use crate::backup::archive;
+    let manifest = json!({
+        "format": archive::FORMAT,
+        "format_version": archive::FORMAT_VERSION,
+        "mprov_version": "0.1.0",
+        "engine": "sqlite",
+        "schema_level": 1,
+        "revision": 1,
+        "created_at": "2026-01-01T00:00:00Z",
+        "secret_key_id": "",
+        "with_secrets": false,
+        "parts": [{
+            "path": format!("{}t.json.zst", archive::TABLES),
+            "bytes": part.len(),
+            "raw_bytes": raw,
+            "rows": rows,
+            "sha256": hex::encode(sha2::Sha256::digest(part)),
+        }],
+    });
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut append = |path: &str, data: &[u8]| {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o600);
+        header.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut header, path, data)
+    };
+    let built = append(archive::MANIFEST, manifest.to_string().as_bytes())
+        .and_then(|()| append(&format!("{}t.json.zst", archive::TABLES), part))
+        .and_then(|()| tar.into_inner());
+    built.unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -711,6 +840,108 @@ mod tests {
                 entry(input);
             }
         }
+    }
+
+    /// The hand-written seeds of `backup_archive` (a real small archive with
+    /// and without secrets, truncated, with a flipped byte, of a newer
+    /// format, and the two wrapped forms), each run through the target;
+    /// `UPDATE_CORPUS=1` writes them into the corpus as `seed-*`.
+    #[test]
+    fn backup_archive_seeds() {
+        use crate::backup::archive::{self, Contents, Manifest, Secrets, Table};
+        let contents = |with_secrets: bool| Contents {
+            manifest: Manifest {
+                format: archive::FORMAT.into(),
+                format_version: archive::FORMAT_VERSION,
+                mprov_version: "0.1.0".into(),
+                engine: "sqlite".into(),
+                schema_level: 12,
+                revision: 7,
+                created_at: "2026-01-01T00:00:00Z".into(),
+                secret_key_id: archive::secret_key_id("k"),
+                with_secrets,
+                parts: Vec::new(),
+            },
+            tables: vec![
+                Table {
+                    table: "scripts".into(),
+                    columns: vec!["id".into(), "slug".into(), "content".into()],
+                    rows: vec![
+                        vec![json!(1), json!("motd"), json!("#!/bin/sh\necho hi\n")],
+                        vec![json!(2), json!("ldap"), json!(null)],
+                    ],
+                },
+                Table {
+                    table: "jobservers".into(),
+                    columns: vec!["id".into(), "load_avg".into(), "enabled".into()],
+                    rows: vec![vec![json!(1), json!(0.25), json!(true)]],
+                },
+                Table {
+                    table: "group_members".into(),
+                    columns: vec!["group_id".into(), "system_id".into()],
+                    rows: vec![],
+                },
+            ],
+            secrets: with_secrets.then(|| Secrets {
+                secret_key: "k".into(),
+                tls_files: vec![("ca.crt".into(), 0o644, b"-----BEGIN".to_vec())],
+            }),
+        };
+        let with = archive::pack(contents(true)).unwrap();
+        let without = archive::pack(contents(false)).unwrap();
+        let mut flipped = without.clone();
+        let zstd_at = without
+            .windows(4)
+            .position(|w| w == [0x28, 0xb5, 0x2f, 0xfd])
+            .unwrap();
+        flipped[zstd_at + 8] ^= 1;
+        // Same length, so the tar stays well-formed and only the manifest's
+        // version differs.
+        let mut newer = without.clone();
+        let needle = b"\"format_version\": 1";
+        let at = newer
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .unwrap();
+        newer[at + needle.len() - 1] = b'9';
+        let table = br#"{"table":"t","columns":["id","name"],"rows":[[1,"a"],[2,null],[3,0.5]]}"#;
+        let frame = zstd::bulk::compress(table, 3).unwrap();
+        let mut seeds: Vec<(&str, Vec<u8>)> = vec![
+            ("seed-archive", [&[0u8][..], &without].concat()),
+            ("seed-archive-secrets", [&[0u8][..], &with].concat()),
+            (
+                "seed-truncated",
+                [&[0u8][..], &with[..with.len() / 2]].concat(),
+            ),
+            ("seed-flipped", [&[0u8][..], &flipped].concat()),
+            ("seed-newer-format", [&[0u8][..], &newer].concat()),
+            ("seed-table-json", [&[1u8][..], table].concat()),
+        ];
+        let len = u16::try_from(table.len()).unwrap().to_le_bytes();
+        seeds.push((
+            "seed-table-zstd",
+            [&[3u8 | 3 << 2][..], &len, &frame].concat(),
+        ));
+        let update = std::env::var_os("UPDATE_CORPUS").is_some();
+        let dir = fuzz_dir().join("corpus/backup_archive");
+        for (name, data) in &seeds {
+            backup_archive(data);
+            if update {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join(name), data).unwrap();
+            }
+        }
+        // The seeds reach both sides: the good ones open, the bad ones not.
+        assert!(archive::open(&seeds[0].1[1..]).is_ok());
+        assert!(archive::open(&seeds[1].1[1..]).is_ok());
+        for bad in &seeds[2..5] {
+            assert!(archive::open(&bad.1[1..]).is_err(), "{}", bad.0);
+        }
+        assert!(archive::open(&one_table_archive(&frame, table.len(), 3)).is_ok());
+        assert!(matches!(
+            archive::open(&one_table_archive(&frame, table.len(), 2)),
+            Err(archive::ArchiveError::Table { .. })
+        ));
     }
 
     #[test]
