@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod backup_bench;
 mod control;
 pub mod db;
 pub mod enroll_bench;

@@ -34,6 +34,10 @@ pub struct RustBench {
 /// The Rust benchmarks.
 pub const RUST_BENCHES: &[RustBench] = &[
     RustBench {
+        name: "backup",
+        run: crate::backup_bench::run,
+    },
+    RustBench {
         name: "inventory",
         run: crate::inventory_bench::run,
     },
