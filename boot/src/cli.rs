@@ -4,7 +4,7 @@
 //! Every server is optional (`--no-dhcp`, ...), binds where it is told, and
 //! stops on SIGTERM or Ctrl-C after in-flight work drains.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -85,8 +85,9 @@ pub struct Cli {
     #[arg(long, env = "MPROV_DHCP_INTERFACE")]
     dhcp_interface: Option<String>,
     /// proxyDHCP: hand out boot information only, beside a site's own DHCP
-    /// server. Also answers PXE clients on port 4011 of the same address
-    /// (the PXE specification's boot server request).
+    /// server. Its OFFER names no boot file: PXE clients then ask on port
+    /// 4011 of --server-ip (the PXE specification's boot server request) and
+    /// get the boot file there.
     #[arg(long)]
     proxy_dhcp: bool,
     /// The boot URL for UEFI HTTP boot clients (architecture 16), answered
@@ -381,7 +382,16 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
             if cli.proxy_dhcp { " (proxyDHCP)" } else { "" }
         );
         if cli.proxy_dhcp {
-            let pxe = SocketAddr::new(cli.dhcp.ip(), mprov_dhcp::handler::PXE_PORT);
+            // PXE clients send their boot server request to the proxy's
+            // server identifier, and iPXE and EDK2 take the answer only from
+            // there: on a wildcard DHCP socket, 4011 binds that address, so
+            // that replies leave from it whatever the routes say.
+            let pxe_ip = if cli.dhcp.ip().is_unspecified() {
+                IpAddr::V4(server_ip)
+            } else {
+                cli.dhcp.ip()
+            };
+            let pxe = SocketAddr::new(pxe_ip, mprov_dhcp::handler::PXE_PORT);
             let socket = dhcp_socket(pxe, cli.dhcp_interface.as_deref())
                 .with_context(|| format!("proxyDHCP: cannot bind the PXE port {pxe}"))?;
             tracing::info!("proxyDHCP PXE boot server requests on {pxe}");

@@ -20,7 +20,9 @@
 //!   encapsulated option 175, so it is sent its script and never loops back
 //!   to loading iPXE. UEFI HTTP boot (architecture 16) gets a URL and class
 //!   `HTTPClient` (UEFI 2.x §24.7).
-//! - proxyDHCP (PXE 2.1 §2.2.5): boot information only, no `yiaddr`.
+//! - proxyDHCP (PXE 2.1 §2.2.5): boot information only, no `yiaddr`; the
+//!   OFFER on port 67 names no boot file (except for HTTP boot), so PXE
+//!   clients ask again on port 4011 and get it in that ACK.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
@@ -521,19 +523,29 @@ fn proxy(req: &Message, ctx: &Context<'_>, mtype: MessageType, host: Option<&Hos
     };
     let mut msg = reply(req, mtype, ctx);
     msg.set_ciaddr(req.ciaddr());
-    apply_boot(&mut msg, ctx, &boot);
+    // PXE 2.1 §2.2.5, the "BINL" way of a proxy on another host than the
+    // site's DHCP server: the OFFER on port 67 carries class PXEClient, no
+    // boot file and no PXE discovery options (option 43); the client then
+    // asks the proxy again on port 4011 (iPXE's ProxyDHCPREQUEST, EDK2's
+    // BINL retry), and that ACK names the boot file. Discovery options
+    // would make EDK2 (OVMF) look for a boot menu, and a missing menu means
+    // "boot locally" to it (PXE-E21). HTTP boot has no second exchange: its
+    // OFFER carries the URL.
+    let second_phase = ctx.local_port == PXE_PORT;
+    if boot.http || second_phase || kind == ReplyKind::Ack {
+        apply_boot(&mut msg, ctx, &boot);
+    }
     if !boot.http {
         msg.opts_mut()
             .insert(DhcpOption::ClassIdentifier(b"PXEClient".to_vec()));
-        // PXE discovery control (PXE 2.1 Table 2-1, sub-option 6) = 8: skip
-        // boot server discovery and use the boot file named here. A boot
-        // server request (port 4011) that names a boot item (sub-option 71)
-        // gets it echoed, as PXE 2.1 §2.2.6 asks of a boot server.
-        let vendor = match boot_item(req).filter(|_| ctx.local_port == PXE_PORT) {
-            Some(item) => [&[71, 4][..], &item, &[255]].concat(),
-            None => vec![6, 1, 8, 255],
-        };
-        msg.opts_mut().insert(DhcpOption::VendorExtensions(vendor));
+        // A boot server request (port 4011) that names a boot item
+        // (sub-option 71) gets it echoed, as PXE 2.1 §2.2.6 asks of a boot
+        // server.
+        if let Some(item) = boot_item(req).filter(|_| second_phase) {
+            msg.opts_mut().insert(DhcpOption::VendorExtensions(
+                [&[71, 4][..], &item, &[255]].concat(),
+            ));
+        }
     }
     respond(req, ctx, kind, msg, None)
 }

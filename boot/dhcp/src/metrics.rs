@@ -36,6 +36,9 @@ pub struct Metrics {
     pub acks: Counter,
     /// DHCPNAKs sent.
     pub naks: Counter,
+    /// proxyDHCP: ACKs to PXE boot server requests on port 4011 (the
+    /// second exchange, which names the boot file).
+    pub pxe_acks: Counter,
     /// Packets not answered, by reason.
     pub drops: Family<DropLabels, Counter>,
     /// Packets that did not decode.
@@ -59,6 +62,11 @@ impl Metrics {
         r.register("offers", "DHCPOFFERs sent", m.offers.clone());
         r.register("acks", "DHCPACKs sent", m.acks.clone());
         r.register("naks", "DHCPNAKs sent", m.naks.clone());
+        r.register(
+            "pxe_acks",
+            "proxyDHCP ACKs to PXE boot server requests on port 4011",
+            m.pxe_acks.clone(),
+        );
         r.register("drops", "Packets not answered, by reason", m.drops.clone());
         r.register(
             "malformed",

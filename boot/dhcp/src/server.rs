@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::DhcpConfig;
 use crate::handler::{
-    Action, Context, PoolEvent, Reason, ReplyKind, decode, encode, handle, prefilter,
+    Action, Context, PXE_PORT, PoolEvent, Reason, ReplyKind, decode, encode, handle, prefilter,
 };
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
@@ -244,6 +244,14 @@ impl Server {
                     Ok(_) => {
                         tracing::debug!(dest = %reply.dest, kind = reply.kind.as_str(), yiaddr = %reply.msg.yiaddr(), "sent");
                         self.metrics.sent(reply.kind);
+                        if local_port == PXE_PORT && reply.kind == ReplyKind::Ack {
+                            self.metrics.pxe_acks.inc();
+                            tracing::info!(
+                                %src,
+                                file = %boot_file_name(&reply.msg),
+                                "proxyDHCP: boot file sent to a PXE boot server request (port {PXE_PORT})"
+                            );
+                        }
                         if let Some(events) = &self.events {
                             let _ = events.try_send(sent(&reply, &msg, src, self.config.proxy));
                         }
@@ -297,6 +305,16 @@ fn log_pool(event: &PoolEvent) {
         PoolEvent::Recovered { network } => {
             tracing::info!(network = %network, "DHCP pool of network {network} has free addresses again");
         }
+    }
+}
+
+/// The boot file a reply names (option 67), for the log.
+fn boot_file_name(msg: &dhcproto::v4::Message) -> String {
+    match msg.opts().get(dhcproto::v4::OptionCode::BootfileName) {
+        Some(dhcproto::v4::DhcpOption::BootfileName(name)) => {
+            String::from_utf8_lossy(name).into_owned()
+        }
+        _ => String::new(),
     }
 }
 

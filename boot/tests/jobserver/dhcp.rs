@@ -13,7 +13,8 @@
 //!   dhclient still get their address from the site server, and a PXE
 //!   client's boot server request on port 4011 (a captured UEFI PXE
 //!   DHCPREQUEST, sent by a scripted client) is answered with the boot file;
-//!   QEMU's iPXE ROM boots through our proxy OFFER (one VM).
+//!   real PXE clients (OVMF's, then the iPXE it loads; one VM) take the OFFER
+//!   without a boot file, ask on port 4011 and boot what that ACK names.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -101,6 +102,24 @@ fn metric(text: &str, name: &str) -> Option<f64> {
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// `text` without its ANSI colour sequences (ESC [ ... letter).
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn set_executable(path: &Path) -> Result<()> {
@@ -537,7 +556,7 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
             "127.0.0.1:9102",
         ],
     )?;
-    log.wait_for("proxyDHCP PXE boot server requests on 0.0.0.0:4011")?;
+    log.wait_for("proxyDHCP PXE boot server requests on 10.79.1.2:4011")?;
 
     // Ordinary clients get their address from the site server, undisturbed.
     client.set_mac(&v.b, "02:00:5e:79:01:01")?;
@@ -599,15 +618,18 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
     Ok(())
 }
 
-/// proxyDHCP with a real PXE client: QEMU's SeaBIOS with the NIC's iPXE ROM
-/// gets its address from the site server (busybox udhcpd) and its boot
-/// information from our OFFER, then runs the script named there, fetched
-/// from our TFTP, which fetches a file only a booted script asks for. iPXE
-/// skips the port-4011 ProxyDHCPREQUEST when the proxy OFFER already names a
-/// boot file (ours does), so 4011 is covered by the captured-packet test
-/// above, not here. (Debian's iPXE has no `poweroff`: the test stops the VM.)
+/// proxyDHCP with real PXE clients, the PXE way: QEMU's OVMF with its own
+/// PXE client (EDK2 PxeBcDxe over virtio-net, no option ROM) gets its address
+/// from the site server (busybox udhcpd) and from our OFFER on port 67 only
+/// class PXEClient and the PXE options, no boot file; so it asks us again on
+/// port 4011, and that ACK names `snponly.efi`, which it fetches from our
+/// TFTP and starts. That iPXE does its own DHCP, gets the same kind of OFFER,
+/// asks on 4011 too and gets its script's URL, runs the script (from our
+/// TFTP), which fetches a file only a booted script asks for. The job
+/// server's `/metrics` and log show both port-4011 exchanges. (Debian's iPXE
+/// has no `poweroff`: the test stops the VM.)
 #[test]
-fn jobserver_proxy_dhcp_boots_qemu_ipxe() -> Result<()> {
+fn jobserver_proxy_dhcp_boots_ovmf_and_ipxe_through_port_4011() -> Result<()> {
     use mprov_tests::vm::{Firmware, Vm, VmSpec};
     let ns = Netns::new("jspq")?;
     ns.ip(&["tuntap", "add", "dev", "tap0", "mode", "tap"])?;
@@ -617,6 +639,8 @@ fn jobserver_proxy_dhcp_boots_qemu_ipxe() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let root = dir.path().join("tftp");
     std::fs::create_dir_all(&root)?;
+    std::fs::copy("/usr/lib/ipxe/snponly.efi", root.join("snponly.efi"))
+        .context("/usr/lib/ipxe/snponly.efi is missing: install ipxe")?;
     std::fs::write(
         root.join("boot.ipxe"),
         "#!ipxe\nimgfetch tftp://10.79.5.2/proxy-ok.txt\n",
@@ -663,20 +687,22 @@ fn jobserver_proxy_dhcp_boots_qemu_ipxe() -> Result<()> {
             "127.0.0.1:9102",
         ],
     )?;
+    log.wait_for("proxyDHCP PXE boot server requests on 10.79.5.2:4011")?;
     let vm = Vm::boot(&VmSpec {
         netns: ns.name().to_owned(),
         tap: "tap0".into(),
         mac: "52:54:00:79:05:01".into(),
-        firmware: Firmware::Bios,
-        nic: "e1000".into(),
+        firmware: Firmware::Uefi,
+        // No option ROM: OVMF's own PXE client, not the NIC's iPXE.
+        nic: "virtio-net-pci,romfile=".into(),
         run_dir: dir.path().join("vm"),
     })?;
-    let deadline = Instant::now() + Duration::from_secs(240);
+    let deadline = Instant::now() + Duration::from_secs(300);
     // The file field, as the log writes it.
     while !log.text().contains("\"proxy-ok.txt\"") {
         if Instant::now() > deadline {
             bail!(
-                "iPXE did not run the script from proxyDHCP; console:\n{}\njob server log:\n{}",
+                "the VM did not run the script from proxyDHCP; console:\n{}\njob server log:\n{}",
                 vm.console(),
                 log.text()
             );
@@ -684,15 +710,42 @@ fn jobserver_proxy_dhcp_boots_qemu_ipxe() -> Result<()> {
         std::thread::sleep(Duration::from_millis(200));
     }
     let m = metrics(&ns)?;
-    // Boot information only: an OFFER, and the REQUEST naming udhcpd left
-    // alone (no ACK, no lease).
+    let text = plain(&log.text());
+    // Port 4011 answered twice: OVMF (its boot file) and then iPXE (its
+    // script), in that order, and each file then came over TFTP.
     assert!(
-        metric(&m, "mprov_dhcp_offers_total").unwrap_or(0.0) >= 1.0,
+        metric(&m, "mprov_dhcp_pxe_acks_total").unwrap_or(0.0) >= 2.0,
         "{m}"
     );
-    assert_eq!(metric(&m, "mprov_dhcp_acks_total"), Some(0.0), "{m}");
+    // The number of the first log line that has all of `what`.
+    let at = |what: &[&str]| {
+        text.lines()
+            .position(|l| what.iter().all(|w| l.contains(w)))
+            .with_context(|| format!("no line with {what:?} in the job server log:\n{text}"))
+    };
+    let sent_4011 = "proxyDHCP: boot file sent";
+    let efi_4011 = at(&[sent_4011, "file=snponly.efi"])?;
+    let efi_tftp = at(&["tftp: sent", "file=\"snponly.efi\""])?;
+    let script_4011 = at(&[sent_4011, "file=tftp://10.79.5.2/boot.ipxe"])?;
+    let script_tftp = at(&["tftp: sent", "file=\"boot.ipxe\""])?;
+    assert!(
+        efi_4011 < efi_tftp && efi_tftp < script_4011 && script_4011 < script_tftp,
+        "{text}"
+    );
+    // Boot information only: OFFERs on 67, ACKs only on 4011 (the REQUEST
+    // naming udhcpd left alone), no lease.
+    assert!(
+        metric(&m, "mprov_dhcp_offers_total").unwrap_or(0.0) >= 2.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "mprov_dhcp_acks_total"),
+        metric(&m, "mprov_dhcp_pxe_acks_total"),
+        "{m}"
+    );
     assert_eq!(metric(&m, "mprov_dhcp_leases"), Some(0.0), "{m}");
     let console = vm.console();
+    assert!(console.contains("NBP filename is snponly.efi"), "{console}");
     assert!(
         console.contains("Filename: tftp://10.79.5.2/boot.ipxe"),
         "{console}"
@@ -703,5 +756,123 @@ fn jobserver_proxy_dhcp_boots_qemu_ipxe() -> Result<()> {
         "{console}"
     );
     drop(vm);
+    Ok(())
+}
+
+/// UEFI HTTP boot with the real firmware: Debian's OVMF (EDK2 HttpBootDxe
+/// over virtio-net, no option ROM; its PXE boot options turned off through
+/// fw_cfg so HTTP boot is tried first) sends its HTTP boot DISCOVER
+/// (architecture 16, class `HTTPClient`) to our job server, which answers
+/// with the `--http-boot-url` default, the x86-64 iPXE binary on its own
+/// image server; OVMF downloads it over HTTP and starts it; that iPXE gets
+/// its script's URL from the same DHCP server and runs the script, fetched
+/// from our image server, which fetches a file only a booted script asks for.
+#[test]
+fn jobserver_boots_ovmf_over_uefi_http_boot() -> Result<()> {
+    let ns = Netns::new("jshv")?;
+    ns.ip(&["tuntap", "add", "dev", "tap0", "mode", "tap"])?;
+    ns.add_addr("tap0", "10.79.6.1/24")?;
+    ns.up("tap0")?;
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().join("boot");
+    std::fs::create_dir_all(&root)?;
+    std::fs::copy("/usr/lib/ipxe/snponly.efi", root.join("snponly.efi"))
+        .context("/usr/lib/ipxe/snponly.efi is missing: install ipxe")?;
+    std::fs::write(
+        root.join("boot.ipxe"),
+        "#!ipxe\nimgfetch http://10.79.6.1:8081/boot/http-ok.txt && echo HTTP-BOOT-SCRIPT-OK\n",
+    )?;
+    std::fs::write(root.join("http-ok.txt"), "booted through UEFI HTTP boot\n")?;
+    let export = dir.path().join("export");
+    std::fs::create_dir_all(&export)?;
+    let snapshot = r#"{"revision": 1, "networks": [{"slug": "prov", "subnet": "10.79.6.0", "prefix": 24,
+        "dhcp": true, "pool": ["10.79.6.100", "10.79.6.110"]}],
+        "boot": {"ipxe_script_url": "http://10.79.6.1:8081/boot/boot.ipxe"}}"#;
+    let root_arg = root.to_string_lossy().into_owned();
+    let export_arg = export.to_string_lossy().into_owned();
+    let (_js, log) = start(
+        &ns,
+        dir.path(),
+        snapshot,
+        &[
+            "--server-ip",
+            "10.79.6.1",
+            "--dhcp-interface",
+            "tap0",
+            "--http",
+            "10.79.6.1:8081",
+            "--tftp-root",
+            &root_arg,
+            "--export",
+            &export_arg,
+            "--metrics",
+            "127.0.0.1:9102",
+        ],
+    )?;
+    log.wait_for("UEFI HTTP boot clients get http://10.79.6.1:8081/boot/snponly.efi")?;
+    let run = dir.path().join("vm");
+    std::fs::create_dir_all(&run)?;
+    let vars = run.join("OVMF_VARS.fd");
+    std::fs::copy("/usr/share/OVMF/OVMF_VARS_4M.fd", &vars)
+        .context("OVMF is missing: install ovmf")?;
+    let serial = run.join("serial.log");
+    let console =
+        || String::from_utf8_lossy(&std::fs::read(&serial).unwrap_or_default()).replace('\r', "");
+    let _vm = KillOnDrop(
+        ns.command("qemu-system-x86_64")
+            .args(["-accel", "tcg", "-m", "512", "-smp", "1", "-nodefaults"])
+            .args(["-nographic", "-monitor", "none", "-no-reboot"])
+            .arg("-serial")
+            .arg(format!("file:{}", serial.display()))
+            .args(["-machine", "q35", "-drive"])
+            .arg("if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd")
+            .arg("-drive")
+            .arg(format!(
+                "if=pflash,format=raw,unit=1,file={}",
+                vars.display()
+            ))
+            .args(["-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no"])
+            .args([
+                "-device",
+                "virtio-net-pci,romfile=,netdev=n0,mac=52:54:00:79:06:01,bootindex=1",
+            ])
+            // OVMF's own switches: no PXE boot options, so that the NIC's
+            // first boot option is HTTP boot over IPv4.
+            .args(["-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n"])
+            .args(["-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(run.join("qemu.log"))?)
+            .spawn()
+            .context("starting qemu-system-x86_64 (install qemu-system-x86)")?,
+    );
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !console().contains("HTTP-BOOT-SCRIPT-OK") {
+        if Instant::now() > deadline {
+            bail!(
+                "OVMF did not HTTP-boot our iPXE and its script; console:\n{}\njob server log:\n{}",
+                console(),
+                log.text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let text = console();
+    assert!(text.contains(">>Start HTTP Boot over IPv4"), "{text}");
+    // OVMF names the URL our DHCP server gave it.
+    assert!(
+        text.contains("http://10.79.6.1:8081/boot/snponly.efi"),
+        "{text}"
+    );
+    // iPXE took its address from our pool.
+    assert!(text.contains("net0: 10.79.6.1"), "{text}");
+    let m = metrics(&ns)?;
+    // The firmware's DORA and iPXE's: two OFFERs and two ACKs at least,
+    // and the lease (one MAC) kept.
+    assert!(
+        metric(&m, "mprov_dhcp_acks_total").unwrap_or(0.0) >= 2.0,
+        "{m}"
+    );
+    assert_eq!(metric(&m, "mprov_dhcp_leases"), Some(1.0), "{m}");
     Ok(())
 }

@@ -662,11 +662,15 @@ fn proxy_dhcp_gives_boot_information_only() {
         Some("PXEClient:Arch:00007:UNDI:003016"),
     ));
     assert_eq!(offer.msg.yiaddr(), Ipv4Addr::UNSPECIFIED);
-    assert_eq!(boot_name(&offer.msg).as_deref(), Some("snponly.efi"));
+    // The OFFER on port 67 names no boot file, so the client asks on 4011.
+    assert_eq!(boot_name(&offer.msg), None);
+    assert!(offer.msg.fname().is_none_or(|f| f.is_empty()));
     assert_eq!(
         opt(&offer.msg, OptionCode::ClassIdentifier),
         Some(&DhcpOption::ClassIdentifier(b"PXEClient".to_vec()))
     );
+    // No PXE discovery options: EDK2 would look for a boot menu.
+    assert_eq!(opt(&offer.msg, OptionCode::VendorExtensions), None);
     assert_eq!(opt(&offer.msg, OptionCode::AddressLeaseTime), None);
     assert_eq!(env.table.bound_entries(), 0);
     // Not a PXE client: not our business.
@@ -684,6 +688,7 @@ fn proxy_dhcp_gives_boot_information_only() {
     assert_eq!(ack.kind, ReplyKind::Ack);
     assert_eq!(ack.dest, SocketAddr::from(([10, 0, 0, 77], 68)));
     assert_eq!(boot_name(&ack.msg).as_deref(), Some("snponly.efi"));
+    assert_eq!(opt(&ack.msg, OptionCode::VendorExtensions), None);
     // A boot server request naming a boot item gets it echoed.
     req.opts_mut().insert(DhcpOption::VendorExtensions(vec![
         71, 4, 0x80, 0x00, 0, 0, 255,
