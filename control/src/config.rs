@@ -419,6 +419,27 @@ impl Config {
         allowed.contains(&name)
     }
 
+    /// The URL a booting node's agent talks to (`mprov_url`): its requests
+    /// after enrollment are mTLS, so it must be HTTPS. The public URL when
+    /// it is HTTPS already; otherwise the same host on the HTTPS port (iPXE
+    /// chains over plain HTTP, the agent does not). With HTTPS off, the
+    /// public URL as it is (the agent then says it cannot use it).
+    pub fn node_url(&self) -> String {
+        let Some(https) = self.https_listen.filter(|a| a.port() != 0) else {
+            return self.public_url.clone();
+        };
+        let Some(rest) = self.public_url.strip_prefix("http://") else {
+            return self.public_url.clone();
+        };
+        let authority = rest.split('/').next().unwrap_or(rest);
+        // The host without its port (an IPv6 host keeps its brackets).
+        let host = match authority.rfind(']') {
+            Some(end) => &authority[..=end],
+            None => authority.split(':').next().unwrap_or(authority),
+        };
+        format!("https://{host}:{}", https.port())
+    }
+
     /// The client's address: the peer, or when the peer is a trusted proxy, the
     /// nearest address in X-Forwarded-For that is not a trusted proxy.
     pub fn client_ip(&self, peer: IpAddr, forwarded_for: Option<&str>) -> IpAddr {
@@ -548,6 +569,33 @@ mod tests {
             Config::from_settings(s),
             Err(ConfigError::Engine(_))
         ));
+    }
+
+    #[test]
+    fn the_node_url_is_the_public_host_on_the_https_port() {
+        let c = config(&[
+            "--public-url",
+            "http://10.99.0.1:8080/",
+            "--https-listen",
+            "10.99.0.1:8443",
+        ]);
+        assert_eq!(c.node_url(), "https://10.99.0.1:8443");
+        let c = config(&[
+            "--public-url",
+            "http://[fd00::1]:8080",
+            "--https-listen",
+            "[::]:443",
+        ]);
+        assert_eq!(c.node_url(), "https://[fd00::1]:443");
+        let c = config(&[
+            "--public-url",
+            "https://mpcc.cluster:9443",
+            "--https-listen",
+            "0.0.0.0:443",
+        ]);
+        assert_eq!(c.node_url(), "https://mpcc.cluster:9443");
+        let c = config(&["--public-url", "http://mpcc:8080", "--https-listen", "off"]);
+        assert_eq!(c.node_url(), "http://mpcc:8080");
     }
 
     #[test]

@@ -401,9 +401,10 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
         });
     let chain_url = ipxe_chain_url(&st.config.public_url);
     let fingerprint = st.ca_fingerprint.as_deref().unwrap_or_default();
+    let node_url = st.config.node_url();
     let settings = netboot::Settings {
         chain_url: &chain_url,
-        control_url: &st.config.public_url,
+        control_url: &node_url,
         ca_fingerprint: fingerprint,
     };
     let throttled = !st.ipxe_limiter.allow(&mac, Instant::now());
