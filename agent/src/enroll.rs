@@ -182,12 +182,10 @@ pub fn enroll(url: &str, ca_pem: &str, nonce: &str) -> Result<Identity, EnrollEr
     let key = rcgen::KeyPair::generate().map_err(EnrollError::Key)?;
     let mut params =
         rcgen::CertificateParams::new(Vec::<String>::new()).map_err(EnrollError::Key)?;
+    // An empty subject: the control service names the certificate after
+    // the system the nonce belongs to (the agent does not know its host name
+    // yet), and refuses a CSR that asks for any other name.
     params.distinguished_name = rcgen::DistinguishedName::new();
-    // The control service names the certificate after the system the nonce
-    // belongs to; what the CSR says is not trusted.
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "mprov-node");
     let csr = params
         .serialize_request(&key)
         .and_then(|csr| csr.pem())

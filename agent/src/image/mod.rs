@@ -260,13 +260,24 @@ pub fn fetch(
 /// timeout, and a stall timeout on every read; no proxy from the
 /// environment.
 pub fn client() -> Result<Client, reqwest::Error> {
+    builder().build()
+}
+
+/// A client for the stream as `/init` makes it: an initramfs has no system
+/// CA certificates, so an HTTPS job server is trusted only when the
+/// install's CA (`ca_pem`) signed its certificate.
+pub fn client_trusting(ca_pem: &str) -> Result<Client, reqwest::Error> {
+    let certs = reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes())?;
+    builder().tls_certs_only(certs).build()
+}
+
+fn builder() -> reqwest::blocking::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
     Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(STALL_TIMEOUT)
         .no_proxy()
         .user_agent(concat!("mprov-agent/", env!("CARGO_PKG_VERSION")))
-        .build()
 }
 
 /// How long a connection may take to open.

@@ -25,7 +25,7 @@ use super::netlink::{self, Netlink};
 use super::{network, say};
 use crate::cmdline::BootParams;
 use crate::dhcp::{self, Lease};
-use crate::enroll::{self, Control};
+use crate::enroll::{self, Control, Identity};
 use crate::image::{self, Event, VerifiedRoot};
 
 /// Where the image is unpacked: a tmpfs of its own.
@@ -61,11 +61,30 @@ fn fatal(step: u8, message: impl Into<String>) -> Fatal {
     }
 }
 
+/// The node's enrollment, kept across attempts: the nonce is good for one
+/// enrollment only, so a retry after a later step failed goes on with the
+/// certificate it already has.
+pub struct Session {
+    /// The node's key and certificate.
+    pub identity: Identity,
+    /// Its mTLS session with the control service.
+    pub control: Control,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the key.
+        f.debug_struct("Session")
+            .field("control", &self.control)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Runs steps 1 to 5. Returns only on failure (a successful `switch_root`
-/// execs the image's init); `control` is set once enrolled, so the caller
-/// can report the failure.
-pub fn boot(params: &BootParams, control: &mut Option<Control>) -> Fatal {
-    match try_boot(params, control) {
+/// execs the image's init); `session` is set once enrolled, so the caller
+/// can report the failure and the next attempt skips the enrollment.
+pub fn boot(params: &BootParams, session: &mut Option<Session>) -> Fatal {
+    match try_boot(params, session) {
         Ok(never) => match never {},
         Err(fatal) => fatal,
     }
@@ -73,7 +92,7 @@ pub fn boot(params: &BootParams, control: &mut Option<Control>) -> Fatal {
 
 enum Never {}
 
-fn try_boot(params: &BootParams, control: &mut Option<Control>) -> Result<Never, Fatal> {
+fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never, Fatal> {
     // Step 1.
     let mac = params.mac().ok_or_else(|| {
         fatal(
@@ -116,18 +135,35 @@ fn try_boot(params: &BootParams, control: &mut Option<Control>) -> Result<Never,
     );
 
     // Step 2.
-    let pin = params
-        .ca()
-        .ok_or_else(|| fatal(2, "no valid mprov_ca= on the kernel command line"))?;
-    let nonce = params
-        .enroll()
-        .ok_or_else(|| fatal(2, "no valid mprov_enroll= on the kernel command line"))?;
-    let ca = enroll::fetch_ca(&url, pin.as_bytes()).map_err(|err| fatal(2, super::chain(&err)))?;
-    say!("step 2: the CA certificate at {url} matches mprov_ca");
-    let identity = enroll::enroll(&url, &ca, nonce.expose_secret())
-        .map_err(|err| fatal(2, super::chain(&err)))?;
-    let session = Control::new(&url, &identity).map_err(|err| fatal(2, super::chain(&err)))?;
-    say!("step 2: enrolled; mTLS from now on");
+    let (identity, session, fresh) = match enrolled.as_ref() {
+        Some(done) => {
+            say!(
+                "step 2: enrolled in an earlier attempt (the nonce is spent); going on with that certificate"
+            );
+            (done.identity.clone(), done.control.clone(), false)
+        }
+        None => {
+            let pin = params
+                .ca()
+                .ok_or_else(|| fatal(2, "no valid mprov_ca= on the kernel command line"))?;
+            let nonce = params
+                .enroll()
+                .ok_or_else(|| fatal(2, "no valid mprov_enroll= on the kernel command line"))?;
+            let ca = enroll::fetch_ca(&url, pin.as_bytes())
+                .map_err(|err| fatal(2, super::chain(&err)))?;
+            say!("step 2: the CA certificate at {url} matches mprov_ca");
+            let identity = enroll::enroll(&url, &ca, nonce.expose_secret())
+                .map_err(|err| fatal(2, super::chain(&err)))?;
+            let session =
+                Control::new(&url, &identity).map_err(|err| fatal(2, super::chain(&err)))?;
+            say!("step 2: enrolled; mTLS from now on");
+            *enrolled = Some(Session {
+                identity: identity.clone(),
+                control: session.clone(),
+            });
+            (identity, session, true)
+        }
+    };
     let report = |phase: BootPhase, detail: &str| {
         if let Err(err) = session.report(phase, detail) {
             say!(
@@ -144,8 +180,9 @@ fn try_boot(params: &BootParams, control: &mut Option<Control>) -> Result<Never,
             mac_text, lease.address, lease.prefix, interface.name
         ),
     );
-    report(BootPhase::Enrolled, "certificate issued");
-    *control = Some(session.clone());
+    if fresh {
+        report(BootPhase::Enrolled, "certificate issued");
+    }
 
     // Step 3.
     let manifest = session
@@ -160,7 +197,8 @@ fn try_boot(params: &BootParams, control: &mut Option<Control>) -> Result<Never,
     );
     let size = manifest.tmpfs_size.as_deref().unwrap_or(DEFAULT_TMPFS_SIZE);
     mount_staging(size).map_err(|m| fatal(3, m))?;
-    let client = image::client().map_err(|err| fatal(3, super::chain(&err)))?;
+    let client =
+        image::client_trusting(&identity.ca_pem).map_err(|err| fatal(3, super::chain(&err)))?;
     let next_tenth = std::sync::atomic::AtomicU64::new(1);
     let observe = |event: &Event<'_>| {
         if let Event::Progress { bytes, size } = event {

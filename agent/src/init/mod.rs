@@ -108,14 +108,16 @@ pub fn run() -> ! {
         say!("  {param}");
     }
 
-    let mut control = None;
+    let mut session: Option<boot::Session> = None;
     let mut attempt: u32 = 0;
     loop {
         attempt += 1;
-        let fatal = boot::boot(&params, &mut control);
+        let fatal = boot::boot(&params, &mut session);
         say!("mprov-agent: FATAL: {fatal}");
-        if let Some(control) = &control
-            && let Err(err) = control.report(mprov_api::boot::BootPhase::Failed, &fatal.to_string())
+        if let Some(session) = &session
+            && let Err(err) = session
+                .control
+                .report(mprov_api::boot::BootPhase::Failed, &fatal.to_string())
         {
             say!("mprov-agent: reporting the failure: {}", chain(&err));
         }
