@@ -345,6 +345,21 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
         ),
     }
 
+    // One queue of timeline reports (DHCP replies, boot file downloads) and
+    // one task posting them, when following the control service.
+    let events_tx = match reporter.clone() {
+        Some(client) => {
+            let (events_tx, events_rx) = mpsc::channel(events::QUEUE);
+            let stop = shutdown.clone();
+            tasks.spawn(async move {
+                events::report(client, events_rx, stop).await;
+                Ok(())
+            });
+            Some(events_tx)
+        }
+        None => None,
+    };
+
     if !cli.no_dhcp {
         let server_ip = cli.server_ip.context(
             "DHCP needs --server-ip (MPROV_ADDRESS), the address nodes reach this job server at; or give --no-dhcp",
@@ -365,12 +380,11 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
         let metrics = mprov_dhcp::Metrics::register(&mut registry);
         let mut server =
             mprov_dhcp::Server::new(config.clone(), rx.clone(), leases).with_metrics(metrics);
-        if let Some(client) = reporter.clone() {
-            let (events_tx, events_rx) = mpsc::channel(events::QUEUE);
-            server = server.with_events(events_tx);
-            let stop = shutdown.clone();
+        if let Some(events_tx) = events_tx.clone() {
+            let (sent_tx, sent_rx) = mpsc::channel(events::QUEUE);
+            server = server.with_events(sent_tx);
             tasks.spawn(async move {
-                events::report(client, events_rx, stop).await;
+                events::forward_dhcp(sent_rx, events_tx).await;
                 Ok(())
             });
         }
@@ -444,7 +458,16 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
         config.ipxe_dir = cli.tftp_root.clone();
         config.max_streams = cli.http_max_streams;
         config.stream_threshold = cli.http_stream_mib.saturating_mul(1 << 20);
-        let state = mprov_images::ImageState::new(config, rx.clone());
+        let mut state = mprov_images::ImageState::new(config, rx.clone());
+        if let Some(events_tx) = events_tx.clone() {
+            state = state.on_download(move |download| {
+                if let Some(event) = events::from_download(download)
+                    && events_tx.try_send(event).is_err()
+                {
+                    tracing::warn!("the boot event queue is full; a download report is dropped");
+                }
+            });
+        }
         state.metrics().register(&mut registry);
         // Bound here, registered with the image server's runtime there.
         let listener = std::net::TcpListener::bind(cli.http)

@@ -1,7 +1,9 @@
 //! The job server's part of the boot timeline: the DHCP server tells a
-//! channel of every reply it sent ([`mprov_dhcp::server::Sent`]), and one
-//! task posts them to the control service's `POST /api/v1/boot/events` with
-//! the job server's own client (its certificate over HTTPS, as renewed).
+//! channel of every reply it sent ([`mprov_dhcp::server::Sent`], made a
+//! report by [`from_dhcp`]), the image server of every finished download
+//! of an image's kernel or agent initramfs ([`from_download`]), and one task
+//! posts them to the control service's `POST /api/v1/boot/events` with the
+//! job server's own client (its certificate over HTTPS, as renewed).
 //!
 //! A `dhcp_acked` with the leased address is what lets `/ipxe/` hand a node
 //! its enrollment nonce, so reports go out at once, in order; the servers
@@ -9,10 +11,11 @@
 
 use std::time::Duration;
 
-use mprov_api::boot::{BootEventReport, BootPhase};
+use mprov_api::boot::{BootEventReport, BootPhase, ImageFile};
 use mprov_api::client::Client;
 use mprov_dhcp::ReplyKind;
 use mprov_dhcp::server::Sent;
+use mprov_images::{Download, Outcome};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -40,25 +43,65 @@ pub fn from_dhcp(sent: &Sent) -> Option<BootEventReport> {
     })
 }
 
+/// The report of a finished `/images/` download, if it is one the timeline
+/// keeps: an image's kernel or its agent initramfs, sent whole. The node is
+/// named by the address that fetched it (the control service finds the
+/// lease) and, when the boot config knows it, by its host name.
+pub fn from_download(download: &Download) -> Option<BootEventReport> {
+    if download.outcome != Outcome::Completed {
+        return None;
+    }
+    let file = download.path.rsplit('/').next()?;
+    let phase = if file == ImageFile::Kernel.file_name() {
+        BootPhase::KernelFetched
+    } else if file == ImageFile::Initramfs.file_name() {
+        BootPhase::InitramfsFetched
+    } else {
+        return None;
+    };
+    let ip = download.client.map(|ip| match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+        v4 => v4,
+    });
+    Some(BootEventReport {
+        phase,
+        mac: None,
+        system: download.node.clone(),
+        ip,
+        detail: download
+            .log_line()
+            .trim_start_matches("provisioning: ")
+            .to_owned(),
+    })
+}
+
+/// Turns the DHCP server's replies into reports on `tx` until `rx` closes.
+pub async fn forward_dhcp(mut rx: mpsc::Receiver<Sent>, tx: mpsc::Sender<BootEventReport>) {
+    while let Some(sent) = rx.recv().await {
+        if let Some(event) = from_dhcp(&sent)
+            && tx.try_send(event).is_err()
+        {
+            tracing::warn!(mac = %sent.mac, "the boot event queue is full; a DHCP report is dropped");
+        }
+    }
+}
+
 /// Posts every report from `rx` until `stop`. Only reports made with the
 /// job server's own certificate attest nodes' `/ipxe/` requests; on the API
 /// key they are stored but do not count.
 pub async fn report(
     clients: watch::Receiver<Client>,
-    mut rx: mpsc::Receiver<Sent>,
+    mut rx: mpsc::Receiver<BootEventReport>,
     stop: CancellationToken,
 ) {
     let mut warned = false;
     loop {
-        let sent = tokio::select! {
+        let event = tokio::select! {
             () = stop.cancelled() => return,
             s = rx.recv() => match s {
                 Some(s) => s,
                 None => return,
             },
-        };
-        let Some(event) = from_dhcp(&sent) else {
-            continue;
         };
         // The current client: the job server renews its certificate.
         let client = clients.borrow().clone();
@@ -79,7 +122,7 @@ pub async fn report(
                     break;
                 }
                 Err(e) if attempt == TRIES => {
-                    tracing::warn!(error = %e, mac = %sent.mac, phase = event.phase.as_str(), "cannot report a boot event; dropped");
+                    tracing::warn!(error = %e, mac = event.mac.as_deref().unwrap_or_default(), phase = event.phase.as_str(), "cannot report a boot event; dropped");
                 }
                 Err(_) => {
                     tokio::select! {
@@ -118,5 +161,47 @@ mod tests {
             BootPhase::ProxyAnswered
         );
         assert_eq!(from_dhcp(&sent(ReplyKind::Nak, false)), None);
+    }
+
+    #[test]
+    fn kernel_and_initramfs_downloads_become_timeline_events() {
+        let download = |path: &str, outcome| Download {
+            client: Some("::ffff:10.0.0.50".parse().unwrap()),
+            node: Some("c01".into()),
+            path: path.into(),
+            bytes: 1000,
+            elapsed: Duration::from_millis(20),
+            outcome,
+        };
+        let kernel = from_download(&download("/images/gpu/3/vmlinuz", Outcome::Completed)).unwrap();
+        assert_eq!(kernel.phase, BootPhase::KernelFetched);
+        assert_eq!(kernel.system.as_deref(), Some("c01"));
+        assert_eq!(kernel.ip, Some("10.0.0.50".parse().unwrap()));
+        assert!(
+            kernel.detail.starts_with("c01 (10.0.0.50) got kernel"),
+            "{}",
+            kernel.detail
+        );
+        assert_eq!(
+            from_download(&download("/images/gpu/3/initramfs.img", Outcome::Completed))
+                .unwrap()
+                .phase,
+            BootPhase::InitramfsFetched
+        );
+        // Not a boot file, or not sent whole: not on the timeline.
+        assert_eq!(
+            from_download(&download(
+                "/images/gpu/3/rootfs.tar.zst",
+                Outcome::Completed
+            )),
+            None
+        );
+        assert_eq!(
+            from_download(&download(
+                "/images/gpu/3/vmlinuz",
+                Outcome::Failed("client went away".into())
+            )),
+            None
+        );
     }
 }
