@@ -166,7 +166,7 @@ mod tests {
     #[test]
     fn kernel_and_initramfs_downloads_become_timeline_events() {
         let download = |path: &str, outcome| Download {
-            client: Some("::ffff:10.0.0.50".parse().unwrap()),
+            client: Some("10.0.0.50".parse().unwrap()),
             node: Some("c01".into()),
             path: path.into(),
             bytes: 1000,
