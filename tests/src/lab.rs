@@ -55,6 +55,10 @@ pub const IMAGE_VERSION: i64 = 1;
 pub const READY_MARKER: &str = "MPROV-LAB-READY";
 /// The kernel argument that makes the root power off once ready.
 pub const POWEROFF_ARG: &str = "mprov_lab_poweroff";
+/// The kernel argument that makes the root copy its identity (`/etc/mprov`)
+/// and command line out on the VM's second serial port
+/// ([`crate::vm::Vm::export`]), for the tests that attack with them.
+pub const EXPORT_ARG: &str = "lab_export";
 /// The Debian packages of the lab root, beyond mmdebstrap's minbase.
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "systemd-sysv",
@@ -76,11 +80,31 @@ After=multi-user.target mprov-agent.service
 [Service]
 Type=oneshot
 ExecStart=/bin/sh -c 'echo "MPROV-LAB-READY: $(hostname) multi-user after $(cut -d" " -f1 /proc/uptime) s of uptime" > /dev/ttyS0'
+ExecStart=/bin/sh -c 'if grep -qw lab_export /proc/cmdline; then /usr/local/sbin/mprov-lab-export; fi'
 ExecStart=/bin/sh -c 'if grep -qw mprov_lab_poweroff /proc/cmdline; then systemctl --no-block poweroff; fi'
 
 [Install]
 WantedBy=multi-user.target
 EOF
+# The lab only (lab_export on the kernel command line; /ipxe/ passes no
+# mprov_* word of the layered arguments): the node's
+# identity and command line go out on the second serial port, which only the
+# test reads, so it can attack with what a node holds.
+mkdir -p /usr/local/sbin
+cat > /usr/local/sbin/mprov-lab-export <<'EXPORT'
+#!/bin/sh
+stty -F /dev/ttyS1 raw -echo 2>/dev/null
+{
+  for f in node.crt node.key ca.crt control-url; do
+    echo "MPROV-LAB-EXPORT $f $(base64 -w0 /etc/mprov/$f 2>/dev/null)"
+  done
+  echo "MPROV-LAB-EXPORT cmdline $(base64 -w0 /proc/cmdline)"
+  echo "MPROV-LAB-EXPORT key-mode $(stat -c %a /etc/mprov/node.key 2>/dev/null)"
+  echo "MPROV-LAB-EXPORT hostname $(hostname)"
+  echo "MPROV-LAB-EXPORT end"
+} > /dev/ttyS1
+EXPORT
+chmod 0755 /usr/local/sbin/mprov-lab-export
 mkdir -p /etc/systemd/system/multi-user.target.wants
 ln -sf ../mprov-lab-ready.service /etc/systemd/system/multi-user.target.wants/mprov-lab-ready.service
 echo lab-node > /etc/hostname
@@ -894,6 +918,14 @@ impl LabControl {
         let out = run(&mut cmd)?;
         let (text, code) = out.rsplit_once('\n').context("curl's status line")?;
         let code: u16 = code.trim().parse().context("curl's status code")?;
+        if code >= 500 {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            bail!(
+                "{method} {path}: HTTP {code}: {text}\ncontrol log:\n{}",
+                lines[lines.len().saturating_sub(15)..].join("\n")
+            );
+        }
         ensure!(code < 400, "{method} {path}: HTTP {code}: {text}");
         if text.trim().is_empty() {
             return Ok(serde_json::Value::Null);

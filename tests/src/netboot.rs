@@ -401,7 +401,10 @@ impl Stack {
                 "POST",
                 "/api/v1/images/",
                 Some(&serde_json::json!({
-                    "slug": image.slug, "install_kernel_cmdline": "console=ttyS0 quiet",
+                    "slug": image.slug,
+                    // The console on the serial port (the tests read it), and the
+                    // lab root's copy of its identity on the second one.
+                    "install_kernel_cmdline": format!("console=ttyS0 quiet {}", lab::EXPORT_ARG),
                     "jobservers": names
                 })),
             )

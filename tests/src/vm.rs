@@ -6,6 +6,7 @@
 //! KVM does not work on these machines, so VMs run under TCG: a PXE boot to a
 //! shell takes 20 to 40 s.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -228,7 +229,13 @@ fn qemu(cmd: &mut Command, serial: &Path, memory_mib: u32) {
         "-no-reboot",
     ]);
     cmd.arg("-serial").arg(format!("file:{}", serial.display()));
+    // COM2: the lab root's export channel (see `lab::EXPORT_ARG`).
+    let export = serial.with_file_name(EXPORT_FILE);
+    cmd.arg("-serial").arg(format!("file:{}", export.display()));
 }
+
+/// The second serial port's file, beside the console's.
+const EXPORT_FILE: &str = "export.log";
 
 impl Vm {
     /// Starts QEMU (TCG, 512 MiB) network-booting from `spec.tap`.
@@ -321,6 +328,52 @@ impl Vm {
         fs::read(&self.serial)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default()
+    }
+
+    /// What the lab root wrote on the second serial port
+    /// (`MPROV-LAB-EXPORT <name> <base64>` lines, see `lab::EXPORT_ARG`),
+    /// decoded, once its `end` line is there; waits up to `timeout`.
+    pub fn export(&self, timeout: Duration) -> Result<BTreeMap<String, Vec<u8>>> {
+        use base64::Engine as _;
+        let path = self.serial.with_file_name(EXPORT_FILE);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let text = fs::read(&path)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
+            let mut items = BTreeMap::new();
+            let mut done = false;
+            for line in text.lines() {
+                let mut parts = line.trim_end_matches('\r').splitn(3, ' ');
+                if parts.next() != Some("MPROV-LAB-EXPORT") {
+                    continue;
+                }
+                let name = parts.next().unwrap_or_default().to_owned();
+                let value = parts.next().unwrap_or_default().trim();
+                if name == "end" {
+                    done = true;
+                    continue;
+                }
+                let bytes = if matches!(name.as_str(), "key-mode" | "hostname") {
+                    value.as_bytes().to_vec()
+                } else {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(value)
+                        .with_context(|| format!("the export's {name} is not base64"))?
+                };
+                items.insert(name, bytes);
+            }
+            if done {
+                return Ok(items);
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "the lab root wrote no export on the second serial port within {timeout:?} ({}): is {} on the kernel command line?",
+                path.display(),
+                crate::lab::EXPORT_ARG
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// Waits until the console shows `marker`, the VM exits, or `timeout`.

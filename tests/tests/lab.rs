@@ -11,6 +11,8 @@ mod outage;
 use anyhow::{Context, Result};
 use mprov_tests::db::{MariaDb, Postgres};
 
+#[path = "lab/e2e.rs"]
+mod e2e;
 #[path = "lab/netboot.rs"]
 mod netboot;
 

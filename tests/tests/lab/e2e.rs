@@ -1,0 +1,389 @@
+//! A node provisioned by our stack alone, from power-on to "ready": one VM,
+//! booted once, shared by every assertion (a real-root boot takes minutes
+//! under TCG).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use mprov_api::boot::{BootEvent, BootPhase};
+use mprov_tests::lab::{CONTROL_HTTPS_PORT, READY_MARKER, SERVER_IP};
+use mprov_tests::netboot::{Machine, Node, Stack, StackOptions, in_order, tail};
+
+use crate::netboot::{VM_TURN, image};
+
+/// The phases every healthy netboot passes, in order.
+pub(crate) const HEALTHY: &[BootPhase] = &[
+    BootPhase::DhcpOffered,
+    BootPhase::DhcpAcked,
+    BootPhase::ScriptServed,
+    BootPhase::KernelFetched,
+    BootPhase::InitramfsFetched,
+    BootPhase::AgentDhcp,
+    BootPhase::Enrolled,
+    BootPhase::ImageStarted,
+    BootPhase::Verified,
+    BootPhase::SwitchRoot,
+    BootPhase::Ready,
+];
+
+fn phases(events: &[BootEvent]) -> Vec<&'static str> {
+    events.iter().map(|e| e.phase.as_str()).collect()
+}
+
+/// Runs a command; its status and output.
+fn output(cmd: &mut Command) -> Result<(bool, String)> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {cmd:?}"))?;
+    Ok((
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}
+
+/// An HTTPS request to the control service from inside the lab namespace
+/// with curl, as the holder of `cert`/`key` (trusting only `ca`); the status
+/// code and body.
+fn as_node(
+    stack: &Stack,
+    files: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<(u16, String)> {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", stack.net.name(), "curl", "-sS", "-m", "30"])
+        .arg("--cacert")
+        .arg(files.join("ca.crt"))
+        .arg("--cert")
+        .arg(files.join("node.crt"))
+        .arg("--key")
+        .arg(files.join("node.key"))
+        .args(["-X", method, "-w", "\n%{http_code}"])
+        .args([
+            "-H",
+            &format!(
+                "{}: {}",
+                mprov_api::VERSION_HEADER,
+                mprov_api::api_version()
+            ),
+        ]);
+    if let Some(body) = body {
+        cmd.args([
+            "-H",
+            "content-type: application/json",
+            "--data-binary",
+            body,
+        ]);
+    }
+    cmd.arg(format!("https://{SERVER_IP}:{CONTROL_HTTPS_PORT}{path}"));
+    let (ok, out) = output(&mut cmd)?;
+    ensure!(ok, "curl {method} {path} failed: {out}");
+    let (text, code) = out.rsplit_once('\n').context("curl's status line")?;
+    Ok((code.trim().parse()?, text.to_owned()))
+}
+
+/// The timeline once it holds `phase` (reports may trail the console).
+fn timeline_with(stack: &Stack, node: &Node, phase: BootPhase) -> Result<Vec<BootEvent>> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let events = stack.timeline(node)?;
+        if events.iter().any(|e| e.phase == phase) {
+            return Ok(events);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "no {} on the timeline {:?}\n{}",
+                phase.as_str(),
+                phases(&events),
+                stack.where_it_stopped(node)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// SeaBIOS + iPXE ROM, on the real Debian root, through our stack only:
+/// `mprov-control serve` and `mprov-jobserver` (enrolled with a one-time
+/// token, following the control service over HTTPS) in a lab namespace, the
+/// node registered through the API. QEMU powers on; our DHCP leases it its
+/// address; iPXE chains to `/ipxe/`, which hands out a nonce only because
+/// the job server reported that lease; the kernel and the image's agent
+/// initramfs come from the job server; the agent takes its own lease,
+/// enrolls with the nonce, reads its manifest, streams and verifies the
+/// image and switches root; systemd reaches multi-user and `mprov-agent
+/// ready` reports with the node's certificate. Then, on the same boot:
+/// - the timeline is complete and in order, each event from its source;
+/// - the node's certificate names only itself, its key is 0600, and with
+///   them (copied out of the VM) it reads its own row but not another
+///   node's;
+/// - the first boot's nonce, replayed, is refused, and the refusal is on
+///   the timeline;
+/// - `mash boot status` prints the timeline.
+#[test]
+fn vm_is_provisioned_by_our_stack_from_power_on_to_ready() -> Result<()> {
+    let _turn = VM_TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let (bins, image) = image()?;
+    let run = tempfile::tempdir()?;
+    let stack = Stack::start(&bins, &image, run.path(), &StackOptions::default())?;
+    let node = stack.register("n01", "52:54:00:e2:00:01", "10.99.0.41", true)?;
+    // Another node, never booted: n01's certificate must not reach it.
+    let other = stack.register("n02", "52:54:00:e2:00:02", "10.99.0.42", true)?;
+
+    let started = Instant::now();
+    let booted = stack.boot(&node, Machine::BiosIpxe, |e| {
+        eprintln!(
+            "timeline: {} {} {} {}",
+            e.at,
+            e.phase.as_str(),
+            e.source,
+            e.detail
+        );
+    })?;
+    eprintln!("n01: {READY_MARKER} after {:.0?}", started.elapsed());
+    ensure!(
+        booted
+            .console
+            .contains(&format!("{READY_MARKER}: {} multi-user", node.hostname)),
+        "multi-user under the node's own host name on the console:\n{}",
+        tail(&booted.console, 60)
+    );
+    for step in [
+        "step 2: enrolled; mTLS from now on",
+        "step 3: verified",
+        "step 5: switch_root into",
+    ] {
+        ensure!(
+            booted.console.contains(step),
+            "{step:?} on the console:\n{}",
+            tail(&booted.console, 80)
+        );
+    }
+
+    // The timeline: complete, in order, each step from its source.
+    let events = timeline_with(&stack, &node, BootPhase::Ready)?;
+    in_order(&events, HEALTHY).with_context(|| stack.where_it_stopped(&node))?;
+    ensure!(
+        !events
+            .iter()
+            .any(|e| matches!(e.phase, BootPhase::Failed | BootPhase::ChecksumMismatch)),
+        "a healthy boot reported a failure: {events:#?}"
+    );
+    let source = |p: BootPhase| {
+        events
+            .iter()
+            .find(|e| e.phase == p)
+            .map(|e| e.source.clone())
+            .unwrap_or_default()
+    };
+    for phase in [
+        BootPhase::DhcpAcked,
+        BootPhase::KernelFetched,
+        BootPhase::InitramfsFetched,
+    ] {
+        ensure!(
+            source(phase).contains("js1"),
+            "{} comes from the job server js1: {events:#?}",
+            phase.as_str()
+        );
+    }
+    ensure!(source(BootPhase::ScriptServed) == "control", "{events:#?}");
+    for phase in [BootPhase::Enrolled, BootPhase::Verified, BootPhase::Ready] {
+        ensure!(
+            source(phase).contains(&node.hostname),
+            "{} comes from the node itself: {events:#?}",
+            phase.as_str()
+        );
+    }
+    // Nothing of n01 landed on n02's timeline.
+    ensure!(
+        stack.timeline(&other)?.is_empty(),
+        "n02 never booted: {:?}",
+        stack.timeline(&other)?
+    );
+
+    // What the node holds, copied out of the VM on its second serial port.
+    let export = booted.vm.export(Duration::from_secs(120))?;
+    let files = run.path().join("node-files");
+    std::fs::create_dir_all(&files)?;
+    for name in ["node.crt", "node.key", "ca.crt"] {
+        let bytes = export
+            .get(name)
+            .with_context(|| format!("no {name} in the export"))?;
+        std::fs::write(files.join(name), bytes)?;
+    }
+    let key_mode =
+        String::from_utf8_lossy(export.get("key-mode").context("key mode")?).into_owned();
+    ensure!(
+        key_mode == "600",
+        "the node's key is mode {key_mode}, not 600"
+    );
+
+    // The certificate names n01 and nothing else.
+    let (ok, text) = output(
+        Command::new("openssl")
+            .args([
+                "x509",
+                "-noout",
+                "-subject",
+                "-ext",
+                "subjectAltName",
+                "-in",
+            ])
+            .arg(files.join("node.crt")),
+    )?;
+    ensure!(ok, "openssl x509: {text}");
+    ensure!(
+        text.contains(&format!("CN={}", node.hostname))
+            || text.contains(&format!("CN = {}", node.hostname)),
+        "the certificate's subject names {}: {text}",
+        node.hostname
+    );
+    for line in text
+        .lines()
+        .filter(|l| l.contains("DNS:") || l.contains("IP"))
+    {
+        for name in line.split(',').map(str::trim) {
+            ensure!(
+                name.trim_start_matches("DNS:").starts_with(&node.hostname),
+                "the certificate names {name:?} beside {}: {text}",
+                node.hostname
+            );
+        }
+    }
+    ensure!(!text.contains(&other.hostname), "{text}");
+
+    // With it: its own row, yes; another node's, no; no admin reads.
+    let (code, body) = as_node(&stack, &files, "GET", "/api/v1/systems/n01/", None)?;
+    ensure!(code == 200, "n01 reads its own row: HTTP {code} {body}");
+    ensure!(body.contains("\"n01\""), "{body}");
+    for path in [
+        "/api/v1/systems/n02/",
+        "/api/v1/systems/n02/config",
+        "/api/v1/systems/",
+        "/api/v1/nics/?system=n02",
+        "/api/v1/jobservers/",
+    ] {
+        let (code, body) = as_node(&stack, &files, "GET", path, None)?;
+        ensure!(
+            code == 403,
+            "n01's certificate must not read {path}: HTTP {code} {body}"
+        );
+        ensure!(
+            !body.contains("52:54:00:e2:00:02"),
+            "{path} leaked n02: {body}"
+        );
+    }
+    // Nor write n02's timeline.
+    let (code, body) = as_node(
+        &stack,
+        &files,
+        "POST",
+        mprov_api::boot::EVENTS_PATH,
+        Some(r#"{"system":"n02","phase":"ready","detail":"forged by n01"}"#),
+    )?;
+    ensure!(
+        stack.timeline(&other)?.is_empty(),
+        "n01 wrote n02's timeline: HTTP {code} {body}"
+    );
+
+    // mash shows the same timeline (its last boot).
+    let mash = bins.get("mash")?;
+    let (ok, text) = output(
+        Command::new("ip")
+            .args(["netns", "exec", stack.net.name()])
+            .arg(&mash)
+            .args(["boot", "status", "n01"])
+            .env("MPROV_URL", stack.control.url())
+            .env("MPROV_USER", "admin")
+            .env("MPROV_PASSWORD", &stack.control.password),
+    )?;
+    ensure!(ok, "mash boot status n01: {text}");
+    for phase in HEALTHY {
+        ensure!(
+            text.contains(phase.as_str()),
+            "mash boot status shows {}: {text}",
+            phase.as_str()
+        );
+    }
+    // The first boot's command line replayed: refused, and on the timeline.
+    let cmdline = String::from_utf8_lossy(export.get("cmdline").context("cmdline")?).into_owned();
+    let nonce = cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("mprov_enroll="))
+        .with_context(|| format!("no mprov_enroll= on {cmdline:?}"))?;
+    ensure!(
+        cmdline.contains(&format!(
+            "mprov_url=https://{SERVER_IP}:{CONTROL_HTTPS_PORT}"
+        )),
+        "the agent talks to the HTTPS URL: {cmdline}"
+    );
+    let csr_key = files.join("replay.key");
+    let (ok, text) = output(
+        Command::new("openssl")
+            .args([
+                "req",
+                "-new",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args(["-nodes", "-subj", "/CN=n01", "-keyout"])
+            .arg(&csr_key)
+            .arg("-out")
+            .arg(files.join("replay.csr")),
+    )?;
+    ensure!(ok, "openssl req: {text}");
+    let csr = std::fs::read_to_string(files.join("replay.csr"))?;
+    let body = serde_json::json!({"nonce": nonce, "csr": csr}).to_string();
+    let (ok, out) = output(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                stack.net.name(),
+                "curl",
+                "-sS",
+                "-m",
+                "30",
+                "-k",
+            ])
+            .args([
+                "-H",
+                "content-type: application/json",
+                "--data-binary",
+                &body,
+            ])
+            .args(["-w", "\n%{http_code}"])
+            .arg(format!(
+                "https://{SERVER_IP}:{CONTROL_HTTPS_PORT}{}",
+                "/enroll/node/"
+            )),
+    )?;
+    ensure!(ok, "curl: {out}");
+    let (text, code) = out.rsplit_once('\n').context("status")?;
+    ensure!(
+        code.trim() == "401" && text.contains("already used"),
+        "a replayed nonce must be refused: HTTP {code} {text}"
+    );
+    let events = stack.timeline(&node)?;
+    let replay = events
+        .iter()
+        .rfind(|e| e.phase == BootPhase::Failed)
+        .with_context(|| format!("the replay is not on the timeline: {:?}", phases(&events)))?;
+    ensure!(
+        replay.detail.contains("replayed boot command line") && replay.source == "control",
+        "{replay:?}"
+    );
+
+    drop(booted);
+    Ok(())
+}
