@@ -5,18 +5,23 @@
 # and 64, tsize 0) from each server, RUNS times per setting, interleaved (one
 # fetch from ours, one from tftp-hpa, and again), so that load from other
 # work on the machine falls on both alike. Reported per setting: mean
-# throughput and the server's CPU time per transfer, from /proc/<pid>/stat. Ours is one process: utime+stime of it. in.tftpd forks a
-# child per transfer and ignores SIGCHLD (SA_NOCLDWAIT), so no cutime ever
-# accumulates: a sampler reads each child's utime+stime every 5 ms and keeps
-# the last value seen, which undercounts by at most the last 5 ms of each
-# child (the sampler's own CPU slightly slows both sides on 2 cores).
+# throughput and the server's CPU time per transfer, counted by `perf stat -e
+# task-clock` (the kernel's exact on-CPU time, all threads, children
+# included): ours is one process, counted with `perf stat -p` over the
+# setting's fetches; in.tftpd forks a child per transfer and ignores SIGCHLD
+# (SA_NOCLDWAIT), so neither /proc nor wait4 ever see the children's time:
+# each setting gets a fresh in.tftpd started under `perf stat`, which
+# inherits the count into every child. Both servers sit idle while the other
+# one serves. (The earlier method, tick-based utime+stime from /proc and a
+# 5 ms sampler of in.tftpd's children, misattributed a process that sleeps
+# once per block, and the sampler's own CPU slowed both sides.)
 #
 # Note: tftp-hpa 5.2 does not implement windowsize (RFC 7440), so its OACK
 # leaves it out and atftp falls back to lock-step: its rows at windowsize 16
 # and 64 show what a client gets from it when asking for a window.
 #
 # Needs: atftp, tftpd-hpa (apt-get install tftpd-hpa; its service does not
-# need to run), cargo. Bounded: every fetch runs under `timeout`.
+# need to run), linux-perf, cargo. Bounded: every fetch runs under `timeout`.
 #
 # Usage: tests/bench/tftp.sh [RUNS]   (default 3)
 set -euo pipefail
@@ -35,6 +40,8 @@ WORK=$(mktemp -d /tmp/tftp-bench.XXXXXX)
 PIDS=()
 
 cleanup() {
+    # The in.tftpd under perf, if a round was cut short.
+    if [ -s "$WORK/hpa.pid" ]; then kill "$(cat "$WORK/hpa.pid")" 2>/dev/null || true; fi
     for pid in "${PIDS[@]}"; do
         kill "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
@@ -44,6 +51,7 @@ cleanup() {
 trap cleanup EXIT
 
 command -v atftp >/dev/null || { echo "atftp is missing (apt-get install atftp)" >&2; exit 1; }
+command -v perf >/dev/null || { echo "perf is missing (apt-get install linux-perf)" >&2; exit 1; }
 IN_TFTPD=$(command -v in.tftpd || echo /usr/sbin/in.tftpd)
 [ -x "$IN_TFTPD" ] || { echo "in.tftpd is missing (apt-get install tftpd-hpa)" >&2; exit 1; }
 
@@ -56,7 +64,6 @@ mkdir -p "$WORK/root"
 chmod 755 "$WORK" "$WORK/root"
 head -c $((SIZE_MIB * 1024 * 1024)) /dev/urandom >"$WORK/root/file.bin"
 chmod 644 "$WORK/root/file.bin"
-TICK=$(getconf CLK_TCK)
 
 # Waits (bounded polling) until a file is non-empty.
 wait_for() {
@@ -68,38 +75,14 @@ wait_for() {
     return 1
 }
 
-# CPU ticks (utime+stime) of one process.
-cpu_ticks() {
-    # Fields after the ")" that ends comm: utime is field 14, stime 15.
-    local rest
-    rest=$(sed 's/^.*) //' "/proc/$1/stat")
-    # shellcheck disable=SC2086
-    set -- $rest
-    echo $(( ${12} + ${13} ))
+# The task-clock milliseconds a `perf stat -x,` output file counted.
+task_ms() {
+    awk -F, '$3 == "task-clock" { ms += $1 } END { printf "%.3f", ms + 0 }' "$1"
 }
 
-# Samples the children of $1 until $2 exists, then writes the sum of their
-# last-seen utime+stime (ticks) to $3.
-sample_children() {
-    python3 - "$1" "$2" "$3" <<'PY'
-import os, sys, time
-parent, stop, out = sys.argv[1], sys.argv[2], sys.argv[3]
-last = {}
-while not os.path.exists(stop):
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                rest = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if rest[1] == parent:
-            last[pid] = int(rest[11]) + int(rest[12])
-    time.sleep(0.005)
-with open(out, "w") as f:
-    f.write(str(sum(last.values())))
-PY
+# A port the kernel just handed out (in.tftpd needs a fixed one).
+free_port() {
+    python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # fetch NAME PORT WINDOW: one atftp download, checked byte for byte.
@@ -115,42 +98,60 @@ fetch() {
 
 now() { date +%s.%N; }
 
-# row NAME WINDOW SECONDS TICKS: one table row (means over RUNS).
+# row NAME WINDOW SECONDS MS: one table row (means over RUNS).
 row() {
-    awk -v n="$1" -v w="$2" -v secs="$3" -v t="$4" -v r="$RUNS" -v mib="$SIZE_MIB" -v hz="$TICK" 'BEGIN {
-        printf "| %-12s | %10d | %12.1f | %18.1f |\n", n, w, mib / (secs / r), 1000 * t / hz / r
+    awk -v n="$1" -v w="$2" -v secs="$3" -v t="$4" -v r="$RUNS" -v mib="$SIZE_MIB" 'BEGIN {
+        printf "| %-12s | %10d | %12.1f | %18.1f |\n", n, w, mib / (secs / r), t / r
     }'
 }
 
 # bench: for each window, RUNS rounds of one fetch from ours then one from
 # tftp-hpa, so both see the same machine load (others may be compiling).
-# Ours: its own CPU time around each fetch; tftp-hpa: its per-transfer
-# child, sampled.
+# CPU: `perf stat -p` on ours and a fresh in.tftpd under `perf stat`, both
+# over the whole round of fetches.
 bench() {
     for window in 1 16 64; do
-        local ours_s=0 hpa_s=0 ours_t=0 hpa_t=0 t0 t1 before after sampler
+        local ours_s=0 hpa_s=0 t0 t1 ours_perf hpa_perf hpa_port perf_ours perf_hpa
+        ours_perf="$WORK/ours-$window.perf"
+        hpa_perf="$WORK/hpa-$window.perf"
+        hpa_port=$(free_port)
+        rm -f "$WORK/hpa.pid"
+        perf stat -x, -e task-clock -o "$hpa_perf" -- \
+            sh -c 'echo $$ > "$0"; exec "$@"' "$WORK/hpa.pid" \
+            "$IN_TFTPD" --foreground --listen --address "127.0.0.1:$hpa_port" --secure "$WORK/root" \
+            2>>"$WORK/hpa.log" &
+        perf_hpa=$!
+        PIDS+=("$perf_hpa")
+        wait_for "$WORK/hpa.pid"
+        # Bounded polling until it answers (a missing file: no transfer).
+        # (No pipeline: atftp fails on purpose, and pipefail would hide the
+        # answer, so every probe would run and count as tftp-hpa's CPU.)
+        local probe
+        for _ in $(seq 100); do
+            probe=$(timeout 5 atftp -g -r no-such-file -l /dev/null 127.0.0.1 "$hpa_port" 2>&1 || true)
+            case "$probe" in *[Nn]ot\ [Ff]ound*) break ;; esac
+            sleep 0.05
+        done
+        perf stat -x, -e task-clock -p "$OURS_PID" -o "$ours_perf" &
+        perf_ours=$!
+        PIDS+=("$perf_ours")
+        sleep 0.2
         for _ in $(seq "$RUNS"); do
-            before=$(cpu_ticks "$OURS_PID")
             t0=$(now)
             fetch mprov-tftp "$OURS_PORT" "$window"
             t1=$(now)
-            after=$(cpu_ticks "$OURS_PID")
             ours_s=$(awk -v a="$ours_s" -v s="$t0" -v e="$t1" 'BEGIN { print a + e - s }')
-            ours_t=$((ours_t + after - before))
-
-            rm -f "$WORK/stop" "$WORK/ticks"
-            sample_children "$HPA_PID" "$WORK/stop" "$WORK/ticks" &
-            sampler=$!
             t0=$(now)
-            fetch tftp-hpa "$HPA_PORT" "$window"
+            fetch tftp-hpa "$hpa_port" "$window"
             t1=$(now)
-            touch "$WORK/stop"
-            wait "$sampler"
             hpa_s=$(awk -v a="$hpa_s" -v s="$t0" -v e="$t1" 'BEGIN { print a + e - s }')
-            hpa_t=$((hpa_t + $(cat "$WORK/ticks")))
         done
-        row mprov-tftp "$window" "$ours_s" "$ours_t"
-        row tftp-hpa "$window" "$hpa_s" "$hpa_t"
+        kill -INT "$perf_ours"
+        wait "$perf_ours" || true
+        kill "$(cat "$WORK/hpa.pid")"
+        wait "$perf_hpa" || true
+        row mprov-tftp "$window" "$ours_s" "$(task_ms "$ours_perf")"
+        row tftp-hpa "$window" "$hpa_s" "$(task_ms "$hpa_perf")"
     done
 }
 
@@ -159,18 +160,6 @@ PIDS+=($!)
 OURS_PID=$!
 wait_for "$WORK/ours.addr"
 OURS_PORT=$(cut -d: -f2 <"$WORK/ours.addr")
-
-# in.tftpd needs a fixed port: take one the kernel just handed out.
-HPA_PORT=$(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$IN_TFTPD" --foreground --listen --address "127.0.0.1:$HPA_PORT" --secure "$WORK/root" \
-    2>"$WORK/hpa.log" &
-PIDS+=($!)
-HPA_PID=$!
-# Bounded polling until it answers.
-for _ in $(seq 100); do
-    timeout 5 atftp -g -r file.bin -l /dev/null 127.0.0.1 "$HPA_PORT" >/dev/null 2>&1 && break
-    sleep 0.05
-done
 
 echo "TFTP, ${SIZE_MIB} MiB file, blksize 1468, $(atftp --version 2>&1 | head -1), $RUNS runs each, $(nproc) cores, $(date -u +%FT%TZ)"
 echo

@@ -539,12 +539,17 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
             .spawn()
             .context("starting busybox udhcpd")?,
     );
-    let snapshot = r#"{"revision": 1, "networks": [{"slug": "prov", "subnet": "10.79.1.0", "prefix": 24, "dhcp": true}],
-        "boot": {"ipxe_script_url": "http://10.79.1.1:8080/ipxe/?mac=${net0/mac}"}}"#;
+    // The script URL the control service hands out, as the contract builds it.
+    let snapshot = serde_json::json!({
+        "revision": 1,
+        "networks": [{"slug": "prov", "subnet": "10.79.1.0", "prefix": 24, "dhcp": true}],
+        "boot": {"ipxe_script_url": mprov_api::boot::ipxe_chain_url("http://10.79.1.1:8080")},
+    })
+    .to_string();
     let (_js, log) = start(
         &server,
         dir.path(),
-        snapshot,
+        &snapshot,
         &[
             "--server-ip",
             "10.79.1.2",

@@ -9,9 +9,18 @@ use std::time::Duration;
 
 use crate::KillOnDrop;
 use anyhow::{Context as _, Result, bail, ensure};
+use mprov_api::boot::ImageFile;
 use mprov_tests::netns::Netns;
 
-const BASE: &str = "http://127.0.0.1:8081/images/compute/1";
+/// The image server's base URL, as the contract builds it.
+fn base() -> String {
+    mprov_api::boot::jobserver_base_url("127.0.0.1", None)
+}
+
+/// The URL of one file of image `compute` version 1, as the contract builds it.
+fn url(file: ImageFile) -> String {
+    mprov_api::boot::image_file_url(&base(), "compute", 1, file)
+}
 const METRICS: &str = "http://127.0.0.1:9102/metrics";
 
 /// curl in `ns`: (status code, response headers).
@@ -55,12 +64,24 @@ fn jobserver_admits_image_streams_as_configured() -> Result<()> {
     let ns = Netns::new("jshttp")?;
     ns.up("lo")?;
     let dir = tempfile::tempdir()?;
-    let image = dir.path().join("export/images/compute/1");
+    let export = dir.path().join("export");
+    let image = export.join(
+        std::path::Path::new(&mprov_api::boot::image_file_path(
+            "compute",
+            1,
+            ImageFile::Kernel,
+        ))
+        .parent()
+        .context("an image file's folder")?,
+    );
     std::fs::create_dir_all(&image)?;
     // Sparse: far more than socket buffers hold, so a slow client keeps its
     // stream open; the kernel stays under the 1 MiB stream size.
-    std::fs::File::create(image.join("rootfs.tar.zst"))?.set_len(1 << 30)?;
-    std::fs::write(image.join("vmlinuz"), vec![0x4d; 512 * 1024])?;
+    std::fs::File::create(image.join(ImageFile::Rootfs.file_name()))?.set_len(1 << 30)?;
+    std::fs::write(
+        image.join(ImageFile::Kernel.file_name()),
+        vec![0x4d; 512 * 1024],
+    )?;
     let snapshot = dir.path().join("boot.json");
     std::fs::write(
         &snapshot,
@@ -75,7 +96,7 @@ fn jobserver_admits_image_streams_as_configured() -> Result<()> {
         .args(["--http", "127.0.0.1:8081", "--metrics", "127.0.0.1:9102"])
         .args(["--http-max-streams", "1", "--http-stream-mib", "1"])
         .arg("--export")
-        .arg(dir.path().join("export"))
+        .arg(&export)
         .args(["--log", "info"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -83,7 +104,7 @@ fn jobserver_admits_image_streams_as_configured() -> Result<()> {
     let server = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     wait_for("the image server", || {
-        Ok(curl(&ns, &[&format!("{BASE}/vmlinuz")])?.0 == 200)
+        Ok(curl(&ns, &[&url(ImageFile::Kernel)])?.0 == 200)
     })
     .with_context(log)?;
 
@@ -91,7 +112,7 @@ fn jobserver_admits_image_streams_as_configured() -> Result<()> {
     let slow = KillOnDrop(
         ns.command("curl")
             .args(["-sS", "--limit-rate", "256k", "-o", "/dev/null"])
-            .arg(format!("{BASE}/rootfs.tar.zst"))
+            .arg(url(ImageFile::Rootfs))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -102,7 +123,7 @@ fn jobserver_admits_image_streams_as_configured() -> Result<()> {
         Ok(metrics(&ns).contains("mprov_http_active_streams 1\n"))
     })?;
 
-    let (code, headers) = curl(&ns, &[&format!("{BASE}/rootfs.tar.zst")])?;
+    let (code, headers) = curl(&ns, &[&url(ImageFile::Rootfs)])?;
     assert_eq!(code, 503, "{headers}");
     let retry: u64 = headers
         .lines()
@@ -112,7 +133,7 @@ fn jobserver_admits_image_streams_as_configured() -> Result<()> {
         .parse()?;
     ensure!((5..=15).contains(&retry), "Retry-After {retry}");
     // The kernel is below the stream size: served while streams are full.
-    assert_eq!(curl(&ns, &[&format!("{BASE}/vmlinuz")])?.0, 200);
+    assert_eq!(curl(&ns, &[&url(ImageFile::Kernel)])?.0, 200);
     let text = metrics(&ns);
     assert!(
         text.contains("mprov_http_rejected_streams_total 1\n"),
