@@ -19,7 +19,7 @@ pub mod layering;
 mod test;
 
 pub use bench::{BenchOptions, RUST_BENCHES, RustBench, bench};
-pub use demo::{DEFAULT_LISTEN, DemoOptions, demo};
+pub use demo::{DemoOptions, demo};
 pub use install::{INSTALLED, InstallOptions, Installed, NOT_INSTALLED, install};
 pub use layering::{LayeringOptions, layering};
 pub use test::{MYSQL_URL_VAR, PACKAGES, PG_URL_VAR, RUSTUP_COMPONENTS, TestOptions, test};

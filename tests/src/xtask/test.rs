@@ -173,13 +173,7 @@ pub fn test(options: &TestOptions) -> Result<()> {
 /// The README's main command, end to end: the service starts on its embedded
 /// defaults and answers.
 fn demo_check() -> Result<()> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    super::demo::demo(&super::demo::DemoOptions {
-        listen: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-        check: true,
-    })
+    super::demo::demo(&super::demo::DemoOptions { check: true })
 }
 
 /// Every crate takes the workspace lints, and takes every dependency's version
@@ -238,7 +232,7 @@ fn start_databases() -> Result<(MariaDb, Postgres)> {
 }
 
 /// Installs the missing Debian packages and the rustup components.
-fn install() -> Result<()> {
+pub(super) fn install() -> Result<()> {
     let missing = missing_packages()?;
     if missing.is_empty() {
         eprintln!("Debian packages installed: {}", PACKAGES.join(" "));
