@@ -158,12 +158,7 @@ pub struct Cli {
 /// Runs the command line; the process's exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    mprov_process::logging::init(&cli.log);
     // The image server gets worker threads of its own: `sendfile` reads the
     // file in the calling thread, and an image that is not in the page cache
     // stalls that thread for the length of a disk read. Those stalls must not
@@ -182,14 +177,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli, http_runtime.handle())) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    mprov_process::exit(runtime.block_on(run(cli, http_runtime.handle())))
 }
 
 fn read_apikey(cli: &Cli) -> Result<String> {
@@ -301,7 +289,10 @@ fn host_name() -> String {
 
 /// Runs the job server; the image server's tasks go to `http`.
 async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
+    // Caught from the very start: a stop during enrollment or while waiting
+    // for the control service ends the job server cleanly.
     let shutdown = CancellationToken::new();
+    mprov_process::Signals::new()?.cancel_on_signal(shutdown.clone());
     let mut tasks: JoinSet<Result<()>> = JoinSet::new();
 
     // The boot timeline's reporter, when following the control service.
@@ -323,7 +314,10 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
             tx.send_replace(Arc::new(cfg));
         }
         (None, Some(url)) => {
-            let (client, renewal) = control_client(&cli, url).await?;
+            let (client, renewal) = tokio::select! {
+                found = control_client(&cli, url) => found?,
+                () = shutdown.cancelled() => return Ok(()),
+            };
             let (clients_tx, clients) = watch::channel(client);
             reporter = Some(clients.clone());
             if let Some((control, me)) = renewal {
@@ -501,27 +495,7 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     });
 
     // Run until a signal, or until a server fails.
-    let mut failure = None;
-    tokio::select! {
-        () = wait_for_signal() => tracing::info!("shutting down"),
-        Some(done) = tasks.join_next() => {
-            failure = Some(match done {
-                Ok(Ok(())) => anyhow::anyhow!("a server stopped on its own"),
-                Ok(Err(e)) => e,
-                Err(e) => anyhow::anyhow!("a server task failed: {e}"),
-            });
-        }
-    }
-    shutdown.cancel();
-    while let Some(done) = tasks.join_next().await {
-        if let Ok(Err(e)) = done {
-            tracing::warn!("{e:#}");
-        }
-    }
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    mprov_process::run_servers(tasks, shutdown).await
 }
 
 /// Sends IPv6 router advertisements until `stop`: on `named` (the DHCP
@@ -622,21 +596,6 @@ fn dhcp_socket(addr: SocketAddr, interface: Option<&str>) -> Result<UdpSocket> {
     socket.bind(&addr.into())?;
     socket.set_nonblocking(true)?;
     Ok(UdpSocket::from_std(socket.into())?)
-}
-
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = ctrl_c.await;
-        }
-    }
 }
 
 #[cfg(test)]

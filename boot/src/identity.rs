@@ -17,10 +17,7 @@
 //! (`mprov_jobserver_cert_near_expiry`). Boot services never stop for any of
 //! this: at worst the last boot config keeps being served.
 
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
@@ -378,17 +375,7 @@ fn rfc3339(end: u64) -> String {
 
 /// Writes through a temporary file renamed into place.
 fn write(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .and_then(|()| std::fs::rename(&tmp, path))
+    mprov_process::write_atomic(path, bytes, mode)
         .with_context(|| format!("cannot write {}", path.display()))
 }
 

@@ -7,11 +7,12 @@
 
 use std::io::BufRead;
 use std::process::ExitCode;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, Settings};
@@ -193,29 +194,10 @@ enum ApikeyAction {
     },
 }
 
-/// The log timestamps' time zone, set once the configuration is read.
-static LOG_TZ: OnceLock<jiff::tz::TimeZone> = OnceLock::new();
-
-struct LogTimer;
-
-impl tracing_subscriber::fmt::time::FormatTime for LogTimer {
-    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
-        let tz = LOG_TZ.get().cloned().unwrap_or(jiff::tz::TimeZone::UTC);
-        let now = jiff::Timestamp::now().to_zoned_datetime(tz);
-        write!(w, "{}", now.strftime("%Y-%m-%dT%H:%M:%S%.3f%:z"))
-    }
-}
-
 /// Runs the command line; the process's exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_timer(LogTimer)
-        .with_writer(std::io::stderr)
-        .init();
+    mprov_process::logging::init(&cli.log);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -223,21 +205,14 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    mprov_process::exit(runtime.block_on(run(cli.command)))
 }
 
 /// What every subcommand starts with: the configuration, the folders, the
 /// secret key and the migrated database.
 async fn open(settings: Settings) -> Result<(Config, Db, SecretBox)> {
     let config = Config::from_settings(settings)?;
-    let _ = LOG_TZ.set(config.time_zone.1.clone());
+    mprov_process::logging::set_time_zone(config.time_zone.1.clone());
     first_start::make_dirs(&config)?;
     let key = first_start::secret_key(&config)?;
     let db = Db::open(&config.database_url).await?;
@@ -337,7 +312,7 @@ async fn backup(
     with_secrets: bool,
 ) -> Result<()> {
     let config = Config::from_settings(settings)?;
-    let _ = LOG_TZ.set(config.time_zone.1.clone());
+    mprov_process::logging::set_time_zone(config.time_zone.1.clone());
     let out = output_dir.unwrap_or_else(|| config.backup_dir.clone());
     // A served folder is refused before anything is opened or made.
     crate::backup::check_output_dir(&out, &crate::backup::served_dirs(&config))?;
@@ -380,7 +355,7 @@ async fn backup(
 
 async fn restore(settings: Settings, file: &std::path::Path, force: bool) -> Result<()> {
     let config = Config::from_settings(settings)?;
-    let _ = LOG_TZ.set(config.time_zone.1.clone());
+    mprov_process::logging::set_time_zone(config.time_zone.1.clone());
     // The folders are made by the restore, once the archive is found sound.
     let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let report = crate::backup::restore(&config, bytes, force).await?;
@@ -413,7 +388,7 @@ async fn serve(settings: Settings) -> Result<()> {
     // Catch SIGTERM and SIGINT from the start: the listen files below tell
     // supervisors and tests that the service is up, and a stop sent right
     // after must shut it down cleanly, not kill it.
-    let mut signals = Signals::new()?;
+    let signals = mprov_process::Signals::new()?;
     let (config, db, sb) = open(settings).await?;
     tracing::info!(
         "database: {} ({}); time zone {}",
@@ -548,40 +523,37 @@ async fn serve(settings: Settings) -> Result<()> {
             .with_signer(signer),
     );
     let shutdown = CancellationToken::new();
-    let signal = shutdown.clone();
-    let lost = state.signer.as_ref().map(|s| s.lost()).unwrap_or_default();
-    // Only a supervisor lost while serving is a failure: once a stop was
-    // asked for, dropping the helper's socket ends it on purpose.
-    let lost_first = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (signer_gone, lost_flag) = (lost.clone(), lost_first.clone());
-    tokio::spawn(async move {
-        tokio::select! {
-            () = signals.wait() => tracing::info!("shutting down"),
-            () = signer_gone.cancelled() => {
-                lost_flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                tracing::error!(
-                    "the signing helper's supervisor is gone and this service cannot start it again (it runs without root): shutting down so that systemd starts the whole service again"
-                );
+    signals.cancel_on_signal(shutdown.clone());
+    let mut servers = JoinSet::new();
+    if let Some(signer) = &state.signer {
+        let (lost, stop) = (signer.lost(), shutdown.clone());
+        servers.spawn(async move {
+            tokio::select! {
+                // Once a stop was asked for, dropping the helper's socket
+                // ends it on purpose: only a loss while serving counts.
+                biased;
+                () = stop.cancelled() => Ok(()),
+                () = lost.cancelled() => bail!(
+                    "the signing helper's supervisor is gone and this service cannot start it again (it runs without root); exiting so that the service is started again (systemd Restart=on-failure)"
+                ),
             }
-        }
-        signal.cancel();
+        });
+    }
+    let (plain, stop) = (state.clone(), shutdown.clone());
+    servers.spawn(async move {
+        http::serve(listener, plain, stop)
+            .await
+            .context("HTTP server failed")
     });
-    let plain = http::serve(listener, state.clone(), shutdown.clone());
-    match https {
-        Some((_, l, server_config)) => {
-            let secure = http::serve_tls(l, server_config, state, shutdown);
-            let (a, b) = tokio::join!(plain, secure);
-            a.context("HTTP server failed")?;
-            b.context("HTTPS server failed")?;
-        }
-        None => plain.await.context("HTTP server failed")?,
+    if let Some((_, l, server_config)) = https {
+        let stop = shutdown.clone();
+        servers.spawn(async move {
+            http::serve_tls(l, server_config, state, stop)
+                .await
+                .context("HTTPS server failed")
+        });
     }
-    if lost_first.load(std::sync::atomic::Ordering::SeqCst) {
-        bail!(
-            "the signing helper's supervisor is gone; exiting so that the service is started again (systemd Restart=on-failure)"
-        );
-    }
-    Ok(())
+    mprov_process::run_servers(servers, shutdown).await
 }
 
 /// Until a job server has enrolled, leaves a fresh one-time token in the
@@ -707,36 +679,10 @@ fn run_signer(tls_dir: &std::path::Path, hostname: &str, user: Option<&str>) -> 
         .context("signer")
 }
 
-/// Writes `addr` to `path` whole, then renames it, so a reader never sees
-/// half an address.
+/// Writes `addr` to `path` whole, so a reader never sees half an address.
 fn write_address(path: &std::path::Path, addr: std::net::SocketAddr) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, format!("{addr}\n"))
-        .and_then(|()| std::fs::rename(&tmp, path))
+    mprov_process::write_atomic(path, format!("{addr}\n").as_bytes(), 0o644)
         .with_context(|| format!("cannot write {}", path.display()))
-}
-
-/// SIGTERM (systemd, docker stop) and SIGINT (Ctrl-C), registered once.
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> Result<Signals> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Signals {
-            term: signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
-            int: signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
-        })
-    }
-
-    async fn wait(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
-        }
-    }
 }
 
 fn read_password(from_stdin: bool) -> Result<(String, bool)> {

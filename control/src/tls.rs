@@ -23,9 +23,8 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::Write as _;
 use std::net::IpAddr;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -653,24 +652,11 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 /// Writes `bytes` to `path` with `mode`, through a temporary file renamed
 /// over it, so a crash never leaves half a key.
 pub(crate) fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
-    let tmp = path.with_extension("tmp");
-    let io = |err| TlsError::Io {
+    mprov_process::write_atomic(path, bytes, mode).map_err(|err| TlsError::Io {
         what: "cannot write",
         path: path.to_owned(),
         err,
-    };
-    let _ = fs::remove_file(&tmp);
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(io)?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(io)?;
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode)).map_err(io)?;
-    fs::rename(&tmp, path).map_err(io)
+    })
 }
 
 fn random_bytes<const N: usize>() -> Result<[u8; N], TlsError> {
@@ -729,7 +715,11 @@ mod tests {
     fn renewal_rules() {
         let dir = tempfile::tempdir().unwrap();
         // A TLS folder must be private to be used.
-        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
         let ca = ca_der(dir.path());
         let (dns, ips) = names();
         let pem = server_cert(dir.path(), &["localhost", "mpcc", "127.0.0.1"]);

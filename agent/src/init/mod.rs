@@ -52,17 +52,7 @@ macro_rules! say {
 }
 pub(crate) use say;
 
-/// An error and its sources, `: `-separated (what `{:#}` is to anyhow).
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(err) = source {
-        out.push_str(": ");
-        out.push_str(&err.to_string());
-        source = err.source();
-    }
-    out
-}
+pub use mprov_process::chain;
 
 /// Runs the `/init` steps ([`boot`]), retrying after a fatal error. Never
 /// returns: on success it is the image's init.

@@ -403,23 +403,11 @@ impl Writer {
     fn compact(&mut self) -> std::io::Result<()> {
         let now = unix_now();
         self.live.retain(|_, r| r.expires > now);
-        let tmp = self.path.with_extension("tmp");
-        let mut out = File::create(&tmp)?;
         let mut buf = Vec::with_capacity(self.live.len() * RECORD_LEN);
         for rec in self.live.values() {
             buf.extend_from_slice(&rec.encode());
         }
-        out.write_all(&buf)?;
-        out.sync_all()?;
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            let dir = if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            };
-            File::open(dir)?.sync_all()?;
-        }
+        mprov_process::write_atomic(&self.path, &buf, 0o600)?;
         self.file = OpenOptions::new().append(true).open(&self.path)?;
         self.records = self.live.len();
         tracing::debug!(live = self.records, "lease log compacted");

@@ -145,3 +145,41 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
     stop.cancel();
     server.await.unwrap().unwrap();
 }
+
+/// A stop sent while the job server is still enrolling (the control service
+/// is slow to answer) ends it cleanly, as a stop: the signals are caught
+/// before start-up, not only once the servers run.
+#[test]
+fn a_stop_during_enrollment_ends_the_job_server_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("tls")).unwrap();
+    let ca = rcgen::CertificateParams::new(vec!["ca".to_owned()])
+        .unwrap()
+        .self_signed(&rcgen::KeyPair::generate().unwrap())
+        .unwrap();
+    std::fs::write(d.join("tls/ca.crt"), ca.pem()).unwrap();
+    // A "control service" that accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", silent.local_addr().unwrap());
+    let log = d.join("js.log");
+    let mut js = jobserver(&url, d, &log, Some("a-token"));
+    // Enrollment has begun once the control service has a connection.
+    let (_conn, _) = silent.accept().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(js.0.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = js.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status:?}:\n{text}");
+    assert!(text.contains("shutting down"), "{text}");
+}

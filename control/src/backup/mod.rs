@@ -39,8 +39,7 @@
 pub mod archive;
 pub mod store;
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -259,7 +258,6 @@ pub async fn backup(
         .strftime("%Y%m%dT%H%M%S%.3fZ")
         .to_string();
     let path = dir.join(format!("mprov-backup-{stamp}.tar"));
-    let tmp = dir.join(format!(".mprov-backup-{stamp}.tar.partial"));
     let (bytes, manifest) = tokio::task::spawn_blocking(move || -> Result<(Vec<u8>, Manifest)> {
         let mut manifest = contents.manifest.clone();
         let bytes = archive::pack(contents).context("cannot pack the archive")?;
@@ -272,21 +270,8 @@ pub async fn backup(
     })
     .await
     .context("the packing thread failed")??;
-    {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
-        f.write_all(&bytes)
-            .and_then(|()| f.sync_all())
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-    }
-    std::fs::rename(&tmp, &path).with_context(|| format!("cannot rename to {}", path.display()))?;
-    if let Ok(d) = std::fs::File::open(&dir) {
-        let _ = d.sync_all();
-    }
+    mprov_process::write_atomic(&path, &bytes, 0o600)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     let record = serde_json::json!({
         "at": manifest.created_at,
         "file": path.display().to_string(),
