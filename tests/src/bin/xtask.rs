@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mprov_tests::xtask::{
-    self, BenchOptions, DemoOptions, InstallOptions, LayeringOptions, TestOptions,
+    self, BenchOptions, DatabasesOptions, DemoOptions, InstallOptions, LayeringOptions, TestOptions,
 };
 
 #[derive(Debug, Parser)]
@@ -36,6 +36,17 @@ enum Cmd {
         /// A short run that only proves each benchmark works.
         #[arg(long)]
         smoke: bool,
+    },
+    /// Start the MariaDB and PostgreSQL servers `cargo xtask test` uses and
+    /// keep them up until Ctrl-C, printing the `export` lines that let a
+    /// plain `cargo test -p mprov-control` run on all three engines.
+    #[command(
+        after_help = "Example:\n  cargo xtask databases --env-file /tmp/mprov-db.env &\n  source /tmp/mprov-db.env && cargo test -p mprov-control"
+    )]
+    Databases {
+        /// Also write the export lines to FILE, for `source FILE`.
+        #[arg(long, value_name = "FILE")]
+        env_file: Option<PathBuf>,
     },
     /// The whole product on this machine (as root): install, build, a real
     /// Debian image, the control service and a job server on a lab bridge in
@@ -97,6 +108,7 @@ fn main() -> ExitCode {
             println!("{}", agent.path.display());
         }),
         Cmd::Bench { name, smoke } => xtask::bench(&BenchOptions { name, smoke }),
+        Cmd::Databases { env_file } => xtask::databases(&DatabasesOptions { env_file }),
         Cmd::Demo { check } => xtask::demo(&DemoOptions { check }),
         Cmd::Install { root, debug, bins } => xtask::install(&InstallOptions { root, debug, bins }),
         Cmd::Layering { deny } => xtask::layering(&LayeringOptions { deny }),

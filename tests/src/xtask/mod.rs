@@ -1,5 +1,5 @@
-//! The `cargo xtask` commands: `test`, `demo`, `bench`, `install` and
-//! `layering`.
+//! The `cargo xtask` commands: `test`, `demo`, `bench`, `install`,
+//! `databases` and `layering`.
 //!
 //! `cargo xtask` is an alias (`.cargo/config.toml`) for the `xtask` binary of
 //! this crate, whose `main` only parses arguments and calls into here. The
@@ -13,12 +13,14 @@ use std::process::{Command, ExitStatus};
 use anyhow::{Context, Result, bail};
 
 mod bench;
+mod databases;
 mod demo;
 mod install;
 pub mod layering;
 mod test;
 
 pub use bench::{BenchOptions, RUST_BENCHES, RustBench, bench};
+pub use databases::{DatabasesOptions, databases};
 pub use demo::{DemoOptions, demo};
 pub use install::{INSTALLED, InstallOptions, Installed, NOT_INSTALLED, install};
 pub use layering::{LayeringOptions, layering};
