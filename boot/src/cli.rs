@@ -133,13 +133,13 @@ pub struct Cli {
     /// `Retry-After` (5-15 s) instead of slowing everyone down; a client that
     /// honours it (`curl --retry` does) comes back then. 64 streams share a
     /// 10 GbE link at about 150 Mbit/s each.
-    #[arg(long, env = "MPROV_HTTP_MAX_STREAMS", default_value_t = mprov_images::DEFAULT_MAX_STREAMS, value_parser = clap::value_parser!(usize))]
+    #[arg(long, env = "MPROV_HTTP_MAX_STREAMS", default_value_t = mprov_fileserver::DEFAULT_MAX_STREAMS, value_parser = clap::value_parser!(usize))]
     http_max_streams: usize,
     /// Size in MiB from which an `/images/` download counts as a stream
     /// under --http-max-streams. Keep kernels and initramfs files below it:
     /// iPXE fetches those and does not retry a 503. 0 puts every download
     /// under the limit.
-    #[arg(long, env = "MPROV_HTTP_STREAM_MIB", default_value_t = mprov_images::DEFAULT_STREAM_THRESHOLD >> 20)]
+    #[arg(long, env = "MPROV_HTTP_STREAM_MIB", default_value_t = mprov_fileserver::DEFAULT_STREAM_THRESHOLD >> 20)]
     http_stream_mib: u64,
     /// The export folder: `images/<slug>/<version>/...`
     #[arg(long, default_value = "/var/lib/mprov/export")]
@@ -448,11 +448,11 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     }
 
     if !cli.no_http {
-        let mut config = mprov_images::Config::new(&cli.export);
+        let mut config = mprov_fileserver::Config::new(&cli.export);
         config.ipxe_dir = cli.tftp_root.clone();
         config.max_streams = cli.http_max_streams;
         config.stream_threshold = cli.http_stream_mib.saturating_mul(1 << 20);
-        let mut state = mprov_images::ImageState::new(config, rx.clone());
+        let mut state = mprov_fileserver::ImageState::new(config, rx.clone());
         if let Some(events_tx) = events_tx.clone() {
             state = state.on_download(move |download| {
                 if let Some(event) = events::from_download(download)
@@ -475,7 +475,7 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
         let stop = shutdown.clone();
         let served = http.spawn(async move {
             let listener = TcpListener::from_std(listener).context("HTTP listener")?;
-            mprov_images::serve(listener, state, stop)
+            mprov_fileserver::serve(listener, state, stop)
                 .await
                 .context("HTTP image server")
         });
@@ -485,7 +485,7 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     let metrics = TcpListener::bind(cli.metrics)
         .await
         .with_context(|| format!("metrics: cannot bind {}", cli.metrics))?;
-    let app = mprov_images::metrics_router(Arc::new(registry));
+    let app = mprov_fileserver::metrics_router(Arc::new(registry));
     let stop = shutdown.clone();
     tasks.spawn(async move {
         axum::serve(metrics, app)

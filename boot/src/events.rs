@@ -15,7 +15,7 @@ use mprov_api::boot::{BootEventReport, BootPhase, ImageFile};
 use mprov_api::client::Client;
 use mprov_dhcp::ReplyKind;
 use mprov_dhcp::server::Sent;
-use mprov_images::{Download, Outcome};
+use mprov_fileserver::{Download, Outcome};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 

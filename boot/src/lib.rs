@@ -4,7 +4,7 @@
 //! (image build, sync, delete, genders) are not written.
 //!
 //! The servers live in their own crates under `boot/` (`mprov-dhcp`,
-//! `mprov-dns`, `mprov-tftp`, `mprov-images`), each taking bound sockets, a
+//! `mprov-dns`, `mprov-tftp`, `mprov-fileserver`), each taking bound sockets, a
 //! shutdown token and a `watch` receiver of the current [`BootConfig`]. This
 //! crate owns where that snapshot comes from ([`snapshot`]) and the job
 //! server's own client certificate ([`identity`]).

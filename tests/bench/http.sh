@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# HTTP benchmark: mprov-images vs nginx, side by side in one run, on loopback.
+# HTTP benchmark: mprov-fileserver vs nginx, side by side in one run, on loopback.
 #
 # Both servers serve the same folder: one file of SIZE MiB of random bytes at
 # /images/bench/1/big.bin (2 GiB for the full run, as issue 3 asks; 64 MiB
 # for --smoke).
 #   nginx: sendfile on, access_log off, worker_processes auto (its fastest
 #          setup for static files)
-#   ours:  the `serve_dir` example of boot/images (release build), admission
+#   ours:  the `serve_dir` example of boot/fileserver (release build), admission
 #          limit above the client count
 # Each run starts 32 concurrent `curl -o /dev/null` downloads of the file and
 # waits for all; runs are interleaved (nginx, ours, nginx, ours, ...). Reported
@@ -51,7 +51,7 @@ trap cleanup EXIT
 PROFILE=release
 [[ "$SMOKE" == 1 ]] && PROFILE=debug
 echo "# building serve_dir ($PROFILE)" >&2
-(cd "$ROOT" && cargo build --quiet --profile "${PROFILE/debug/dev}" -p mprov-images --example serve_dir)
+(cd "$ROOT" && cargo build --quiet --profile "${PROFILE/debug/dev}" -p mprov-fileserver --example serve_dir)
 TARGET=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 BIN=$TARGET/$PROFILE/examples/serve_dir

@@ -1,6 +1,6 @@
-//! libFuzzer target: see `mprov_images::fuzz_request` (request heads,
+//! libFuzzer target: see `mprov_fileserver::fuzz_request` (request heads,
 //! pipelined, through parsing, path resolution and reply planning; paths stay
 //! in their folder, ranges inside the file, reply heads parse back).
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| mprov_images::fuzz_request(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| mprov_fileserver::fuzz_request(data));

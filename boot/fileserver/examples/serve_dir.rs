@@ -1,7 +1,7 @@
 //! Serves a folder with the image server, for benchmarks and manual tries.
 //!
 //! ```text
-//! cargo run --release -p mprov-images --example serve_dir -- <root> <port> [max_streams]
+//! cargo run --release -p mprov-fileserver --example serve_dir -- <root> <port> [max_streams]
 //! ```
 //!
 //! `<root>/images/...` is served as `/images/...`; every `/images/` body is a
@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use mprov_api::boot::BootConfig;
-use mprov_images::{Config, ImageState, serve};
+use mprov_fileserver::{Config, ImageState, serve};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -22,7 +22,9 @@ use tokio_util::sync::CancellationToken;
 #[tokio::main]
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "mprov_images=warn".into()))
+        .with_env_filter(
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "mprov_fileserver=warn".into()),
+        )
         .init();
     let mut args = std::env::args().skip(1);
     let usage = "usage: serve_dir <root> <port> [max_streams]";

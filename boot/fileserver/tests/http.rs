@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail, ensure};
 use axum::body::Body;
 use axum::http::Request;
 use mprov_api::boot::{BootConfig, BootHost};
-use mprov_images::{Config, Download, ImageState, Outcome, metrics_router, serve};
+use mprov_fileserver::{Config, Download, ImageState, Outcome, metrics_router, serve};
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -39,7 +39,7 @@ struct TestContext {
     state: ImageState,
     downloads: Arc<Mutex<Vec<Download>>>,
     shutdown: CancellationToken,
-    server: JoinHandle<Result<(), mprov_images::ServeError>>,
+    server: JoinHandle<Result<(), mprov_fileserver::ServeError>>,
     /// Deterministic pseudo-random contents of `IMAGE`.
     image: Vec<u8>,
 }
@@ -52,7 +52,7 @@ impl TestContext {
     async fn with(max_streams: usize, tune: impl FnOnce(&mut Config)) -> Result<Self> {
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
-            .with_env_filter("mprov_images=debug")
+            .with_env_filter("mprov_fileserver=debug")
             .try_init();
         let dir = tempfile::tempdir()?;
         let image = pseudo_random(IMAGE_LEN);
