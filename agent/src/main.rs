@@ -1,6 +1,8 @@
 //! `mprov-agent`: `/init` when the kernel starts it as PID 1, a small CLI
 //! otherwise. Everything lives in the library; see its module docs.
 
+#![warn(missing_docs)]
+
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

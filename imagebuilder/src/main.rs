@@ -1,6 +1,8 @@
 //! `mprov-image`: builds, verifies, inspects and unpacks node images. A thin
 //! shell over the library: parse the flags, call it, print the outcome.
 
+#![warn(missing_docs)]
+
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;

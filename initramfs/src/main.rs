@@ -1,6 +1,8 @@
 //! `mprov-initramfs`: builds the agent's initramfs from the command line. A
 //! thin shell over the library: parse the flags, build, write the file.
 
+#![warn(missing_docs)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -16,6 +16,8 @@
 //! `client` feature is on, so the agent and the pure libraries can share these
 //! types cheaply.
 
+#![warn(missing_docs)]
+
 use serde::{Deserialize, Serialize};
 
 pub mod boot;

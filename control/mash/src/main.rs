@@ -1,6 +1,8 @@
 //! The `mash` binary: parse the command line, run it, print errors with their
 //! causes. Everything else is in the library, so tests drive the same code.
 
+#![warn(missing_docs)]
+
 use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
 

@@ -4,6 +4,8 @@
 //! This file only parses the command line; the commands live in
 //! `mprov_tests::xtask`.
 
+#![warn(missing_docs)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -4,6 +4,8 @@
 //! serves, and runs until killed. Not for production: the job server binary
 //! wires the same library to its config and the control service.
 
+#![warn(missing_docs)]
+
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
