@@ -11,6 +11,8 @@
 //! [`privileges`] the switch from root to the service's own users. Only this crate touches the
 //! database: every other component goes through the API (`mprov-api`).
 
+#![warn(missing_docs)]
+
 pub mod backup;
 pub mod boot;
 pub mod bootconfig;

@@ -113,6 +113,8 @@ impl FieldError {
     }
 }
 
+/// One `Invalid` error for every field at fault: the first one's path as the
+/// field, and a message naming each path with its problem.
 pub fn field_errors(errors: Vec<FieldError>) -> StoreError {
     let field = errors.first().map(|e| e.path.clone());
     let message = match errors.as_slice() {

@@ -18,7 +18,12 @@ pub enum Ty {
     /// A host name: letters, digits, `-` and `.`, at most 253 characters.
     Hostname,
     /// An integer within the bounds.
-    Int { min: i64, max: i64 },
+    Int {
+        /// The smallest value accepted.
+        min: i64,
+        /// The largest value accepted.
+        max: i64,
+    },
     /// An IPv4 address.
     Ipv4,
     /// An IPv6 address.
@@ -39,7 +44,10 @@ pub enum Ty {
     /// A list of strings, stored as JSON text.
     StrList,
     /// Free text up to `max` characters.
-    Text { max: usize },
+    Text {
+        /// The most characters accepted.
+        max: usize,
+    },
     /// A UTC timestamp in RFC 3339, set by the server.
     Timestamp,
     /// YAML text that must parse to a mapping (or be empty).
