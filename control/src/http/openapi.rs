@@ -183,7 +183,11 @@ fn error_responses(codes: &[&str]) -> Map<String, Value> {
                 "404" => "No such row.",
                 "409" => "Conflicts with existing rows.",
                 "413" => "Body too large.",
+                "415" => "The body is not sent as `Content-Type: application/json`.",
                 "426" => "The client sent another mProv-Version (or none).",
+                "429" => "Too many wrong passwords from this address for this user, or too many password checks waiting; try again after `Retry-After` seconds.",
+                "500" => "Our fault; the control service's log has the cause.",
+                "503" => "The database is not answering (or, for enrollment, the signing helper is down); try again after `Retry-After` seconds.",
                 _ => "Error.",
             }, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
         );
@@ -303,7 +307,7 @@ fn build() -> Value {
         }
         let tag = kind.name;
         let mut create = ok("201", "Created.", schema_ref(s));
-        create.extend(error_responses(&["403", "409", "413"]));
+        create.extend(error_responses(&["403", "409", "413", "415"]));
         paths.insert(
             format!("/api/v1/{}/", kind.name),
             json!({
@@ -316,7 +320,7 @@ fn build() -> Value {
             "All created, in one transaction.",
             schema_ref("BulkCreated"),
         );
-        bulk.extend(error_responses(&["403", "409", "413"]));
+        bulk.extend(error_responses(&["403", "409", "413", "415"]));
         paths.insert(
             format!("/api/v1/{}/bulk", kind.name),
             json!({"post": {"tags": [tag], "summary": format!("Create many {} in one transaction: all or none", kind.name),
@@ -326,7 +330,7 @@ fn build() -> Value {
         let mut one = ok("200", "The row.", schema_ref(s));
         one.extend(error_responses(&["404"]));
         let mut upd = one.clone();
-        upd.extend(error_responses(&["403", "409"]));
+        upd.extend(error_responses(&["403", "409", "413", "415"]));
         let mut del = error_responses(&["401", "403", "404", "426"]);
         del.insert("204".into(), json!({"description": "Deleted."}));
         paths.insert(
@@ -396,6 +400,7 @@ fn build() -> Value {
         json!({"get": {"summary": "This document (no authentication)", "security": [], "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}}}}),
     );
     enrollment_paths(&mut paths, &mut schemas);
+    answered_everywhere(&mut paths);
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -416,6 +421,69 @@ fn build() -> Value {
     })
 }
 
+/// The statuses any operation can answer, whatever its handler: 500 (a
+/// bug or a failed query, the cause in the log), 503 while the database is
+/// down (every path that reads it: [`super::outage`]), and 429 from the
+/// password throttle on every operation that takes HTTP Basic.
+fn answered_everywhere(paths: &mut Map<String, Value>) {
+    for (path, item) in paths.iter_mut() {
+        let Some(item) = item.as_object_mut() else {
+            continue;
+        };
+        for (method, op) in item.iter_mut() {
+            if method == "parameters" {
+                continue;
+            }
+            let basic = match op.get("security") {
+                None => true,
+                Some(s) => s
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|r| r.get("basic").is_some())),
+            };
+            let mut extra = vec!["500"];
+            if !super::outage::NO_DATABASE.contains(&path.as_str()) {
+                extra.push("503");
+            }
+            if basic {
+                extra.push("429");
+            }
+            let responses = op["responses"].as_object_mut().expect("responses");
+            for (code, entry) in error_responses(&extra) {
+                responses.entry(code).or_insert(entry);
+            }
+        }
+    }
+}
+
+/// What axum's JSON reader answers for a body it cannot take, before the
+/// handler runs: plain text, not the API's error body. 400 is shared with
+/// the handler's own refusals, which are JSON.
+fn json_reader_refusals(responses: &mut Map<String, Value>) {
+    let text = json!({"text/plain": {"schema": {"type": "string"}}});
+    let mut invalid = error_responses(&["400"]);
+    invalid["400"]["description"] = json!(
+        "Invalid request: JSON that does not parse (plain text, from the JSON reader), or a value the handler refuses (the API's error body)."
+    );
+    invalid["400"]["content"]["text/plain"] = json!({"schema": {"type": "string"}});
+    responses.extend(invalid);
+    for (code, description) in [
+        ("413", "Body too large."),
+        (
+            "415",
+            "The body is not sent as `Content-Type: application/json`.",
+        ),
+        (
+            "422",
+            "The JSON does not have the request's shape: a field missing, unknown or of the wrong type.",
+        ),
+    ] {
+        responses.insert(
+            code.into(),
+            json!({"description": description, "content": text.clone()}),
+        );
+    }
+}
+
 /// The CA certificate, `/ipxe/`, enrollment, tokens and credentials.
 fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) {
     let text = |desc: &str, mime: &str| json!({"200": {"description": desc, "content": {mime: {"schema": {"type": "string"}}}}});
@@ -430,6 +498,7 @@ fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Va
     let enrolled = |extra: &[&str]| {
         let mut r = ok("200", "The new certificate.", schema_ref("Enrolled"));
         r.extend(error_responses(extra));
+        json_reader_refusals(&mut r);
         r
     };
     let request = |props: Value, required: &[&str]| {
@@ -442,12 +511,22 @@ fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Va
         json!({"get": {"summary": "This install's CA certificate (no authentication)", "security": [],
             "responses": text("PEM", "application/x-pem-file")}}),
     );
+    let mut ipxe = error_responses(&["400"]);
+    ipxe.insert(
+        "200".into(),
+        text("An iPXE script", "text/plain")["200"].clone(),
+    );
+    ipxe["400"]["description"] = json!("No `mac`, or one that is not a MAC address.");
+    ipxe.insert(
+        "429".into(),
+        json!({"description": "Beyond the rate limit (per MAC or in total): a retry script, with `Retry-After`.", "content": {"text/plain": {"schema": {"type": "string"}}}}),
+    );
     paths.insert(
         "/ipxe/".into(),
         json!({"get": {"summary": "The iPXE script of the node with this MAC: boot (with a one-time enrollment nonce), discovery or local boot, once a job server on the node's network reported leasing the request's address to that MAC; else a retry script, the same for every MAC; 429 with a retry script beyond the rate limit (no authentication)",
             "security": [],
             "parameters": [{"name": "mac", "in": "query", "required": true, "schema": {"type": "string"}}],
-            "responses": text("An iPXE script", "text/plain")}}),
+            "responses": ipxe}}),
     );
     paths.insert(
         "/enroll/jobserver/".into(),
@@ -476,10 +555,12 @@ fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Va
     }, "required": ["token", "expires_at"], "additionalProperties": false}),
     );
     token.extend(error_responses(&["400", "401", "403", "426"]));
+    json_reader_refusals(&mut token);
     paths.insert(
         "/api/v1/enroll-tokens/".into(),
         json!({"post": {"summary": "A one-time job-server enrollment token (admin)",
-            "requestBody": request(json!({"name": {"type": "string"}, "hours": {"type": "integer", "minimum": 1, "maximum": 720}}), &[]),
+            "requestBody": request(json!({"name": {"type": "string"}, "hours": {"type": "integer", "minimum": 1, "maximum": 720},
+                "purpose": {"type": "string", "enum": ["new", "replace"], "description": "`new` (default): a job server with no valid certificate; `replace`: a new certificate for a live job server, whose old one is revoked."}}), &[]),
             "responses": token}}),
     );
     schemas.insert(
@@ -584,6 +665,7 @@ fn boot_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) 
     listed.extend(error_responses(&["400", "401", "403", "404", "426"]));
     let mut created = ok("201", "The stored event.", schema_ref("BootEvent"));
     created.extend(error_responses(&["400", "401", "403", "426"]));
+    json_reader_refusals(&mut created);
     paths.insert(
         mprov_api::boot::EVENTS_PATH.into(),
         json!({

@@ -21,7 +21,7 @@ use super::error::{ApiError, Failure};
 use crate::db::health::WATCHDOG;
 
 /// Paths that need no database.
-const NO_DATABASE: &[&str] = &["/ca.crt", "/api/v1/openapi.json"];
+pub(crate) const NO_DATABASE: &[&str] = &["/ca.crt", "/api/v1/openapi.json"];
 
 /// The layer; see the module doc.
 pub async fn outage_layer(State(st): State<AppState>, req: Request, next: Next) -> Response {

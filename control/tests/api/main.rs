@@ -5,6 +5,7 @@ mod attacks;
 mod backup;
 mod boot;
 mod common;
+mod openapi;
 mod process;
 mod scopes;
 mod tls;
@@ -1159,9 +1160,14 @@ async fn ipxe_rate_limits(engine: Engine) {
     boot::ipxe_rate_limits(engine).await;
 }
 
+async fn openapi_lists_every_status_answered(engine: Engine) {
+    openapi::every_status_answered_is_documented(engine).await;
+}
+
 engine_tests!(
     boot_timeline_manifest_and_nonces,
     ipxe_rate_limits,
+    openapi_lists_every_status_answered,
     every_endpoint_with_every_identity,
     node_enrollment_refusals,
     crud_round_trip,
