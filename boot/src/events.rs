@@ -1,6 +1,6 @@
 //! The job server's part of the boot timeline: the DHCP server tells a
 //! channel of every reply it sent ([`mprov_dhcp::server::Sent`], made a
-//! report by [`from_dhcp`]), the image server of every finished download
+//! report by [`from_dhcp`]), the file server of every finished download
 //! of an image's kernel or agent initramfs ([`from_download`]), and one task
 //! posts them to the control service's `POST /api/v1/boot/events` with the
 //! job server's own client (its certificate over HTTPS, as renewed).

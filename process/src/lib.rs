@@ -10,8 +10,9 @@
 //!   [`run_servers`] (bound servers run until a signal or the first failure,
 //!   then stopped together through one shutdown token).
 //!
-//! The control service, the job server, the initramfs builder and the agent's
-//! CLI use it; the agent's static binary takes it without `service`.
+//! The control service (its CLI, backups and CA files), the job server, the
+//! DHCP lease log and the agent use it; the agent's static binary takes it
+//! without `service`.
 
 #![warn(missing_docs)]
 

@@ -2,7 +2,7 @@
 # HTTP benchmark: mprov-fileserver vs nginx, side by side in one run, on loopback.
 #
 # Both servers serve the same folder: one file of SIZE MiB of random bytes at
-# /images/bench/1/big.bin (2 GiB for the full run, as issue 3 asks; 64 MiB
+# /images/bench/1/big.bin (2 GiB for the full run; 64 MiB
 # for --smoke).
 #   nginx: sendfile on, access_log off, worker_processes auto (its fastest
 #          setup for static files)

@@ -1,6 +1,6 @@
 //! The backup benchmark (`cargo xtask bench backup`): how long `mprov-control
-//! backup` and `mprov-control restore` take for the populated install of
-//! issue 14 on SQLite, MariaDB and PostgreSQL, side by side with the
+//! backup` and `mprov-control restore` take for the populated install
+//! described below, on SQLite, MariaDB and PostgreSQL, side by side with the
 //! original's backup, a database dump of the same data (`sqlite3 .backup` /
 //! `.restore`, `mariadb-dump` / `mariadb <dump`, `pg_dump` / `psql -f dump`).
 //!

@@ -1,9 +1,13 @@
-//! The lab: helpers that start real servers (MariaDB and PostgreSQL now; later
-//! network namespaces and QEMU VMs) for the end-to-end tests and benchmarks, and
-//! the `cargo xtask` commands.
+//! The lab and the project's own commands: helpers that start real servers
+//! and machines for the end-to-end tests and benchmarks ([`db`]: MariaDB and
+//! PostgreSQL; [`netns`]: network namespaces joined by veth pairs; [`vm`]:
+//! QEMU VMs that netboot; [`lab`] and [`netboot`]: the Debian node image and
+//! its network; [`agent`]: the agent's static binary), the Rust benchmarks
+//! (`*_bench`), and the `cargo xtask` commands ([`xtask`]).
 //!
 //! Everything here serves tests and developers, never production: the servers
-//! listen on loopback only and use fixed test passwords.
+//! listen on loopback or inside the lab's own namespaces and bridges, and use
+//! fixed test passwords.
 
 #![warn(missing_docs)]
 

@@ -3,7 +3,7 @@
 //! and asks the [`Plan`] after every event, so every retry rule is tested
 //! here without a socket.
 //!
-//! The rules (issue 12, "The agent as /init", step 3):
+//! The rules (step 3 of `/init`, the image stream):
 //! - a dropped connection resumes on the same source with `Range` from the
 //!   last byte received, a few times in a row without progress at most;
 //! - `503`/`429` waits as told (`Retry-After`, capped), a bounded number of

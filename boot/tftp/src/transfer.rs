@@ -335,7 +335,7 @@ struct Sending {
 /// that sleeps in `recv` until the ACK arrives costs one wake-up per ACK,
 /// where the async socket cost a failed `recv` (EAGAIN), an epoll
 /// registration, a timer and a task wake-up per block (the lock-step
-/// profile of issue 13).
+/// profile in `tests/bench/RESULTS.md`).
 async fn send_file(
     inner: &Inner,
     conn: Conn<'_>,

@@ -1,7 +1,7 @@
-//! The attacks of issue 11, each performed against the real `mprov-control
-//! serve` (started as root, dropping to the `mprov` user) and shown refused,
-//! with the data untouched. Steps that the attacker takes as the service user
-//! run as that user (`setpriv`), not as root pretending.
+//! Attacks on the trust model (ARCHITECTURE.md), each performed against the
+//! real `mprov-control serve` (started as root, dropping to the `mprov` user)
+//! and shown refused, with the data untouched. Steps that the attacker takes
+//! as the service user run as that user (`setpriv`), not as root pretending.
 
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::Path;
@@ -455,7 +455,7 @@ async fn attack_9_file_modes_on_first_and_second_start() {
 }
 
 /// `serve` started with an empty environment (no PATH) makes its service
-/// user when it does not exist yet (issue 12).
+/// user when it does not exist yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_with_no_path_makes_its_user() {
     on_sqlite(|dir, _| {

@@ -429,7 +429,7 @@ fn key_and_csr(dir: &std::path::Path, name: &str, cn: &str) -> (std::path::PathB
     (path, csr)
 }
 
-/// The attacks of issue 11 item 6 and issue 12 against the real `serve`,
+/// The attacks on `/ipxe/` and enrollment against the real `serve`,
 /// from loopback with curl: an unattested `/ipxe/` gets no nonce and says
 /// nothing about the MAC; once the job server (its own certificate, over
 /// HTTPS) reported the lease, each nonce cancels the one before; farming one

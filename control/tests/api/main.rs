@@ -1128,7 +1128,7 @@ async fn every_endpoint_with_every_identity(engine: Engine) {
     scopes::every_endpoint_with_every_identity(engine).await;
 }
 
-/// The races of issue 11 (one nonce, one token, one identity, ×20 each).
+/// Races on what must be used once (one nonce, one token, one identity, ×20 each).
 mod races {
     use mprov_control::db::Engine;
 

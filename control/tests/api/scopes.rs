@@ -501,8 +501,8 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
 
     // The field dimension: every writable field of a node's own system, NIC
     // and BMC, written by every identity that is not an admin, with the
-    // values of the attacks in issue 11. Each must be refused, and nothing
-    // may change.
+    // values an attacker would write (`attack_value`). Each must be refused,
+    // and nothing may change.
     let before = snapshot_own(&c, &ids).await;
     let mut fields_checked = 0;
     for mode in ["all", "nodes"] {
@@ -600,7 +600,7 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
     c.cleanup().await;
 }
 
-/// What an attacker would write into `field` (issue 11, attack 3): another
+/// What an attacker would write into `field`: another
 /// node's id, the control host's names, a shell as init, a new password.
 fn attack_value(field: &str, ids: &Ids) -> Value {
     match field {
