@@ -8,8 +8,10 @@
 //! 10,000 of them with two NICs and a BMC, five scripts on every layer, three
 //! API keys, an admin user, a credential and a job server. It is written
 //! into SQLite in one transaction by the `sqlite3` client (after `mprov-control
-//! migrate`), so it is ready in seconds; MariaDB and PostgreSQL get it by our
-//! restore of the SQLite backup, which is the timed restore of those engines.
+//! migrate`), so it is ready in seconds, and backed up once. On each engine
+//! the timed steps are then: our restore of that archive into a new
+//! database, our backup of that database, the engine's dump of it and the
+//! load of that dump into another new database.
 //! The BMC passwords are opaque text of a sealed secret's length (the
 //! benchmark does not link the control service's key code).
 //!
@@ -25,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::control::build;
+use crate::control::{build, markdown_table, stat_cpu};
 use crate::db::{MariaDb, PASSWORD, Postgres, USER};
 
 /// The secret key both commands use, so the restored BMC passwords open.
@@ -60,6 +62,125 @@ struct Figures {
     dump_bytes: u64,
 }
 
+/// What the benchmark needs of an engine: databases by name, and its own
+/// dump and load of one.
+trait Engine {
+    /// Its name in the table.
+    const NAME: &'static str;
+    /// Makes the empty database `db` (SQLite makes it on first use).
+    fn create(&self, _db: &str) -> Result<()> {
+        Ok(())
+    }
+    /// mprov-control's URL of the database `db`.
+    fn url(&self, db: &str) -> String;
+    /// The database server's process, whose CPU time counts.
+    fn server(&self) -> Option<u32>;
+    /// The engine's own dump of `db` into `file`.
+    fn dump(&self, db: &str, file: &Path) -> Result<Command>;
+    /// The engine's own load of the dump `file` into the empty `db`.
+    fn load(&self, db: &str, file: &Path) -> Result<Command>;
+}
+
+/// SQLite databases: files in a folder; `sqlite3 .backup` and `.restore`.
+struct Sqlite(PathBuf);
+
+impl Sqlite {
+    fn file(&self, db: &str) -> PathBuf {
+        self.0.join(format!("{db}.sqlite3"))
+    }
+
+    fn sqlite3(&self, db: &str, dot_command: &str, file: &Path) -> Command {
+        let mut cmd = Command::new("sqlite3");
+        cmd.arg(self.file(db))
+            .arg(format!("{dot_command} '{}'", file.display()));
+        cmd
+    }
+}
+
+impl Engine for Sqlite {
+    const NAME: &'static str = "SQLite";
+    fn url(&self, db: &str) -> String {
+        format!("sqlite://{}?mode=rwc", self.file(db).display())
+    }
+    fn server(&self) -> Option<u32> {
+        None
+    }
+    fn dump(&self, db: &str, file: &Path) -> Result<Command> {
+        Ok(self.sqlite3(db, ".backup", file))
+    }
+    fn load(&self, db: &str, file: &Path) -> Result<Command> {
+        Ok(self.sqlite3(db, ".restore", file))
+    }
+}
+
+/// A client of the MariaDB server on `db`.
+fn mariadb_client(server: &MariaDb, tool: &str, db: &str) -> Command {
+    let mut cmd = Command::new(tool);
+    cmd.args(["--host=127.0.0.1", "--port", &server.port().to_string()])
+        .args(["--user", USER, db])
+        .env("MYSQL_PWD", PASSWORD);
+    cmd
+}
+
+impl Engine for MariaDb {
+    const NAME: &'static str = "MariaDB";
+    fn create(&self, db: &str) -> Result<()> {
+        self.query(&format!("CREATE DATABASE {db}")).map(drop)
+    }
+    fn url(&self, db: &str) -> String {
+        format!("mysql://{USER}:{PASSWORD}@127.0.0.1:{}/{db}", self.port())
+    }
+    fn server(&self) -> Option<u32> {
+        self.pid()
+    }
+    fn dump(&self, db: &str, file: &Path) -> Result<Command> {
+        let mut cmd = mariadb_client(self, "mariadb-dump", db);
+        cmd.arg("--single-transaction")
+            .stdout(std::fs::File::create(file)?);
+        Ok(cmd)
+    }
+    fn load(&self, db: &str, file: &Path) -> Result<Command> {
+        let mut cmd = mariadb_client(self, "mariadb", db);
+        cmd.stdin(std::fs::File::open(file)?);
+        Ok(cmd)
+    }
+}
+
+/// A client of the PostgreSQL server on `db`, with a file argument.
+fn postgres_client(server: &Postgres, tool: &str, db: &str, file: &Path) -> Command {
+    let mut cmd = Command::new(tool);
+    cmd.args(["-h", "127.0.0.1", "-p", &server.port().to_string()])
+        .args(["-U", USER, "-d", db, "-f"])
+        .arg(file)
+        .env("PGPASSWORD", PASSWORD);
+    cmd
+}
+
+impl Engine for Postgres {
+    const NAME: &'static str = "PostgreSQL";
+    fn create(&self, db: &str) -> Result<()> {
+        self.query(&format!("CREATE DATABASE {db}")).map(drop)
+    }
+    fn url(&self, db: &str) -> String {
+        format!(
+            "postgres://{USER}:{PASSWORD}@127.0.0.1:{}/{db}",
+            self.port()
+        )
+    }
+    fn server(&self) -> Option<u32> {
+        self.pid()
+    }
+    fn dump(&self, db: &str, file: &Path) -> Result<Command> {
+        Ok(postgres_client(self, "pg_dump", db, file))
+    }
+    fn load(&self, db: &str, file: &Path) -> Result<Command> {
+        let mut cmd = postgres_client(self, "psql", db, file);
+        cmd.args(["-q", "-v", "ON_ERROR_STOP=1"])
+            .stdout(Stdio::null());
+        Ok(cmd)
+    }
+}
+
 /// Runs the benchmark; `smoke` makes it small.
 pub fn run(smoke: bool) -> Result<()> {
     let sizes = if smoke {
@@ -79,146 +200,82 @@ pub fn run(smoke: bool) -> Result<()> {
     }
     let dir = tempfile::tempdir()?;
     let root = dir.path();
-    let sqlite_url = |name: &str| format!("sqlite://{}?mode=rwc", root.join(name).display());
 
-    // The populated install, in SQLite.
-    let src = sqlite_url("src.sqlite3");
+    // The populated install, in SQLite, and its archive, which every engine
+    // restores.
+    let files = Sqlite(root.join("sqlite"));
+    std::fs::create_dir(&files.0)?;
+    let src = files.url("src");
     control(&bin, root, &src, &["migrate"])?;
     control(&bin, root, &src, &["superuser", "create", "admin"])?;
     for i in 0..3 {
         control(&bin, root, &src, &["apikey", "create", &format!("key {i}")])?;
     }
-    let sql = populate_sql(sizes);
     let mut sqlite3 = Command::new("sqlite3");
     sqlite3
-        .arg(root.join("src.sqlite3"))
+        .arg(files.file("src"))
         .stdin(Stdio::piped())
         .stdout(Stdio::null());
     let mut child = sqlite3.spawn().context("sqlite3")?;
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().context("stdin")?;
-        stdin.write_all(sql.as_bytes())?;
+        stdin.write_all(populate_sql(sizes).as_bytes())?;
     }
     ensure!(
         child.wait()?.success(),
         "sqlite3 could not load the install"
     );
-    let rows = total_rows_sqlite(&root.join("src.sqlite3"))?;
+    let rows = total_rows_sqlite(&files.file("src"))?;
+    let (_, archive) = backup(&bin, root, &src, None, "install")?;
 
-    let mut results = Vec::new();
-    // SQLite.
-    {
-        let (backup, archive) = backup(&bin, root, &src, None, "sqlite")?;
-        let dump_file = root.join("dump.sqlite3");
-        let dump = timed(
-            Command::new("sqlite3")
-                .arg(root.join("src.sqlite3"))
-                .arg(format!(".backup '{}'", dump_file.display())),
-            None,
-        )?;
-        let restore = restore(
-            &bin,
-            root,
-            &sqlite_url("restored.sqlite3"),
-            &archive,
-            None,
-            rows,
-        )?;
-        let dump_restore = timed(
-            Command::new("sqlite3")
-                .arg(root.join("dump-restored.sqlite3"))
-                .arg(format!(".restore '{}'", dump_file.display())),
-            None,
-        )?;
-        results.push(Figures {
-            engine: "SQLite",
-            backup,
-            dump,
-            restore,
-            dump_restore,
-            archive_bytes: std::fs::metadata(&archive)?.len(),
-            dump_bytes: std::fs::metadata(&dump_file)?.len(),
-        });
-        // MariaDB and PostgreSQL restore this archive.
-        std::fs::rename(&archive, root.join("from-sqlite.tar"))?;
-    }
-    let archive = root.join("from-sqlite.tar");
-    {
-        let maria = MariaDb::start()?;
-        maria.query("CREATE DATABASE bench")?;
-        maria.query("CREATE DATABASE bench2")?;
-        let url = format!("mysql://{USER}:{PASSWORD}@127.0.0.1:{}/bench", maria.port());
-        let pid = maria.pid();
-        let restore = restore(&bin, root, &url, &archive, pid, rows)?;
-        let (backup, ours) = backup(&bin, root, &url, pid, "mariadb")?;
-        let dump_file = root.join("dump-mariadb.sql");
-        let port = maria.port().to_string();
-        let client = |cmd: &mut Command| {
-            cmd.args(["--host=127.0.0.1", "--port", &port, "--user", USER])
-                .env("MYSQL_PWD", PASSWORD);
-        };
-        let mut dump_cmd = Command::new("mariadb-dump");
-        client(&mut dump_cmd);
-        dump_cmd
-            .args(["--single-transaction", "bench"])
-            .stdout(std::fs::File::create(&dump_file)?);
-        let dump = timed(&mut dump_cmd, pid)?;
-        let mut load = Command::new("mariadb");
-        client(&mut load);
-        load.arg("bench2").stdin(std::fs::File::open(&dump_file)?);
-        let dump_restore = timed(&mut load, pid)?;
-        results.push(Figures {
-            engine: "MariaDB",
-            backup,
-            dump,
-            restore,
-            dump_restore,
-            archive_bytes: std::fs::metadata(&ours)?.len(),
-            dump_bytes: std::fs::metadata(&dump_file)?.len(),
-        });
-        maria.stop()?;
-    }
-    {
-        let pg = Postgres::start()?;
-        pg.query("CREATE DATABASE bench")?;
-        pg.query("CREATE DATABASE bench2")?;
-        let url = format!("postgres://{USER}:{PASSWORD}@127.0.0.1:{}/bench", pg.port());
-        let pid = pg.pid();
-        let restore = restore(&bin, root, &url, &archive, pid, rows)?;
-        let (backup, ours) = backup(&bin, root, &url, pid, "postgres")?;
-        let dump_file = root.join("dump-postgres.sql");
-        let port = pg.port().to_string();
-        let dump = timed(
-            Command::new("pg_dump")
-                .args(["-h", "127.0.0.1", "-p", &port, "-U", USER, "-d", "bench"])
-                .arg("-f")
-                .arg(&dump_file)
-                .env("PGPASSWORD", PASSWORD),
-            pid,
-        )?;
-        let dump_restore = timed(
-            Command::new("psql")
-                .args(["-h", "127.0.0.1", "-p", &port, "-U", USER, "-d", "bench2"])
-                .args(["-q", "-v", "ON_ERROR_STOP=1", "-f"])
-                .arg(&dump_file)
-                .env("PGPASSWORD", PASSWORD)
-                .stdout(Stdio::null()),
-            pid,
-        )?;
-        results.push(Figures {
-            engine: "PostgreSQL",
-            backup,
-            dump,
-            restore,
-            dump_restore,
-            archive_bytes: std::fs::metadata(&ours)?.len(),
-            dump_bytes: std::fs::metadata(&dump_file)?.len(),
-        });
-        pg.stop()?;
-    }
+    let results = vec![
+        measure(&files, &bin, root, &archive, rows)?,
+        {
+            let maria = MariaDb::start()?;
+            let figures = measure(&maria, &bin, root, &archive, rows)?;
+            maria.stop()?;
+            figures
+        },
+        {
+            let pg = Postgres::start()?;
+            let figures = measure(&pg, &bin, root, &archive, rows)?;
+            pg.stop()?;
+            figures
+        },
+    ];
     println!("{}", table(&results, sizes, rows));
     Ok(())
+}
+
+/// One engine's figures: our restore of `archive` into a new database, our
+/// backup of it, and the engine's own dump of it and load of that dump into
+/// another new database.
+fn measure<E: Engine>(
+    engine: &E,
+    bin: &Path,
+    root: &Path,
+    archive: &Path,
+    rows: u64,
+) -> Result<Figures> {
+    for db in ["bench", "bench2"] {
+        engine.create(db)?;
+    }
+    let (url, server) = (engine.url("bench"), engine.server());
+    let restore = restore(bin, root, &url, archive, server, rows)?;
+    let (backup, ours) = backup(bin, root, &url, server, E::NAME)?;
+    let dump_file = root.join(format!("dump-{}", E::NAME));
+    let dump = timed(&mut engine.dump("bench", &dump_file)?, server)?;
+    let dump_restore = timed(&mut engine.load("bench2", &dump_file)?, server)?;
+    Ok(Figures {
+        engine: E::NAME,
+        backup,
+        dump,
+        restore,
+        dump_restore,
+        archive_bytes: std::fs::metadata(&ours)?.len(),
+        dump_bytes: std::fs::metadata(&dump_file)?.len(),
+    })
 }
 
 /// `mprov-control ARGS` with its folders under `root` and its database at
@@ -310,12 +367,12 @@ fn restore(
 /// Runs `cmd` to success: its wall time, its own CPU time, and the server's.
 fn timed(cmd: &mut Command, server: Option<u32>) -> Result<Cost> {
     let server_before = server.map(server_cpu).transpose()?.unwrap_or_default();
-    let children_before = children_cpu()?;
+    let children_before = stat_cpu("self")?.1;
     let start = Instant::now();
     let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
     let wall = start.elapsed();
     ensure!(status.success(), "{cmd:?} failed: {status}");
-    let tool_cpu = children_cpu()?.saturating_sub(children_before);
+    let tool_cpu = stat_cpu("self")?.1.saturating_sub(children_before);
     let server_cpu = server
         .map(server_cpu)
         .transpose()?
@@ -328,34 +385,11 @@ fn timed(cmd: &mut Command, server: Option<u32>) -> Result<Cost> {
     })
 }
 
-/// Fields of `/proc/<pid>/stat` after the command name, in clock ticks of
-/// 1/100 s: (utime + stime, cutime + cstime).
-fn stat_ticks(pid: &str) -> Result<(u64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .context("malformed stat")?;
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(4)
-        .map(|v| v.parse().unwrap_or(0))
-        .collect();
-    ensure!(f.len() == 4, "malformed stat");
-    Ok((f[0] + f[1], f[2] + f[3]))
-}
-
-/// The CPU time of our waited-for children.
-fn children_cpu() -> Result<Duration> {
-    Ok(Duration::from_millis(stat_ticks("self")?.1 * 10))
-}
-
 /// A server's CPU time with that of its exited children (PostgreSQL's
 /// backends).
 fn server_cpu(pid: u32) -> Result<Duration> {
-    let (own, children) = stat_ticks(&pid.to_string())?;
-    Ok(Duration::from_millis((own + children) * 10))
+    let (own, children) = stat_cpu(&pid.to_string())?;
+    Ok(own + children)
 }
 
 fn which(tool: &str) -> Result<()> {
@@ -483,7 +517,7 @@ fn populate_sql(sizes: Sizes) -> String {
 }
 
 fn table(results: &[Figures], sizes: Sizes, rows: u64) -> String {
-    let secs = |d: Duration| d.as_secs_f64();
+    let secs = |d: Duration| format!("{:.2} s", d.as_secs_f64());
     let ratio = |a: Duration, b: Duration| {
         if b.is_zero() {
             "-".to_owned()
@@ -491,36 +525,55 @@ fn table(results: &[Figures], sizes: Sizes, rows: u64) -> String {
             format!("{:.1}", a.as_secs_f64() / b.as_secs_f64())
         }
     };
-    let cpu = |c: &Cost| format!("{:.2} + {:.2} s", secs(c.tool_cpu), secs(c.server_cpu));
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "backup: the populated install ({} systems in one group, {} with 2 NICs and a BMC; {rows} rows): mprov-control backup / restore vs the engine's dump (CPU: the command + the database server)",
-        sizes.members, sizes.full
-    );
-    let _ = writeln!(
-        out,
-        "| engine | mprov backup | CPU | dump | CPU | ratio | archive / dump size | mprov restore | CPU | dump restore | CPU | ratio |"
-    );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for f in results {
-        let _ = writeln!(
-            out,
-            "| {} | {:.2} s | {} | {:.2} s | {} | {} | {:.0} / {:.0} kB | {:.2} s | {} | {:.2} s | {} | {} |",
-            f.engine,
-            secs(f.backup.wall),
-            cpu(&f.backup),
-            secs(f.dump.wall),
-            cpu(&f.dump),
-            ratio(f.backup.wall, f.dump.wall),
-            f.archive_bytes as f64 / 1e3,
-            f.dump_bytes as f64 / 1e3,
-            secs(f.restore.wall),
-            cpu(&f.restore),
-            secs(f.dump_restore.wall),
-            cpu(&f.dump_restore),
-            ratio(f.restore.wall, f.dump_restore.wall),
-        );
-    }
-    out
+    let cpu = |c: &Cost| {
+        format!(
+            "{:.2} + {:.2} s",
+            c.tool_cpu.as_secs_f64(),
+            c.server_cpu.as_secs_f64()
+        )
+    };
+    let rows_out: Vec<Vec<String>> = results
+        .iter()
+        .map(|f| {
+            vec![
+                f.engine.to_owned(),
+                secs(f.backup.wall),
+                cpu(&f.backup),
+                secs(f.dump.wall),
+                cpu(&f.dump),
+                ratio(f.backup.wall, f.dump.wall),
+                format!(
+                    "{:.0} / {:.0} kB",
+                    f.archive_bytes as f64 / 1e3,
+                    f.dump_bytes as f64 / 1e3
+                ),
+                secs(f.restore.wall),
+                cpu(&f.restore),
+                secs(f.dump_restore.wall),
+                cpu(&f.dump_restore),
+                ratio(f.restore.wall, f.dump_restore.wall),
+            ]
+        })
+        .collect();
+    markdown_table(
+        &format!(
+            "backup: the populated install ({} systems in one group, {} with 2 NICs and a BMC; {rows} rows): mprov-control backup / restore vs the engine's dump (CPU: the command + the database server)",
+            sizes.members, sizes.full
+        ),
+        &[
+            "engine",
+            "mprov backup",
+            "CPU",
+            "dump",
+            "CPU",
+            "ratio",
+            "archive / dump size",
+            "mprov restore",
+            "CPU",
+            "dump restore",
+            "CPU",
+            "ratio",
+        ],
+        &rows_out,
+    )
 }

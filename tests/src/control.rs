@@ -1,6 +1,7 @@
 //! A real `mprov-control serve` process for the Rust benchmarks: started on
 //! port 0 (HTTP and HTTPS) with its addresses read back from listen files,
-//! stopped with SIGTERM, with its CPU time (and its signing helper's).
+//! stopped with SIGTERM, with its CPU time (and its signing helper's); and
+//! what the benchmarks share: CPU times from `/proc`, their result tables.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -143,6 +144,12 @@ impl Control {
 
 /// User plus system CPU time of a process, from `/proc/<pid>/stat`.
 pub(crate) fn cpu_time(pid: u32) -> Result<Duration> {
+    Ok(stat_cpu(&pid.to_string())?.0)
+}
+
+/// From `/proc/<pid>/stat` (`pid` may be `self`): the user plus system CPU
+/// time of the process, and that of its children it has waited for.
+pub(crate) fn stat_cpu(pid: &str) -> Result<(Duration, Duration)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = stat
@@ -150,8 +157,32 @@ pub(crate) fn cpu_time(pid: u32) -> Result<Duration> {
         .map(|(_, r)| r)
         .context("malformed stat")?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).context("utime")?.parse::<u64>()?
-        + fields.get(12).context("stime")?.parse::<u64>()?;
-    // Linux reports in clock ticks of 1/100 s on every architecture we run on.
-    Ok(Duration::from_millis(ticks * 10))
+    let field = |i: usize| -> Result<u64> {
+        Ok(fields
+            .get(i)
+            .with_context(|| format!("stat field {i}"))?
+            .parse::<u64>()?)
+    };
+    // utime, stime, cutime, cstime. Linux reports in clock ticks of 1/100 s
+    // on every architecture we run on.
+    let ticks = |t: u64| Duration::from_millis(t * 10);
+    Ok((
+        ticks(field(11)? + field(12)?),
+        ticks(field(13)? + field(14)?),
+    ))
+}
+
+/// A benchmark's figures as a Markdown table under a title line, as
+/// `tests/bench/RESULTS.md` keeps them.
+pub(crate) fn markdown_table(title: &str, head: &[&str], rows: &[Vec<String>]) -> String {
+    let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
+    let mut out = format!("{title}\n");
+    out.push_str(&line(
+        &head.iter().map(|h| (*h).to_owned()).collect::<Vec<_>>(),
+    ));
+    out.push_str(&line(&vec!["---".to_owned(); head.len()]));
+    for row in rows {
+        out.push_str(&line(row));
+    }
+    out
 }

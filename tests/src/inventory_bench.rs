@@ -16,7 +16,7 @@ use anyhow::{Context, Result, ensure};
 use mprov_api::client::{Auth, Client};
 use serde_json::{Value, json};
 
-use crate::control::{Control, build, cpu_time};
+use crate::control::{Control, build, cpu_time, markdown_table};
 use crate::db::{MariaDb, Postgres};
 
 /// Sizes of a run.
@@ -93,31 +93,36 @@ pub fn run(smoke: bool) -> Result<()> {
 }
 
 fn table(results: &[Figures], sizes: Sizes) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "inventory: mash import of {} systems (1 NIC, 2 groups each); paging all systems with NICs and groups, 1,000 a page (best of {})",
-        sizes.imported, sizes.rounds
-    );
-    let _ = writeln!(
-        out,
-        "| engine | import | server CPU | systems paged | pages | paging | server CPU |"
-    );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
-    for f in results {
-        let _ = writeln!(
-            out,
-            "| {} | {:.2} s | {:.2} s | {} | {} | {:.3} s | {:.3} s |",
-            f.engine,
-            f.import.as_secs_f64(),
-            f.import_cpu.as_secs_f64(),
-            f.systems,
-            f.pages,
-            f.paging.as_secs_f64(),
-            f.paging_cpu.as_secs_f64()
-        );
-    }
-    out
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|f| {
+            vec![
+                f.engine.to_owned(),
+                format!("{:.2} s", f.import.as_secs_f64()),
+                format!("{:.2} s", f.import_cpu.as_secs_f64()),
+                f.systems.to_string(),
+                f.pages.to_string(),
+                format!("{:.3} s", f.paging.as_secs_f64()),
+                format!("{:.3} s", f.paging_cpu.as_secs_f64()),
+            ]
+        })
+        .collect();
+    markdown_table(
+        &format!(
+            "inventory: mash import of {} systems (1 NIC, 2 groups each); paging all systems with NICs and groups, 1,000 a page (best of {})",
+            sizes.imported, sizes.rounds
+        ),
+        &[
+            "engine",
+            "import",
+            "server CPU",
+            "systems paged",
+            "pages",
+            "paging",
+            "server CPU",
+        ],
+        &rows,
+    )
 }
 
 fn engine_run(
