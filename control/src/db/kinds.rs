@@ -145,6 +145,83 @@ pub struct Children {
     pub parent_field: &'static str,
 }
 
+/// What a node's certificate may reach of a kind (see [`Visibility`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeAccess {
+    /// Nothing.
+    None,
+    /// Its own row (by id or slug) and what hangs under it, such as a
+    /// system's effective config.
+    Itself,
+    /// The rows whose reference field of this name points at its own
+    /// system: each by id, and the list filtered on that field alone naming
+    /// itself.
+    OwnedVia(&'static str),
+}
+
+/// Who besides administrators and read-only users may read a resource under
+/// `/api/v1/`: the access rules ask [`visibility`] on every request made
+/// with an agent's certificate. What a descriptor does not say is
+/// [`Visibility::PRIVATE`], so a new kind is readable by administrators only
+/// until its descriptor opens it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Visibility {
+    /// Whether a job server's certificate may read every row (it serves
+    /// DHCP, DNS, boot files and images from the inventory).
+    pub jobservers: bool,
+    /// What a node's certificate may reach.
+    pub nodes: NodeAccess,
+}
+
+impl Visibility {
+    /// Administrators only: accounts, credentials, and whatever does not say
+    /// otherwise.
+    pub const PRIVATE: Visibility = Visibility {
+        jobservers: false,
+        nodes: NodeAccess::None,
+    };
+    /// Inventory a job server serves from: every job server reads it; nodes
+    /// do not.
+    pub const JOBSERVERS: Visibility = Visibility {
+        jobservers: true,
+        nodes: NodeAccess::None,
+    };
+
+    /// The same, with `nodes` reaching what [`NodeAccess`] says.
+    const fn nodes(mut self, nodes: NodeAccess) -> Visibility {
+        self.nodes = nodes;
+        self
+    }
+}
+
+/// Kind-specific work a write does inside its transaction, besides writing
+/// the row; `crud`'s hooks carry it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// An update that gives this field a value other than the stored one
+    /// bumps the row's `version` (a script's version counts changes of its
+    /// content).
+    VersionCounts(&'static str),
+    /// A write that sets the boolean field `flag` true is a rebuild
+    /// request: an update bumps `version`, puts the fields of `resets` back
+    /// to their defaults and empties the relation `hosts` (the new version
+    /// is not built, so no job server holds it and it has no checksum yet);
+    /// create or update, it queues a job of the module `job` with the
+    /// parameters `{"<param>": slug, "version": version}`.
+    Rebuild {
+        /// The boolean field that requests it.
+        flag: &'static str,
+        /// Fields that describe the built version, reset to their defaults.
+        resets: &'static [&'static str],
+        /// The many-to-many relation of those that hold the built version.
+        hosts: &'static str,
+        /// The job module that builds it.
+        job: &'static str,
+        /// The job parameter that names the row (by slug).
+        param: &'static str,
+    },
+}
+
 /// One kind of inventory row: a table and a REST resource.
 #[derive(Debug)]
 pub struct Kind {
@@ -166,9 +243,30 @@ pub struct Kind {
     pub timestamps: bool,
     /// A sentence for the OpenAPI document.
     pub doc: &'static str,
+    /// Who besides administrators may read it.
+    pub visibility: Visibility,
+    /// Its write hooks, in the order they run.
+    pub hooks: &'static [Hook],
 }
 
 impl Kind {
+    /// What a descriptor leaves to `..Kind::DEFAULTS`: private
+    /// ([`Visibility::PRIVATE`]) and no hooks. The other fields are always
+    /// written out.
+    pub const DEFAULTS: Kind = Kind {
+        name: "",
+        schema: "",
+        table: "",
+        slug: None,
+        fields: &[],
+        m2m: &[],
+        children: &[],
+        timestamps: false,
+        doc: "",
+        visibility: Visibility::PRIVATE,
+        hooks: &[],
+    };
+
     /// The field called `name`, if any.
     pub fn field(&self, name: &str) -> Option<&'static Field> {
         self.fields.iter().find(|f| f.name == name)
@@ -183,6 +281,28 @@ impl Kind {
 /// The kind called `name`.
 pub fn kind(name: &str) -> Option<&'static Kind> {
     KINDS.iter().find(|k| k.name == name)
+}
+
+/// The resources under `/api/v1/` that are not kinds, with who may read
+/// them. (The OpenAPI document, `/api/v1/` itself and the boot timeline and
+/// manifest are decided before visibility is asked.)
+pub static OTHER_RESOURCES: &[(&str, Visibility)] = &[
+    ("revision", Visibility::JOBSERVERS),
+    ("bootconfig", Visibility::JOBSERVERS),
+    ("enroll-tokens", Visibility::PRIVATE),
+    ("credentials", Visibility::PRIVATE),
+];
+
+/// Who may read the resource `/api/v1/<resource>/...`: a kind's descriptor
+/// says, or [`OTHER_RESOURCES`]; anything else is private.
+pub fn visibility(resource: &str) -> Visibility {
+    match kind(resource) {
+        Some(k) => k.visibility,
+        None => OTHER_RESOURCES
+            .iter()
+            .find(|(name, _)| *name == resource)
+            .map_or(Visibility::PRIVATE, |(_, v)| *v),
+    }
 }
 
 const fn f(name: &'static str, ty: Ty, doc: &'static str) -> Field {
@@ -372,6 +492,8 @@ pub static KINDS: &[Kind] = &[
         }],
         timestamps: true,
         doc: "A machine of the cluster.",
+        visibility: Visibility::JOBSERVERS.nodes(NodeAccess::Itself),
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "groups",
@@ -400,6 +522,8 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: true,
         doc: "A group of systems sharing config layers.",
+        visibility: Visibility::JOBSERVERS,
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "nics",
@@ -450,6 +574,8 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: false,
         doc: "A network interface of a system.",
+        visibility: Visibility::JOBSERVERS.nodes(NodeAccess::OwnedVia("system")),
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "networks",
@@ -487,6 +613,8 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: false,
         doc: "An IPv4 network of the cluster.",
+        visibility: Visibility::JOBSERVERS,
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "switches",
@@ -508,6 +636,8 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: true,
         doc: "A network switch.",
+        visibility: Visibility::JOBSERVERS,
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "switchports",
@@ -532,6 +662,8 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: false,
         doc: "A port of a switch.",
+        visibility: Visibility::JOBSERVERS,
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "bmcs",
@@ -574,6 +706,8 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: false,
         doc: "A baseboard management controller.",
+        visibility: Visibility::JOBSERVERS.nodes(NodeAccess::OwnedVia("system")),
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "distros",
@@ -602,6 +736,8 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: true,
         doc: "An operating system distribution.",
+        visibility: Visibility::JOBSERVERS,
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "images",
@@ -630,6 +766,14 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: true,
         doc: "A node image.",
+        visibility: Visibility::JOBSERVERS,
+        hooks: &[Hook::Rebuild {
+            flag: "needs_rebuild",
+            resets: &["rootfs_sha256", "rootfs_size"],
+            hosts: "jobservers",
+            job: "image-update",
+            param: "image",
+        }],
     },
     Kind {
         name: "repos",
@@ -657,6 +801,8 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: true,
         doc: "A package repository.",
+        visibility: Visibility::JOBSERVERS,
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "scripts",
@@ -694,6 +840,8 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: true,
         doc: "An image-gen or post-boot script.",
+        visibility: Visibility::JOBSERVERS,
+        hooks: &[Hook::VersionCounts("content")],
     },
     Kind {
         name: "jobservers",
@@ -731,6 +879,8 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: true,
         doc: "A job server.",
+        visibility: Visibility::JOBSERVERS,
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "jobs",
@@ -772,6 +922,8 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: true,
         doc: "A unit of work for a job server.",
+        visibility: Visibility::JOBSERVERS,
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "apikeys",
@@ -799,6 +951,7 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: true,
         doc: "An API key. Creating one returns the key once; only its hash is kept.",
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "users",
@@ -824,6 +977,7 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: true,
         doc: "An administrator account.",
+        ..Kind::DEFAULTS
     },
 ];
 
@@ -869,5 +1023,123 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Each resource with what job servers and nodes may read of it, as the
+    /// access rules had it when the private kinds were a list of their own:
+    /// job servers read every kind but accounts and credentials; a node its
+    /// own system, and its own NICs and BMCs through their `system`.
+    #[test]
+    fn visibility_is_what_the_access_rules_had() {
+        use NodeAccess::{Itself, None as Nothing, OwnedVia};
+        let want: &[(&str, bool, NodeAccess)] = &[
+            ("systems", true, Itself),
+            ("groups", true, Nothing),
+            ("nics", true, OwnedVia("system")),
+            ("networks", true, Nothing),
+            ("switches", true, Nothing),
+            ("switchports", true, Nothing),
+            ("bmcs", true, OwnedVia("system")),
+            ("distros", true, Nothing),
+            ("images", true, Nothing),
+            ("repos", true, Nothing),
+            ("scripts", true, Nothing),
+            ("jobservers", true, Nothing),
+            ("jobs", true, Nothing),
+            ("apikeys", false, Nothing),
+            ("users", false, Nothing),
+            ("revision", true, Nothing),
+            ("bootconfig", true, Nothing),
+            ("enroll-tokens", false, Nothing),
+            ("credentials", false, Nothing),
+        ];
+        for k in KINDS {
+            assert!(
+                want.iter().any(|(name, ..)| *name == k.name),
+                "{}: say here who may read it",
+                k.name
+            );
+        }
+        for (name, _) in OTHER_RESOURCES {
+            assert!(kind(name).is_none(), "{name} is a kind and a resource");
+            assert!(want.iter().any(|(n, ..)| n == name), "{name} not listed");
+        }
+        for &(name, jobservers, nodes) in want {
+            assert_eq!(visibility(name), Visibility { jobservers, nodes }, "{name}");
+        }
+        for k in KINDS {
+            if let NodeAccess::OwnedVia(field) = k.visibility.nodes {
+                assert_eq!(
+                    k.field(field).map(|f| f.ty),
+                    Some(Ty::Ref("systems")),
+                    "{}.{field}",
+                    k.name
+                );
+            }
+        }
+    }
+
+    /// A kind whose descriptor says nothing of visibility, and a resource
+    /// nobody described, are for administrators only.
+    #[test]
+    fn what_says_nothing_is_private() {
+        static UNSAID: Kind = Kind {
+            name: "tomorrows-secrets",
+            schema: "TomorrowsSecret",
+            table: "tomorrows_secrets",
+            slug: None,
+            fields: &[],
+            m2m: &[],
+            children: &[],
+            timestamps: false,
+            doc: "A kind added without a word on who reads it.",
+            ..Kind::DEFAULTS
+        };
+        assert!(!UNSAID.visibility.jobservers);
+        assert_eq!(UNSAID.visibility.nodes, NodeAccess::None);
+        assert!(UNSAID.hooks.is_empty());
+        assert_eq!(visibility("no-such-resource"), Visibility::PRIVATE);
+        assert_eq!(visibility(""), Visibility::PRIVATE);
+    }
+
+    /// Every hook names fields and relations its kind has, of the types it
+    /// needs, so the SQL built from them is well formed.
+    #[test]
+    fn hooks_name_what_their_kind_has() {
+        let mut seen = 0;
+        for k in KINDS {
+            for hook in k.hooks {
+                seen += 1;
+                let version = k.field("version").expect("a hooked kind has a version");
+                assert!(matches!(version.ty, Ty::Int { .. }), "{}", k.name);
+                assert_eq!(version.access, Access::ReadOnly, "{}", k.name);
+                match *hook {
+                    Hook::VersionCounts(field) => {
+                        assert!(k.field(field).is_some(), "{}.{field}", k.name);
+                    }
+                    Hook::Rebuild {
+                        flag,
+                        resets,
+                        hosts,
+                        job,
+                        param,
+                    } => {
+                        assert_eq!(k.field(flag).map(|f| f.ty), Some(Ty::Bool), "{flag}");
+                        for r in resets {
+                            let f = k.field(r).expect("reset field");
+                            assert!(
+                                !matches!(f.default, Default::None | Default::Null),
+                                "{}.{r} has no default to reset to",
+                                k.name
+                            );
+                        }
+                        assert!(k.relation(hosts).is_some(), "{}.{hosts}", k.name);
+                        assert!(k.slug.is_some(), "{} has no slug", k.name);
+                        assert!(!job.is_empty() && !param.is_empty());
+                    }
+                }
+            }
+        }
+        assert_eq!(seen, 2, "the scripts' and the images' hooks");
     }
 }

@@ -93,9 +93,6 @@ pub fn check_fields<'a>(
     }
 }
 
-/// Kinds no agent may read: accounts and credentials.
-const PRIVATE: &[&str] = &["apikeys", "users", "enroll-tokens", "credentials"];
-
 fn forbid(msg: &str) -> ApiError {
     ApiError::Forbidden(msg.to_owned())
 }
@@ -255,7 +252,7 @@ async fn jobserver(
     let Some((kind, key, rest)) = api_parts(path) else {
         return Err(deny());
     };
-    if PRIVATE.contains(&kind) {
+    if !kinds::visibility(kind).jobservers {
         return Err(deny());
     }
     if read {

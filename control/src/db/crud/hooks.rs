@@ -1,15 +1,20 @@
-//! The kind-specific work of a write, run by [`write`](super::write) inside
-//! the write's transaction, so it lands with the row or not at all.
+//! The kind-specific work of a write, as its descriptor's
+//! [`hooks`](crate::db::kinds::Kind::hooks) ask: run by [`write`](super::write)
+//! inside the write's transaction, so it lands with the row or not at all.
+//! Everything a hook touches is named by the descriptor (its table, fields and
+//! relations), none by a kind's name here.
 
-use serde_json::json;
+use serde_json::{Map, Value};
 use sqlx::{AnyConnection, Row};
 
+use super::validate::default_of;
 use super::{Pending, Prepared, StoreError, now};
-use crate::db::kinds::Kind;
+use crate::db::kinds::{Hook, Kind};
 use crate::db::{Db, Val, int};
 
 impl Db {
-    /// Kind-specific work before an update's own statement.
+    /// The hooks that run before an update's own statement, while the stored
+    /// row still has its old values: [`Hook::VersionCounts`].
     pub(super) async fn before_update(
         &self,
         conn: &mut AnyConnection,
@@ -17,20 +22,28 @@ impl Db {
         id: i64,
         row: &Prepared,
     ) -> Result<(), StoreError> {
-        if kind.name == "scripts" {
-            // A script's version counts changes of its content.
-            if let Some(Pending::Val(content)) = row.value("content") {
+        for hook in kind.hooks {
+            if let Hook::VersionCounts(name) = *hook
+                && let (Some(field), Some(Pending::Val(value))) =
+                    (kind.field(name), row.value(name))
+            {
                 let mut sql = self.sql();
-                sql.push("UPDATE scripts SET version = version + 1 WHERE id = ")
+                sql.push("UPDATE ")
+                    .push(kind.table)
+                    .push(" SET version = version + 1 WHERE id = ")
                     .bind(Val::Int(Some(id)));
-                sql.push(" AND content <> ").bind(content.clone());
+                sql.push(" AND ")
+                    .push(&field.column())
+                    .push(" <> ")
+                    .bind(value.clone());
                 sql.query().execute(&mut *conn).await?;
             }
         }
         Ok(())
     }
 
-    /// Kind-specific work after a row was written, in the same transaction.
+    /// The hooks that run once a row was written (`created` or updated):
+    /// [`Hook::Rebuild`].
     pub(super) async fn after_write(
         &self,
         conn: &mut AnyConnection,
@@ -39,42 +52,79 @@ impl Db {
         row: &Prepared,
         created: bool,
     ) -> Result<(), StoreError> {
-        if kind.name == "images" && row.bool("needs_rebuild") == Some(true) {
-            // A rebuild request: a new version, which no job server hosts yet,
-            // and a job to build it.
-            if !created {
-                let mut bump = self.sql();
-                // The new version's rootfs is not published yet: no
-                // checksum until it is.
-                bump.push("UPDATE system_images SET version = version + 1, rootfs_sha256 = '', rootfs_size = 0 WHERE id = ");
-                bump.bind(Val::Int(Some(id)));
-                bump.query().execute(&mut *conn).await?;
-                let mut clear = self.sql();
-                clear
-                    .push("DELETE FROM image_hosts WHERE image_id = ")
-                    .bind(Val::Int(Some(id)));
-                clear.query().execute(&mut *conn).await?;
+        for hook in kind.hooks {
+            let Hook::Rebuild {
+                flag,
+                resets,
+                hosts,
+                job,
+                param,
+            } = *hook
+            else {
+                continue;
+            };
+            if row.bool(flag) != Some(true) {
+                continue;
             }
+            if !created {
+                // A new version: not built yet, so nothing describes or holds it.
+                let mut bump = self.sql();
+                bump.push("UPDATE ")
+                    .push(kind.table)
+                    .push(" SET version = version + 1");
+                for name in resets {
+                    if let Some(field) = kind.field(name)
+                        && let Some(Pending::Val(value)) = default_of(field)
+                    {
+                        bump.push(", ")
+                            .push(&field.column())
+                            .push(" = ")
+                            .bind(value);
+                    }
+                }
+                bump.push(" WHERE id = ").bind(Val::Int(Some(id)));
+                bump.query().execute(&mut *conn).await?;
+                if let Some(rel) = kind.relation(hosts) {
+                    let mut clear = self.sql();
+                    clear
+                        .push("DELETE FROM ")
+                        .push(rel.table)
+                        .push(" WHERE ")
+                        .push(rel.this)
+                        .push(" = ")
+                        .bind(Val::Int(Some(id)));
+                    clear.query().execute(&mut *conn).await?;
+                }
+            }
+            // The kinds' tests check that a rebuilt kind has a slug.
+            let Some(slug) = kind.slug else {
+                continue;
+            };
             let mut sel = self.sql();
-            sel.push("SELECT slug, version FROM system_images WHERE id = ")
+            sel.push("SELECT ")
+                .push(slug)
+                .push(" AS slug, version FROM ")
+                .push(kind.table)
+                .push(" WHERE id = ")
                 .bind(Val::Int(Some(id)));
             let r = sel.query().fetch_one(&mut *conn).await?;
-            let params =
-                json!({"image": r.try_get::<String, _>("slug")?, "version": int(&r, "version")?});
+            let mut params = Map::new();
+            params.insert(param.into(), Value::String(r.try_get("slug")?));
+            params.insert("version".into(), int(&r, "version")?.into());
             let now = now();
-            let mut job = self.sql();
-            job.push(
+            let mut insert = self.sql();
+            insert.push(
                 "INSERT INTO jobs (module, params, status, output, created_at, updated_at) VALUES ",
             );
-            job.bind_list([
-                Val::Text(Some("image-update".into())),
-                Val::Text(Some(params.to_string())),
+            insert.bind_list([
+                Val::Text(Some(job.into())),
+                Val::Text(Some(Value::Object(params).to_string())),
                 Val::Text(Some("pending".into())),
                 Val::Text(Some(String::new())),
                 Val::Text(Some(now.clone())),
                 Val::Text(Some(now)),
             ]);
-            job.query().execute(&mut *conn).await?;
+            insert.query().execute(&mut *conn).await?;
         }
         Ok(())
     }

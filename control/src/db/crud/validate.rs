@@ -122,23 +122,11 @@ pub fn validate(
             if body.contains_key(field.name) || mode == Mode::Child(field.name) {
                 continue;
             }
-            let pending = match field.default {
-                Default::None if field.access == Access::ReadOnly => continue,
-                Default::None => {
+            let Some(pending) = default_of(field) else {
+                if field.access != Access::ReadOnly {
                     errors.push(FieldError::new(at(field.name), "is required"));
-                    continue;
                 }
-                Default::Null => match field.ty {
-                    Ty::Ref(_) => Pending::Ref(None),
-                    _ => Pending::Val(null_of(field.ty)),
-                },
-                Default::Bool(b) => Pending::Val(Val::Bool(Some(b))),
-                Default::Int(i) => match field.ty {
-                    Ty::Float => Pending::Val(Val::Float(Some(i as f64))),
-                    _ => Pending::Val(Val::Int(Some(i))),
-                },
-                Default::Str(s) => Pending::Val(Val::Text(Some(s.to_owned()))),
-                Default::EmptyList => Pending::Val(Val::Text(Some("[]".into()))),
+                continue;
             };
             out.cols.push((field, pending));
         }
@@ -148,6 +136,25 @@ pub fn validate(
     } else {
         Err(errors)
     }
+}
+
+/// The value a create gives `field` when the body leaves it out; `None`
+/// when it has no default (required, or set by the server).
+pub(super) fn default_of(field: &Field) -> Option<Pending> {
+    Some(match field.default {
+        Default::None => return None,
+        Default::Null => match field.ty {
+            Ty::Ref(_) => Pending::Ref(None),
+            _ => Pending::Val(null_of(field.ty)),
+        },
+        Default::Bool(b) => Pending::Val(Val::Bool(Some(b))),
+        Default::Int(i) => match field.ty {
+            Ty::Float => Pending::Val(Val::Float(Some(i as f64))),
+            _ => Pending::Val(Val::Int(Some(i))),
+        },
+        Default::Str(s) => Pending::Val(Val::Text(Some(s.to_owned()))),
+        Default::EmptyList => Pending::Val(Val::Text(Some("[]".into()))),
+    })
 }
 
 /// Validates a body given as any JSON value, for callers that report errors as
