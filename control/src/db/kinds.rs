@@ -150,8 +150,8 @@ pub struct Children {
 pub enum NodeAccess {
     /// Nothing.
     None,
-    /// Its own row (by id or slug) and what hangs under it, such as a
-    /// system's effective config.
+    /// The kind is the node's own system: its own row (by id or host name)
+    /// and that row's effective config.
     Itself,
     /// The rows whose reference field of this name points at its own
     /// system: each by id, and the list filtered on that field alone naming

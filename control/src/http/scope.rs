@@ -30,7 +30,7 @@ use super::AppState;
 use super::auth::Principal;
 use super::error::ApiError;
 use crate::db::crud::ListQuery;
-use crate::db::kinds;
+use crate::db::kinds::{self, NodeAccess};
 
 /// Where the old shared API key is still accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,25 +184,25 @@ async fn node_self(
         None => id.is_some(),
         Some(own) => id == Some(own),
     };
-    match (kind, key, rest) {
-        ("systems", Some(key), None) | ("systems", Some(key), Some("config")) => {
+    match (kinds::visibility(kind).nodes, key, rest) {
+        (NodeAccess::Itself, Some(key), None | Some("config")) => {
             if rest.is_some() && *method != Method::GET {
                 return Err(());
             }
             let id = system_id(st, key).await;
             if is_own(id) { Ok(()) } else { Err(()) }
         }
-        ("nics" | "bmcs", Some(key), None) => {
+        (NodeAccess::OwnedVia(field), Some(key), None) => {
             let k = kinds::kind(kind).ok_or(())?;
             let obj = st.db.get(k, key).await.map_err(|_| ())?;
-            if is_own(obj.get("system").and_then(Value::as_i64)) {
+            if is_own(obj.get(field).and_then(Value::as_i64)) {
                 Ok(())
             } else {
                 Err(())
             }
         }
-        ("nics" | "bmcs", None, None) if *method == Method::GET => {
-            // A list only with `system=` naming the node itself.
+        (NodeAccess::OwnedVia(field), None, None) if *method == Method::GET => {
+            // A list only with `<field>=` naming the node itself.
             let q = ListQuery::from_pairs(
                 url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
                     .into_owned()
@@ -211,7 +211,7 @@ async fn node_self(
             let system = q
                 .filters
                 .iter()
-                .find(|(f, _)| f == "system")
+                .find(|(f, _)| f == field)
                 .map(|(_, v)| v.clone())
                 .ok_or(())?;
             if q.filters.len() != 1 {
