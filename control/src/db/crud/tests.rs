@@ -101,3 +101,43 @@ fn create_requires_and_defaults() {
     .unwrap();
     assert_eq!(upd.cols.len(), 1);
 }
+
+#[test]
+fn ip_addresses_take_their_canonical_form() {
+    let sb = SecretBox::new("k");
+    let nics = kinds::kind("nics").unwrap();
+    let ok = validate(
+        nics,
+        json!({"system": 1, "ipv4": " 10.1.2.3 ", "ipv6": "2001:DB8:0::1"})
+            .as_object()
+            .unwrap(),
+        Mode::Create,
+        &sb,
+        "",
+    )
+    .unwrap();
+    let text = |name| match ok.value(name) {
+        Some(Pending::Val(Val::Text(Some(s)))) => s.clone(),
+        other => panic!("{name}: {other:?}"),
+    };
+    assert_eq!(text("ipv4"), "10.1.2.3");
+    assert_eq!(text("ipv6"), "2001:db8::1");
+    let errs = validate(
+        nics,
+        json!({"system": 1, "ipv4": "10.1.2", "ipv6": "10.1.2.3"})
+            .as_object()
+            .unwrap(),
+        Mode::Create,
+        &sb,
+        "",
+    )
+    .unwrap_err();
+    let messages: Vec<&str> = errs.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "\"10.1.2\" is not an IPv4 address",
+            "\"10.1.2.3\" is not an IPv6 address"
+        ]
+    );
+}

@@ -237,22 +237,8 @@ pub(super) fn parse_field(
                 Ok(Pending::Val(Val::Int(Some(i))))
             }
         }
-        Ty::Ipv4 => {
-            let s = string()?;
-            let ip: Ipv4Addr = s
-                .trim()
-                .parse()
-                .map_err(|_| format!("{s:?} is not an IPv4 address"))?;
-            text(ip.to_string())
-        }
-        Ty::Ipv6 => {
-            let s = string()?;
-            let ip: Ipv6Addr = s
-                .trim()
-                .parse()
-                .map_err(|_| format!("{s:?} is not an IPv6 address"))?;
-            text(ip.to_string())
-        }
+        Ty::Ipv4 => text(parse_ip::<Ipv4Addr>(string()?, "IPv4")?),
+        Ty::Ipv6 => text(parse_ip::<Ipv6Addr>(string()?, "IPv6")?),
         Ty::Json => text(value.to_string()),
         Ty::Mac => text(parse_mac(string()?)?),
         Ty::Password => {
@@ -314,6 +300,19 @@ pub(super) fn parse_field(
             text(s.to_owned())
         }
     }
+}
+
+/// An IP address of the family `A` (`family` names it in the error), in its
+/// canonical form.
+fn parse_ip<A: std::str::FromStr + std::fmt::Display>(
+    s: &str,
+    family: &str,
+) -> Result<String, String> {
+    let ip: A = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not an {family} address"))?;
+    Ok(ip.to_string())
 }
 
 /// Normalises a MAC address to lowercase `aa:bb:cc:dd:ee:ff`. Accepts `:` or `-`
