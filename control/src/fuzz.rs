@@ -26,7 +26,7 @@
 //! * [`effective_layers`]: a JSON array `[system, distro, image, group...]` of
 //!   at most 6 layers; `null` leaves out the distro or the image.
 //! * [`scalars`]: URL query pairs, and lines, each tried as a MAC, host name,
-//!   slug, reference, API key and secret, directly and through [`validate`].
+//!   slug, reference, API key and secret, directly and through [`validate()`].
 //! * [`forwarded`]: a selector byte for the peer address, then the lines
 //!   `X-Forwarded-For`, `Host` and an optional peer address.
 //! * [`backup_archive`]: a selector byte, then a backup archive as

@@ -9,7 +9,7 @@
 //! - [`read`]: lists (filters, sorting, cursors) and gets. A page of rows is
 //!   loaded with one query, then each relation of the whole page with one
 //!   more query per relation: never a query per row.
-//! - [`write`]: creates, updates and deletes, each in one transaction that
+//! - [`write`](mod@write): creates, updates and deletes, each in one transaction that
 //!   bumps the inventory revision, resolves references given by slug and
 //!   checks unique values first.
 //! - `hooks`: the kind-specific work a descriptor's
