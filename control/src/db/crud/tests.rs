@@ -106,32 +106,16 @@ fn create_requires_and_defaults() {
 fn ip_addresses_take_their_canonical_form() {
     let sb = SecretBox::new("k");
     let nics = kinds::kind("nics").unwrap();
-    let ok = validate(
-        nics,
-        json!({"system": 1, "ipv4": " 10.1.2.3 ", "ipv6": "2001:DB8:0::1"})
-            .as_object()
-            .unwrap(),
-        Mode::Create,
-        &sb,
-        "",
-    )
-    .unwrap();
+    let check =
+        |body: serde_json::Value| validate(nics, body.as_object().unwrap(), Mode::Create, &sb, "");
+    let ok = check(json!({"system": 1, "ipv4": " 10.1.2.3 ", "ipv6": "2001:DB8:0::1"})).unwrap();
     let text = |name| match ok.value(name) {
         Some(Pending::Val(Val::Text(Some(s)))) => s.clone(),
         other => panic!("{name}: {other:?}"),
     };
     assert_eq!(text("ipv4"), "10.1.2.3");
     assert_eq!(text("ipv6"), "2001:db8::1");
-    let errs = validate(
-        nics,
-        json!({"system": 1, "ipv4": "10.1.2", "ipv6": "10.1.2.3"})
-            .as_object()
-            .unwrap(),
-        Mode::Create,
-        &sb,
-        "",
-    )
-    .unwrap_err();
+    let errs = check(json!({"system": 1, "ipv4": "10.1.2", "ipv6": "10.1.2.3"})).unwrap_err();
     let messages: Vec<&str> = errs.iter().map(|e| e.message.as_str()).collect();
     assert_eq!(
         messages,
