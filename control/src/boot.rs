@@ -1,4 +1,6 @@
-//! The boot timeline and the boot manifest.
+//! The boot timeline: recording a boot's events, grouping them into
+//! boots, and the lease reports that attest `/ipxe/` requests. The HTTP
+//! endpoints over it are in `crate::http::boot`:
 //!
 //! - `POST /api/v1/boot/events` ([`EVENTS_PATH`](mprov_api::boot::EVENTS_PATH)): one step of a boot. Job
 //!   servers report what they served (DHCP offered/acked, proxyDHCP, boot
@@ -23,33 +25,28 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use axum::Json;
-use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use mprov_api::boot::{
-    BootEvent, BootEventReport, BootManifest, BootPhase, ImageFile, image_file_url,
-    jobserver_base_url,
-};
+use mprov_api::boot::{BootEvent, BootPhase};
 use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
 use crate::db::crud::{format_ts, now};
-use crate::db::{Db, Engine, Val, int, opt_int};
-use crate::http::AppState;
-use crate::http::auth::Principal;
-use crate::http::error::ApiError;
-use crate::http::scope::SharedKeyMode;
+use crate::db::{Db, Engine, Sql, Val, int, opt_int};
 
 /// A pause after which a node's next event starts a new boot.
 pub const BOOT_GAP: Duration = Duration::from_secs(30 * 60);
 /// How recent a job server's lease report must be to attest `/ipxe/`.
 pub const ATTEST_WINDOW: Duration = Duration::from_secs(5 * 60);
 /// The most events one read returns.
-const MAX_EVENTS: i64 = 1000;
+pub const MAX_EVENTS: i64 = 1000;
+/// The longest detail kept.
+pub const MAX_DETAIL: usize = 4096;
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::Internal(e.to_string())
+/// Why a read or write of the boot timeline failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    /// The database failed.
+    #[error("boot timeline database")]
+    Db(#[from] sqlx::Error),
 }
 
 fn text(row: &AnyRow, col: &str) -> Option<String> {
@@ -107,7 +104,7 @@ pub fn starts_new_boot(
 }
 
 /// Stores an event, in the boot it belongs to.
-pub async fn record(db: &Db, ev: NewEvent) -> Result<BootEvent, sqlx::Error> {
+pub async fn record(db: &Db, ev: NewEvent) -> Result<BootEvent, BootError> {
     let mut tx = db.pool().begin().await?;
     let key = |sql: &mut crate::db::Sql| match (&ev.system_id, &ev.mac) {
         (Some(id), _) => {
@@ -220,7 +217,7 @@ pub struct Lease {
 
 /// The leases job servers reported for `mac` within [`ATTEST_WINDOW`],
 /// newest first.
-pub async fn recent_leases(db: &Db, mac: &str) -> Result<Vec<Lease>, sqlx::Error> {
+pub async fn recent_leases(db: &Db, mac: &str) -> Result<Vec<Lease>, BootError> {
     let mut q = db.sql();
     q.push("SELECT e.ip, e.phase, j.network_id, n.subnet, n.netmask FROM boot_events e JOIN jobservers j ON j.id = e.jobserver_id LEFT JOIN networks n ON n.id = j.network_id WHERE e.mac = ")
         .bind(Val::Text(Some(mac.to_owned())))
@@ -271,83 +268,40 @@ pub fn attests(leases: &[Lease], source: IpAddr, node_network: Option<Option<i64
     })
 }
 
-/// Who is asking, for the timeline and the manifest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Role {
-    /// Admin users and API keys: read and write for any node.
-    Admin(String),
-    /// Read-only users and job servers read everything.
-    Reader,
-    /// A job server, by name: writes events for nodes.
-    JobServer(String),
-    /// A node, by host name: its own events and manifest only.
-    Node(String),
-}
-
-fn role(st: &AppState, p: &Principal) -> Result<Role, ApiError> {
-    match p {
-        Principal::Anonymous => Err(ApiError::Unauthorized(
-            "boot events need a node's or a job server's certificate, or an admin's credentials"
-                .into(),
-        )),
-        Principal::User { username, is_admin } => Ok(if *is_admin {
-            Role::Admin(format!("user:{username}"))
-        } else {
-            Role::Reader
-        }),
-        Principal::ApiKey { name, shared, .. } => {
-            if !*shared || st.config.shared_key_mode == SharedKeyMode::All {
-                Ok(Role::Admin(format!("apikey:{name}")))
-            } else {
-                Err(ApiError::Forbidden(
-                    "the shared API key cannot say which node it speaks for; use the node's certificate".into(),
-                ))
-            }
-        }
-        Principal::Agent(a) if a.kind == "node" => Ok(Role::Node(a.identity.clone())),
-        Principal::Agent(a) => Ok(Role::JobServer(a.identity.clone())),
-    }
+/// The first row `q` returns, read by `read`; `None` without one.
+async fn one_row<T>(
+    db: &Db,
+    q: Sql,
+    read: impl FnOnce(&AnyRow) -> Result<T, sqlx::Error>,
+) -> Result<Option<T>, BootError> {
+    let row = q.query().fetch_optional(db.pool()).await?;
+    Ok(row.as_ref().map(read).transpose()?)
 }
 
 /// A system's id and host name from its host name or id.
-async fn system_by_key(db: &Db, key: &str) -> Result<Option<(i64, String)>, ApiError> {
+pub async fn system_by_key(db: &Db, key: &str) -> Result<Option<(i64, String)>, BootError> {
     let mut q = db.sql();
     q.push("SELECT id, hostname FROM systems WHERE hostname = ")
         .bind(Val::Text(Some(key.to_ascii_lowercase())));
     if let Ok(id) = key.parse::<i64>() {
         q.push(" OR id = ").bind(Val::Int(Some(id)));
     }
-    let r = q
-        .query()
-        .fetch_optional(db.pool())
-        .await
-        .map_err(internal)?;
-    match r {
-        Some(r) => Ok(Some((
-            int(&r, "id").map_err(internal)?,
-            text(&r, "hostname").unwrap_or_default(),
-        ))),
-        None => Ok(None),
-    }
+    one_row(db, q, |r| {
+        Ok((int(r, "id")?, text(r, "hostname").unwrap_or_default()))
+    })
+    .await
 }
 
 /// The system owning `mac`, if any.
-async fn system_by_mac(db: &Db, mac: &str) -> Result<Option<i64>, ApiError> {
+pub async fn system_by_mac(db: &Db, mac: &str) -> Result<Option<i64>, BootError> {
     let mut q = db.sql();
     q.push("SELECT system_id FROM network_interfaces WHERE mac = ")
         .bind(Val::Text(Some(mac.to_owned())));
-    let r = q
-        .query()
-        .fetch_optional(db.pool())
-        .await
-        .map_err(internal)?;
-    r.map(|r| opt_int(&r, "system_id").map_err(internal))
-        .transpose()
-        .map(Option::flatten)
+    Ok(one_row(db, q, |r| opt_int(r, "system_id")).await?.flatten())
 }
 
 /// The MAC and system the latest recent lease of `ip` went to.
-async fn by_leased_ip(db: &Db, ip: IpAddr) -> Result<Option<(Option<i64>, String)>, ApiError> {
+pub async fn by_leased_ip(db: &Db, ip: IpAddr) -> Result<Option<(Option<i64>, String)>, BootError> {
     let mut q = db.sql();
     q.push("SELECT system_id, mac FROM boot_events WHERE ip = ")
         .bind(Val::Text(Some(ip.to_string())))
@@ -356,26 +310,22 @@ async fn by_leased_ip(db: &Db, ip: IpAddr) -> Result<Option<(Option<i64>, String
         .push(" AND mac IS NOT NULL AND at >= ")
         .bind(Val::Text(Some(since(BOOT_GAP))))
         .push(" ORDER BY id DESC LIMIT 1");
-    let r = q
-        .query()
-        .fetch_optional(db.pool())
-        .await
-        .map_err(internal)?;
-    match r {
-        Some(r) => Ok(Some((
-            opt_int(&r, "system_id").map_err(internal)?,
-            text(&r, "mac").unwrap_or_default(),
-        ))),
-        None => Ok(None),
-    }
+    one_row(db, q, |r| {
+        Ok((opt_int(r, "system_id")?, text(r, "mac").unwrap_or_default()))
+    })
+    .await
 }
 
-fn normal_mac(mac: &str) -> Result<String, ApiError> {
-    crate::db::crud::parse_mac(mac).map_err(|e| ApiError::invalid("mac", e))
+/// The id of the job server named `name`, if it is registered.
+pub async fn jobserver_id(db: &Db, name: &str) -> Result<Option<i64>, BootError> {
+    let mut q = db.sql();
+    q.push("SELECT id FROM jobservers WHERE name = ")
+        .bind(Val::Text(Some(name.to_owned())));
+    one_row(db, q, |r| int(r, "id")).await
 }
 
 /// The phases a job server may report.
-fn jobserver_phase(p: BootPhase) -> bool {
+pub fn jobserver_phase(p: BootPhase) -> bool {
     matches!(
         p,
         BootPhase::DhcpOffered
@@ -389,7 +339,7 @@ fn jobserver_phase(p: BootPhase) -> bool {
 }
 
 /// The phases a node reports about itself.
-fn node_phase(p: BootPhase) -> bool {
+pub fn node_phase(p: BootPhase) -> bool {
     matches!(
         p,
         BootPhase::AgentDhcp
@@ -402,142 +352,6 @@ fn node_phase(p: BootPhase) -> bool {
             | BootPhase::Failed
             | BootPhase::Ready
     )
-}
-
-/// The longest detail kept.
-const MAX_DETAIL: usize = 4096;
-
-/// `POST /api/v1/boot/events`.
-pub async fn post_event(
-    State(st): State<AppState>,
-    axum::Extension(principal): axum::Extension<Principal>,
-    Json(body): Json<BootEventReport>,
-) -> Result<Response, ApiError> {
-    let db = &st.db;
-    let role = role(&st, &principal)?;
-    if body.detail.len() > MAX_DETAIL {
-        return Err(ApiError::invalid(
-            "detail",
-            format!("at most {MAX_DETAIL} bytes"),
-        ));
-    }
-    let mac = body.mac.as_deref().map(normal_mac).transpose()?;
-    let ev = match role {
-        Role::Reader => {
-            return Err(ApiError::Forbidden(
-                "this account may read boot events but not write them".into(),
-            ));
-        }
-        Role::Node(host) => {
-            if !node_phase(body.phase) {
-                return Err(ApiError::invalid(
-                    "phase",
-                    format!("a node does not report {}", body.phase.as_str()),
-                ));
-            }
-            let (id, _) = system_by_key(db, &host)
-                .await?
-                .ok_or_else(|| ApiError::Forbidden(format!("no system {host}")))?;
-            // A node writes for itself only: naming another is refused, not
-            // silently rewritten.
-            let other_system = match &body.system {
-                Some(s) => system_by_key(db, s).await?.map(|(i, _)| i) != Some(id),
-                None => false,
-            };
-            let other_mac = match &mac {
-                Some(m) => system_by_mac(db, m).await? != Some(id),
-                None => false,
-            };
-            if other_system || other_mac {
-                tracing::warn!(node = %host, "refused a boot event a node wrote for another node");
-                return Err(ApiError::Forbidden(format!(
-                    "a node's certificate writes boot events for its own system ({host}) only"
-                )));
-            }
-            NewEvent {
-                system_id: Some(id),
-                mac,
-                phase: body.phase,
-                source: format!("node:{host}"),
-                jobserver_id: None,
-                ip: body.ip,
-                detail: body.detail,
-            }
-        }
-        Role::JobServer(ref name) | Role::Admin(ref name) => {
-            let jobserver = matches!(role, Role::JobServer(_));
-            if jobserver && !jobserver_phase(body.phase) {
-                return Err(ApiError::invalid(
-                    "phase",
-                    format!("a job server does not report {}", body.phase.as_str()),
-                ));
-            }
-            if !jobserver && body.phase == BootPhase::ScriptServed {
-                return Err(ApiError::invalid(
-                    "phase",
-                    "script_served is recorded by /ipxe/ itself",
-                ));
-            }
-            let (system_id, mac) = match (&body.system, &mac, body.ip) {
-                (Some(s), _, _) => {
-                    let (id, _) = system_by_key(db, s)
-                        .await?
-                        .ok_or_else(|| ApiError::invalid("system", format!("no system {s}")))?;
-                    (Some(id), mac.clone())
-                }
-                (None, Some(m), _) => (system_by_mac(db, m).await?, Some(m.clone())),
-                (None, None, Some(ip)) => match by_leased_ip(db, ip).await? {
-                    Some((id, m)) => (id, Some(m)),
-                    None => {
-                        return Err(ApiError::invalid(
-                            "ip",
-                            format!(
-                                "no recent DHCP lease of {ip} is known; name the node by mac or system"
-                            ),
-                        ));
-                    }
-                },
-                (None, None, None) => {
-                    return Err(ApiError::invalid(
-                        "mac",
-                        "name the node: mac, system or the ip it was leased",
-                    ));
-                }
-            };
-            // Only a job server's own certificate says which job server
-            // reports, so only its reports can attest `/ipxe/` requests.
-            let jobserver_id = if jobserver {
-                let mut q = db.sql();
-                q.push("SELECT id FROM jobservers WHERE name = ")
-                    .bind(Val::Text(Some(name.clone())));
-                q.query()
-                    .fetch_optional(db.pool())
-                    .await
-                    .map_err(internal)?
-                    .map(|r| int(&r, "id"))
-                    .transpose()
-                    .map_err(internal)?
-            } else {
-                None
-            };
-            NewEvent {
-                system_id,
-                mac,
-                phase: body.phase,
-                source: if jobserver {
-                    format!("jobserver:{name}")
-                } else {
-                    name.clone()
-                },
-                jobserver_id,
-                ip: body.ip,
-                detail: body.detail,
-            }
-        }
-    };
-    let stored = record(db, ev).await.map_err(internal)?;
-    st.boot_events.notify_waiters();
-    Ok((StatusCode::CREATED, Json(stored)).into_response())
 }
 
 fn event_of(r: &AnyRow) -> Result<BootEvent, sqlx::Error> {
@@ -559,53 +373,28 @@ fn event_of(r: &AnyRow) -> Result<BootEvent, sqlx::Error> {
 
 const EVENT_COLUMNS: &str = "SELECT e.id, e.system_id, s.hostname, e.mac, e.boot_id, e.phase, e.at, e.source, e.ip, e.detail FROM boot_events e LEFT JOIN systems s ON s.id = e.system_id WHERE ";
 
-/// `GET /api/v1/boot/events`.
-pub async fn get_events(
-    State(st): State<AppState>,
-    axum::Extension(principal): axum::Extension<Principal>,
-    RawQuery(q): RawQuery,
-) -> Result<Json<Vec<BootEvent>>, ApiError> {
-    let db = &st.db;
-    let role = role(&st, &principal)?;
-    let (mut system, mut mac, mut all) = (None, None, false);
-    for (k, v) in url::form_urlencoded::parse(q.unwrap_or_default().as_bytes()) {
-        match k.as_ref() {
-            "system" => system = Some(v.into_owned()),
-            "mac" => mac = Some(normal_mac(&v)?),
-            "boot" if v == "all" => all = true,
-            "boot" if v == "last" => all = false,
-            _ => {
-                return Err(ApiError::invalid(
-                    &k,
-                    "unknown query parameter; boot events take system, mac and boot=last|all",
-                ));
-            }
-        }
-    }
-    if let Role::Node(host) = &role {
-        // A node reads its own timeline only.
-        let own = match &system {
-            None => mac.is_none(),
-            Some(s) => {
-                system_by_key(db, s).await?.map(|(_, h)| h).as_deref() == Some(host.as_str())
-            }
-        };
-        if !own {
-            return Err(ApiError::Forbidden(format!(
-                "a node's certificate reads its own boot events ({host}) only"
-            )));
-        }
-        if system.is_none() {
-            system = Some(host.clone());
-        }
-    }
+/// Whose events [`events`] reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Timeline<'a> {
+    /// A known system, by id.
+    System(i64),
+    /// A MAC the inventory does not know.
+    Mac(&'a str),
+    /// The latest event of every node, known or not.
+    Latest,
+}
+
+/// The events of `timeline`, oldest first: the last boot's, or with `all`
+/// every one (at most [`MAX_EVENTS`]).
+pub async fn events(
+    db: &Db,
+    timeline: Timeline<'_>,
+    all: bool,
+) -> Result<Vec<BootEvent>, BootError> {
     let mut sql = db.sql();
     sql.push(EVENT_COLUMNS);
-    match (&system, &mac) {
-        (Some(s), _) => {
-            let (id, _) = system_by_key(db, s)
-                .await?
-                .ok_or_else(|| ApiError::NotFound(format!("no system {s}")))?;
+    match timeline {
+        Timeline::System(id) => {
             sql.push("e.system_id = ").bind(Val::Int(Some(id)));
             if !all {
                 sql.push(
@@ -615,103 +404,22 @@ pub async fn get_events(
                 .push(")");
             }
         }
-        (None, Some(m)) => {
+        Timeline::Mac(m) => {
             sql.push("e.system_id IS NULL AND e.mac = ")
-                .bind(Val::Text(Some(m.clone())));
+                .bind(Val::Text(Some(m.to_owned())));
             if !all {
                 sql.push(" AND e.boot_id = (SELECT MAX(boot_id) FROM boot_events WHERE system_id IS NULL AND mac = ")
-                    .bind(Val::Text(Some(m.clone())))
+                    .bind(Val::Text(Some(m.to_owned())))
                     .push(")");
             }
         }
-        (None, None) => {
-            // The latest event of every node, known or not.
+        Timeline::Latest => {
             sql.push("e.id IN (SELECT MAX(id) FROM boot_events WHERE system_id IS NOT NULL GROUP BY system_id) OR e.id IN (SELECT MAX(id) FROM boot_events WHERE system_id IS NULL GROUP BY mac)");
         }
     }
     sql.push(&format!(" ORDER BY e.id LIMIT {MAX_EVENTS}"));
-    let rows = sql.query().fetch_all(db.pool()).await.map_err(internal)?;
-    rows.iter()
-        .map(event_of)
-        .collect::<Result<Vec<_>, _>>()
-        .map(Json)
-        .map_err(internal)
-}
-
-/// `GET /api/v1/boot/manifest`: a node's own manifest (admins: `?system=`).
-pub async fn manifest(
-    State(st): State<AppState>,
-    axum::Extension(principal): axum::Extension<Principal>,
-    RawQuery(q): RawQuery,
-) -> Result<Json<BootManifest>, ApiError> {
-    let asked = url::form_urlencoded::parse(q.unwrap_or_default().as_bytes())
-        .find(|(k, _)| k == "system")
-        .map(|(_, v)| v.into_owned());
-    let host = match (role(&st, &principal)?, asked) {
-        (Role::Node(h), None) => h,
-        (Role::Node(h), Some(s)) if s == h => h,
-        (Role::Admin(_), Some(s)) => s,
-        (Role::Admin(_), None) => {
-            return Err(ApiError::invalid("system", "name the node: ?system=<host>"));
-        }
-        _ => {
-            return Err(ApiError::Forbidden(
-                "a boot manifest is for the node itself, with its own certificate".into(),
-            ));
-        }
-    };
-    let lookup =
-        crate::http::ipxe::load_node(&st.db, crate::http::ipxe::NodeKey::Host(&host)).await?;
-    let crate::netboot::Lookup::Known(view) = lookup.lookup else {
-        return Err(ApiError::NotFound(format!("no system {host}")));
-    };
-    let Some(image) = &view.image else {
-        return Err(ApiError::Conflict {
-            message: format!("{host} has no image; set one in the inventory"),
-            field: Some("image".into()),
-        });
-    };
-    let sha = &image.rootfs_sha256;
-    if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(ApiError::Conflict {
-            message: format!(
-                "image {} version {} has no recorded rootfs checksum; set rootfs_sha256 and rootfs_size from its manifest.json",
-                image.slug, image.version
-            ),
-            field: Some("rootfs_sha256".into()),
-        });
-    }
-    let sources: Vec<String> = crate::netboot::choose_jobservers(&view)
-        .iter()
-        .filter_map(|j| {
-            let base = jobserver_base_url(j.address.as_deref()?, j.port);
-            Some(image_file_url(
-                &base,
-                &image.slug,
-                image.version,
-                ImageFile::Rootfs,
-            ))
-        })
-        .collect();
-    if sources.is_empty() {
-        return Err(ApiError::Conflict {
-            message: format!(
-                "image {} version {} is on no job server of {host}'s network",
-                image.slug, image.version
-            ),
-            field: None,
-        });
-    }
-    Ok(Json(BootManifest {
-        system_id: view.system_id,
-        hostname: view.hostname.clone(),
-        image: image.slug.clone(),
-        version: image.version,
-        size: lookup.rootfs_size,
-        sha256: sha.to_ascii_lowercase(),
-        sources,
-        tmpfs_size: (lookup.tmpfs_gib > 0).then(|| format!("{}G", lookup.tmpfs_gib)),
-    }))
+    let rows = sql.query().fetch_all(db.pool()).await?;
+    Ok(rows.iter().map(event_of).collect::<Result<Vec<_>, _>>()?)
 }
 
 #[cfg(test)]

@@ -20,10 +20,9 @@ use crate::db::crud::{self, ListQuery, Mode};
 use crate::db::{Db, kinds};
 use crate::first_start;
 use crate::http;
+use crate::pki::{SignerClient, SpawnSpec, ca, helper, https};
 use crate::privileges;
 use crate::secrets::{self, SecretBox};
-use crate::signer::{SignerClient, SpawnSpec};
-use crate::tls;
 
 /// The mProv control service: inventory, REST API and boot configuration of an
 /// HPC cluster.
@@ -244,7 +243,7 @@ async fn run(command: Command) -> Result<()> {
             user,
         } => {
             let exe = std::env::current_exe().context("cannot find this program's path")?;
-            crate::signer::supervise(|| {
+            helper::supervise(|| {
                 let mut cmd = std::process::Command::new(&exe);
                 cmd.arg("signer-worker")
                     .arg("--tls-dir")
@@ -269,7 +268,7 @@ async fn run(command: Command) -> Result<()> {
             hours,
             settings,
         } => {
-            if !crate::enroll::valid_name(&name) {
+            if !crate::enrollment::valid_name(&name) {
                 bail!(
                     "--name {name:?} is not a job server's name (letters, digits, '-', '.', '_')"
                 );
@@ -277,11 +276,11 @@ async fn run(command: Command) -> Result<()> {
             let (_, db, _) = open(settings).await?;
             let ttl = std::time::Duration::from_secs(u64::from(hours) * 3600);
             let purpose = if replace {
-                crate::enroll::Purpose::Replace
+                crate::enrollment::Purpose::Replace
             } else {
-                crate::enroll::Purpose::New
+                crate::enrollment::Purpose::New
             };
-            let token = crate::enroll::create_token_for(&db, &name, ttl, purpose).await?;
+            let token = crate::enrollment::create_token_for(&db, &name, ttl, purpose).await?;
             eprintln!(
                 "enrollment token (single use, expires {}; it cannot be shown again):",
                 token.expires_at
@@ -402,13 +401,13 @@ async fn serve(settings: Settings) -> Result<()> {
         );
     }
     let report = first_start::run(&config, &db, &sb).await?;
-    if config.shared_key_mode == crate::http::scope::SharedKeyMode::All {
+    if config.shared_key_mode == crate::config::SharedKeyMode::All {
         tracing::warn!(
             "MPROV_SHARED_KEY_MODE=all: the shared API key still works everywhere; enroll job servers and nodes with certificates, then set it to nodes or off"
         );
     }
     local_enroll_token(&config, &db).await?;
-    tls::site_cert(&config).context("cannot set up TLS")?;
+    https::site_cert(&config).context("cannot set up TLS")?;
     // Started as root, the helper and this service each become their own
     // system user; MPROV_SERVICE_USER=root keeps this service root (not advised).
     let root = privileges::is_root();
@@ -425,7 +424,7 @@ async fn serve(settings: Settings) -> Result<()> {
     // Before the signer reads the CA: the folders are root's again, and only
     // the database's own folder is the service user's.
     secure_folders(&config, web_user.as_ref())?;
-    tls::ensure_dir(&config.tls_dir).context("cannot set up TLS")?;
+    ca::ensure_dir(&config.tls_dir).context("cannot set up TLS")?;
     let signer = SignerClient::spawn(SpawnSpec {
         exe: std::env::current_exe().context("cannot find this program's path")?,
         tls_dir: config.tls_dir.clone(),
@@ -437,19 +436,19 @@ async fn serve(settings: Settings) -> Result<()> {
         },
     })
     .await?;
-    let tls = tls::prepare(&config, &signer)
+    let tls = https::prepare(&config, &signer)
         .await
         .context("cannot set up TLS")?;
     match &tls.server {
-        tls::ServerCert::Site => {
+        https::ServerCert::Site => {
             tracing::info!("HTTPS serves the site certificate from MPROV_TLS_CERT");
         }
-        tls::ServerCert::Kept => tracing::debug!("the HTTPS certificate is still good"),
-        tls::ServerCert::Made(_) => {}
+        https::ServerCert::Kept => tracing::debug!("the HTTPS certificate is still good"),
+        https::ServerCert::Made(_) => {}
     }
     tracing::info!(
         "CA certificate {} (sha256 {})",
-        tls.dir.join(tls::CA_CERT).display(),
+        tls.dir.join(ca::CA_CERT).display(),
         tls.ca_fingerprint()
     );
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -463,7 +462,7 @@ async fn serve(settings: Settings) -> Result<()> {
                     "cannot listen on {at} for HTTPS (MPROV_HTTPS_LISTEN; `off` turns HTTPS off)"
                 )
             })?;
-            Some((l.local_addr()?, l, tls::server_config(&tls)?))
+            Some((l.local_addr()?, l, https::server_config(&tls)?))
         }
         None => None,
     };
@@ -559,8 +558,8 @@ async fn serve(settings: Settings) -> Result<()> {
 /// Until a job server has enrolled, leaves a fresh one-time token in the
 /// config folder for the job server on this host; afterwards removes it.
 async fn local_enroll_token(config: &Config, db: &Db) -> Result<()> {
-    let path = config.config_dir.join(crate::enroll::TOKEN_FILE);
-    if crate::enroll::jobserver_enrolled(db).await? {
+    let path = config.config_dir.join(crate::enrollment::TOKEN_FILE);
+    if crate::enrollment::jobserver_enrolled(db).await? {
         if path.exists() {
             std::fs::remove_file(&path)
                 .with_context(|| format!("cannot remove {}", path.display()))?;
@@ -571,12 +570,13 @@ async fn local_enroll_token(config: &Config, db: &Db) -> Result<()> {
     // it (its --name defaults to the host name).
     let name = config.hostname.split('.').next().unwrap_or_default();
     if let Ok(kept) = std::fs::read_to_string(&path)
-        && crate::enroll::token_usable(db, kept.trim(), name).await?
+        && crate::enrollment::token_usable(db, kept.trim(), name).await?
     {
         return Ok(());
     }
-    let token = crate::enroll::create_token(db, name, crate::enroll::DEFAULT_TOKEN_TTL).await?;
-    tls::write_file(&path, format!("{}\n", token.token).as_bytes(), 0o600)?;
+    let token =
+        crate::enrollment::create_token(db, name, crate::enrollment::DEFAULT_TOKEN_TTL).await?;
+    ca::write_file(&path, format!("{}\n", token.token).as_bytes(), 0o600)?;
     tracing::info!(
         "no job server has enrolled yet: a one-time token for the local one (named {name}) is in {} (expires {})",
         path.display(),
@@ -590,7 +590,7 @@ async fn local_enroll_token(config: &Config, db: &Db) -> Result<()> {
 /// - the config folder and its files: this process's user (root), 0700 and
 ///   owner-only files;
 /// - the state folder: root's, 0711 (passed through, never listed); the TLS
-///   folder inside it is checked by [`tls::ensure_dir`] and never handed over;
+///   folder inside it is checked by [`ca::ensure_dir`] and never handed over;
 /// - an SQLite database's folder and files: the web service's user's, 0700
 ///   and 0600; that folder must hold nothing else of mProv's, and the user
 ///   must be able to reach it (checked here, before the switch).
@@ -630,13 +630,13 @@ fn secure_folders(config: &Config, user: Option<&nix::unistd::User>) -> Result<(
             why,
             suggested: config
                 .state_dir
-                .join(first_start::DB_DIR)
-                .join(first_start::DB_FILE),
+                .join(crate::config::DB_DIR)
+                .join(crate::config::DB_FILE),
         }
         .into());
     }
     privileges::own_folder(dir, owner, 0o700)?;
-    for suffix in first_start::DB_SUFFIXES {
+    for suffix in crate::config::DB_SUFFIXES {
         let mut p = db.clone().into_os_string();
         p.push(suffix);
         let p = std::path::PathBuf::from(p);
@@ -657,14 +657,14 @@ fn secure_folders(config: &Config, user: Option<&nix::unistd::User>) -> Result<(
 /// `mprov-control signer`: make or load the CA, become `user`, then sign
 /// what `serve` asks over standard input and output.
 fn run_signer(tls_dir: &std::path::Path, hostname: &str, user: Option<&str>) -> Result<()> {
-    let signer = match crate::signer::Signer::open(tls_dir, hostname) {
+    let signer = match helper::Signer::open(tls_dir, hostname) {
         Ok(s) => s,
         Err(e) => {
             // The supervisor gives up on this exit code, and the reason is
             // in the log.
             tracing::error!("signer: {e:#}");
             eprintln!("error: signer: {e}");
-            std::process::exit(crate::signer::WORKER_CANNOT_OPEN);
+            std::process::exit(helper::WORKER_CANNOT_OPEN);
         }
     };
     if let Some(name) = user
@@ -674,9 +674,8 @@ fn run_signer(tls_dir: &std::path::Path, hostname: &str, user: Option<&str>) -> 
         privileges::drop_to(&user)?;
         tracing::debug!("signer: running as {name}");
     }
-    crate::signer::announce(&signer, std::io::stdout().lock()).context("signer: hand-shake")?;
-    crate::signer::serve(&signer, std::io::stdin().lock(), std::io::stdout().lock())
-        .context("signer")
+    helper::announce(&signer, std::io::stdout().lock()).context("signer: hand-shake")?;
+    helper::serve(&signer, std::io::stdin().lock(), std::io::stdout().lock()).context("signer")
 }
 
 /// Writes `addr` to `path` whole, so a reader never sees half an address.

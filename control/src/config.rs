@@ -68,7 +68,7 @@ pub struct Settings {
     /// is still accepted: all (default, warned about), nodes (only what a node
     /// does to itself) or off.
     #[arg(long, env = "MPROV_SHARED_KEY_MODE", default_value = "all")]
-    pub shared_key_mode: crate::http::scope::SharedKeyMode,
+    pub shared_key_mode: SharedKeyMode,
     /// Config folder (secret key, admin password, job server API key).
     #[arg(long, env = "MPROV_CONFIG_DIR", default_value = DEFAULT_CONFIG_DIR)]
     pub config_dir: PathBuf,
@@ -158,7 +158,7 @@ pub struct Settings {
     /// How long a job server's certificate is valid, in seconds (default 90
     /// days, the most allowed; at least 60). Job servers renew theirs when a
     /// third is left, so a short value (tests, drills) exercises renewal.
-    #[arg(long, env = "MPROV_JOBSERVER_CERT_SECONDS", value_parser = clap::value_parser!(u64).range(60..=crate::enroll::JOBSERVER_MAX_SECONDS))]
+    #[arg(long, env = "MPROV_JOBSERVER_CERT_SECONDS", value_parser = clap::value_parser!(u64).range(60..=JOBSERVER_MAX_SECONDS))]
     pub jobserver_cert_seconds: Option<u64>,
 }
 
@@ -198,7 +198,7 @@ pub struct Config {
     /// The TLS folder.
     pub tls_dir: PathBuf,
     /// Where the shared API key is accepted.
-    pub shared_key_mode: crate::http::scope::SharedKeyMode,
+    pub shared_key_mode: SharedKeyMode,
     /// The web service's system user; `None`: stay as started.
     pub user: Option<String>,
     /// The signing helper's system user; `None`: stay as started.
@@ -365,8 +365,8 @@ impl Config {
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or_else(|| s.state_dir.join("tls"));
         let nonempty = |p: Option<PathBuf>| p.filter(|p| !p.as_os_str().is_empty());
-        let backup_dir = nonempty(s.backup_dir.clone())
-            .unwrap_or_else(|| s.state_dir.join(crate::backup::BACKUP_DIR_NAME));
+        let backup_dir =
+            nonempty(s.backup_dir.clone()).unwrap_or_else(|| s.state_dir.join(BACKUP_DIR_NAME));
         let served_dirs = s
             .served_dirs
             .split(',')
@@ -404,9 +404,7 @@ impl Config {
             secret_key: s.secret_key.filter(|k| !k.is_empty()),
             backup_dir,
             served_dirs,
-            jobserver_cert_seconds: s
-                .jobserver_cert_seconds
-                .unwrap_or(crate::enroll::JOBSERVER_MAX_SECONDS),
+            jobserver_cert_seconds: s.jobserver_cert_seconds.unwrap_or(JOBSERVER_MAX_SECONDS),
         })
     }
 
@@ -487,7 +485,7 @@ fn enc(s: &str) -> String {
 
 fn database_url(s: &Settings) -> Result<String, ConfigError> {
     let engine = s.db_engine.as_deref().unwrap_or("sqlite");
-    let engine: crate::db::Engine = engine
+    let engine: Engine = engine
         .parse()
         .map_err(|()| ConfigError::Engine(engine.to_owned()))?;
     let auth = if s.db_pass.is_empty() {
@@ -496,16 +494,13 @@ fn database_url(s: &Settings) -> Result<String, ConfigError> {
         format!("{}:{}", enc(&s.db_user), enc(&s.db_pass))
     };
     Ok(match engine {
-        crate::db::Engine::Sqlite => {
+        Engine::Sqlite => {
             format!(
                 "sqlite://{}?mode=rwc",
-                s.state_dir
-                    .join(crate::first_start::DB_DIR)
-                    .join(crate::first_start::DB_FILE)
-                    .display()
+                s.state_dir.join(DB_DIR).join(DB_FILE).display()
             )
         }
-        crate::db::Engine::Mysql => {
+        Engine::Mysql => {
             format!(
                 "mysql://{auth}@{}:{}/{}",
                 s.db_host,
@@ -513,13 +508,99 @@ fn database_url(s: &Settings) -> Result<String, ConfigError> {
                 enc(&s.db_name)
             )
         }
-        crate::db::Engine::Postgres => format!(
+        Engine::Postgres => format!(
             "postgres://{auth}@{}:{}/{}",
             s.db_host,
             s.db_port.unwrap_or(5432),
             enc(&s.db_name)
         ),
     })
+}
+
+/// The SQLite database's folder inside the state folder: the one folder the
+/// web service's user owns.
+pub const DB_DIR: &str = "db";
+/// The SQLite database's file name.
+pub const DB_FILE: &str = "mprov.sqlite3";
+/// What an SQLite database has beside its main file.
+pub const DB_SUFFIXES: &[&str] = &["", "-wal", "-shm", "-journal"];
+
+/// How long a job-server certificate is valid, in days.
+pub const JOBSERVER_DAYS: u32 = 90;
+/// The same in seconds: the default and the most `MPROV_JOBSERVER_CERT_SECONDS` may ask.
+pub const JOBSERVER_MAX_SECONDS: u64 = JOBSERVER_DAYS as u64 * 86_400;
+/// The backups folder's name inside the state folder (the default).
+pub const BACKUP_DIR_NAME: &str = "backups";
+
+/// The database engine behind the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// MariaDB or MySQL.
+    Mysql,
+    /// PostgreSQL.
+    Postgres,
+    /// SQLite, the embedded default.
+    Sqlite,
+}
+
+impl Engine {
+    /// The engine a database URL names.
+    pub fn from_url(url: &str) -> Option<Engine> {
+        let scheme = url.split(':').next()?;
+        match scheme {
+            "sqlite" => Some(Engine::Sqlite),
+            "mysql" | "mariadb" => Some(Engine::Mysql),
+            "postgres" | "postgresql" => Some(Engine::Postgres),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Engine::Mysql => "mysql",
+            Engine::Postgres => "postgres",
+            Engine::Sqlite => "sqlite",
+        })
+    }
+}
+
+impl std::str::FromStr for Engine {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "sqlite" | "sqlite3" | "django.db.backends.sqlite3" => Ok(Engine::Sqlite),
+            "mysql" | "mariadb" | "django.db.backends.mysql" => Ok(Engine::Mysql),
+            "postgres" | "postgresql" | "django.db.backends.postgresql" => Ok(Engine::Postgres),
+            _ => Err(()),
+        }
+    }
+}
+
+/// Where the old shared API key is still accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedKeyMode {
+    /// Everywhere, as an admin (as before certificates).
+    All,
+    /// Only for what a node does to itself.
+    Nodes,
+    /// Nowhere.
+    Off,
+}
+
+impl std::str::FromStr for SharedKeyMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "all" | "" => Ok(SharedKeyMode::All),
+            "nodes" => Ok(SharedKeyMode::Nodes),
+            "off" => Ok(SharedKeyMode::Off),
+            other => Err(format!(
+                "MPROV_SHARED_KEY_MODE={other:?} is not all, nodes or off"
+            )),
+        }
+    }
 }
 
 #[cfg(test)]

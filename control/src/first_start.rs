@@ -12,18 +12,19 @@
 //! the database, so a second start changes nothing, and an admin's later edits
 //! (a deleted default script, say) are never undone.
 
-use std::fs::{self, DirBuilder, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Map, Value, json};
 
-use crate::config::Config;
+use crate::config::{Config, DB_DIR, DB_FILE, DB_SUFFIXES};
 use crate::db::Db;
 use crate::db::crud::{self, Mode};
 use crate::db::kinds;
+use crate::privileges::make_dir;
 use crate::secrets::{self, SecretBox};
 
 /// The file that keeps the generated secret key.
@@ -63,14 +64,6 @@ pub struct Report {
     /// The job server API key file was written now.
     pub wrote_apikey: bool,
 }
-
-/// The SQLite database's folder inside the state folder: the one folder the
-/// web service's user owns.
-pub const DB_DIR: &str = "db";
-/// The SQLite database's file name.
-pub const DB_FILE: &str = "mprov.sqlite3";
-/// What an SQLite database has beside its main file.
-pub const DB_SUFFIXES: &[&str] = &["", "-wal", "-shm", "-journal"];
 
 /// Makes the config folder (0700), the state folder (0711: the service
 /// user passes through it to its database, and lists nothing) and the
@@ -126,28 +119,6 @@ pub fn make_dirs(config: &Config) -> Result<()> {
                 db.display()
             );
         }
-    }
-    Ok(())
-}
-
-/// Creates `dir` with `mode` if it is missing. Folders above it that must be
-/// made get 0755: only the last folder of a new path is private, so a user
-/// the service hands a folder to can still reach it.
-pub fn make_dir(dir: &Path, mode: u32) -> Result<()> {
-    let missing: Vec<&Path> = dir
-        .ancestors()
-        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
-        .collect();
-    for p in missing.iter().rev() {
-        let m = if *p == dir { mode } else { 0o755 };
-        match DirBuilder::new().mode(m).create(p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e).with_context(|| format!("cannot create {}", p.display())),
-        }
-        // The umask (077 in the service) must not take away what was asked.
-        fs::set_permissions(p, fs::Permissions::from_mode(m))
-            .with_context(|| format!("cannot set the mode of {}", p.display()))?;
     }
     Ok(())
 }

@@ -1,18 +1,34 @@
 //! The mProv control service: the inventory database, the REST API under
 //! `/api/v1/`, first start, the version lock, the install's own certificate
-//! authority with the HTTPS listener, `/ipxe/` and enrollment. Not written
-//! yet: the admin pages and the job queue.
+//! authority with the HTTPS listener, the signing helper, enrollment of job
+//! servers and nodes, `/ipxe/`, the boot timeline and manifest, and backups.
+//! Not written yet: the admin pages and the job queue.
 //!
-//! Layers, outside in: [`cli`] (subcommands) → [`http`] (router, auth, errors,
-//! OpenAPI) → [`db`] (kind descriptors, generic CRUD, migrations). [`effective`]
-//! is the pure config-layering logic; [`secrets`] the key material;
-//! [`first_start`] what a new install makes once; [`tls`] the CA and the HTTPS
-//! certificate; [`signer`] the helper process that alone reads the CA key;
-//! [`privileges`] the switch from root to the service's own users. Only this crate touches the
-//! database: every other component goes through the API (`mprov-api`).
+//! Layered bottom-up; a module names only its own layer and those below,
+//! only [`http`] and [`cli`] name HTTP types, and `cargo xtask layering
+//! --deny` (a step of `cargo xtask test`) enforces both:
+//!
+//! 1. [`config`] (the typed configuration), [`secrets`] (key material),
+//!    [`effective`] (the pure config-layering logic), [`privileges`] (the
+//!    switch from root to the service's own users);
+//! 2. [`db`] (kind descriptors, generic CRUD, migrations, time stamps),
+//!    [`bootconfig`] (the job servers' boot config), [`pki`] (the CA, the
+//!    signing helper that alone reads the CA key, and its client);
+//! 3. the domain: [`identity`] (principals; certificate, API key and
+//!    password checks), [`enrollment`] (tokens, nonces, credentials),
+//!    [`boot`] (the boot timeline) and [`netboot`] (the pure `/ipxe/`
+//!    decision), [`first_start`] (what a new install makes once), [`backup`];
+//! 4. [`access`]: what each principal may reach;
+//! 5. [`http`]: router, middleware, thin handlers, the one `ApiError`;
+//!    [`fuzz`]: the fuzz targets' entry points;
+//! 6. [`cli`]: the subcommands.
+//!
+//! Only this crate touches the database: every other component goes
+//! through the API (`mprov-api`).
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod backup;
 pub mod boot;
 pub mod bootconfig;
@@ -20,12 +36,12 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod effective;
-pub mod enroll;
+pub mod enrollment;
 pub mod first_start;
 pub mod fuzz;
 pub mod http;
+pub mod identity;
 pub mod netboot;
+pub mod pki;
 pub mod privileges;
 pub mod secrets;
-pub mod signer;
-pub mod tls;

@@ -16,10 +16,14 @@
 //!   parent it cannot enter (root's 0700 home, say) stops the start with the
 //!   folder named and what to do.
 
-use std::fs::{File, Metadata, OpenOptions};
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::fs::{self, DirBuilder, File, Metadata, OpenOptions};
+use std::os::unix::fs::{
+    DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use anyhow::Context as _;
 
 use nix::sys::stat::{Mode, fchmod};
 use nix::unistd::{Gid, Uid, User, fchown, setgid, setgroups, setuid};
@@ -357,6 +361,28 @@ pub fn drop_to(user: &User) -> Result<(), PrivError> {
     setuid(user.uid).map_err(switch)?;
     if setuid(Uid::from_raw(0)).is_ok() || setgid(Gid::from_raw(0)).is_ok() {
         return Err(PrivError::Regained(user.name.clone()));
+    }
+    Ok(())
+}
+
+/// Creates `dir` with `mode` if it is missing. Folders above it that must be
+/// made get 0755: only the last folder of a new path is private, so a user
+/// the service hands a folder to can still reach it.
+pub fn make_dir(dir: &Path, mode: u32) -> anyhow::Result<()> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+        .collect();
+    for p in missing.iter().rev() {
+        let m = if *p == dir { mode } else { 0o755 };
+        match DirBuilder::new().mode(m).create(p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", p.display())),
+        }
+        // The umask (077 in the service) must not take away what was asked.
+        fs::set_permissions(p, fs::Permissions::from_mode(m))
+            .with_context(|| format!("cannot set the mode of {}", p.display()))?;
     }
     Ok(())
 }

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mprov_control::db::Db;
+use mprov_control::enrollment;
 use mprov_control::http;
+use mprov_control::pki::SignerClient;
+use mprov_control::pki::https;
 use mprov_control::secrets::SecretBox;
-use mprov_control::signer::SignerClient;
-use mprov_control::{enroll, tls};
 use rustls::pki_types::pem::PemObject as _;
 use tokio_util::sync::CancellationToken;
 
@@ -70,8 +71,8 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
     ));
     let db = Db::open(&db_url).await.unwrap();
     let signer = SignerClient::in_process(&tls_dir, "mpcc").unwrap();
-    let material = tls::prepare(&config, &signer).await.unwrap();
-    let server_config = tls::server_config(&material).unwrap();
+    let material = https::prepare(&config, &signer).await.unwrap();
+    let server_config = https::server_config(&material).unwrap();
     let state = Arc::new(
         http::Inner::new(db.clone(), config, SecretBox::new("k"))
             .with_ca(material.ca_pem.clone())
@@ -86,7 +87,7 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
         state,
         stop.clone(),
     ));
-    let token = enroll::create_token(&db, "js1", Duration::from_secs(3600))
+    let token = enrollment::create_token(&db, "js1", Duration::from_secs(3600))
         .await
         .unwrap()
         .token;
@@ -123,12 +124,16 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
     .unwrap();
 
     // The credential is on record; revoked, the job server reads nothing.
-    assert!(enroll::jobserver_enrolled(&db).await.unwrap());
+    assert!(enrollment::jobserver_enrolled(&db).await.unwrap());
     let cert = std::fs::read(d.join("js/identity/jobserver.crt")).unwrap();
     let der = rustls::pki_types::CertificateDer::from_pem_slice(&cert).unwrap();
     let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
     let serial = hex::encode(parsed.raw_serial());
-    assert!(enroll::revoke_serial(&db, &serial, "test").await.unwrap());
+    assert!(
+        enrollment::revoke_serial(&db, &serial, "test")
+            .await
+            .unwrap()
+    );
     let (u, dd) = (url.clone(), d.clone());
     tokio::task::spawn_blocking(move || {
         let log = dd.join("js-3.log");

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mprov_api::client::{Auth, Client};
 use mprov_control::db::{Db, Val};
+use mprov_control::enrollment;
 use mprov_control::http;
+use mprov_control::pki::SignerClient;
+use mprov_control::pki::https;
 use mprov_control::secrets::{self, SecretBox};
-use mprov_control::signer::SignerClient;
-use mprov_control::{enroll, tls};
 use rustls::pki_types::pem::PemObject as _;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -131,8 +132,8 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
     ]);
     sql.query().execute(db.pool()).await.unwrap();
     let signer = SignerClient::in_process(&tls_dir, "mpcc").unwrap();
-    let material = tls::prepare(&config, &signer).await.unwrap();
-    let server_config = tls::server_config(&material).unwrap();
+    let material = https::prepare(&config, &signer).await.unwrap();
+    let server_config = https::server_config(&material).unwrap();
     let state = Arc::new(
         http::Inner::new(db.clone(), config, SecretBox::new("k"))
             .with_ca(material.ca_pem.clone())
@@ -147,7 +148,7 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
         state,
         stop.clone(),
     ));
-    let token = enroll::create_token(&db, "js1", Duration::from_secs(3600))
+    let token = enrollment::create_token(&db, "js1", Duration::from_secs(3600))
         .await
         .unwrap()
         .token;

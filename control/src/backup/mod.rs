@@ -52,8 +52,7 @@ use archive::{Contents, FORMAT, FORMAT_VERSION, Manifest, Secrets};
 /// The setting that records the last backup (JSON: at, file, bytes), for the
 /// admin pages.
 pub const LAST_BACKUP_SETTING: &str = "last_backup";
-/// The backups folder's name inside the state folder (the default).
-pub const BACKUP_DIR_NAME: &str = "backups";
+pub use crate::config::BACKUP_DIR_NAME;
 /// The job server's export folder's name inside the state folder, which its
 /// HTTP server serves when it runs on the control host.
 pub const EXPORT_DIR_NAME: &str = "export";
@@ -523,11 +522,11 @@ pub async fn restore(config: &Config, bytes: Vec<u8>, force: bool) -> Result<Res
 fn write_secrets(config: &Config, s: &Secrets) -> Result<()> {
     crate::first_start::make_dirs(config)?;
     let key = config.config_dir.join(crate::first_start::SECRET_KEY_FILE);
-    crate::tls::write_file(&key, format!("{}\n", s.secret_key).as_bytes(), 0o600)?;
+    crate::pki::ca::write_file(&key, format!("{}\n", s.secret_key).as_bytes(), 0o600)?;
     if !s.tls_files.is_empty() {
-        crate::tls::ensure_dir(&config.tls_dir)?;
+        crate::pki::ca::ensure_dir(&config.tls_dir)?;
         for (name, mode, data) in &s.tls_files {
-            crate::tls::write_file(&config.tls_dir.join(name), data, *mode & 0o644)?;
+            crate::pki::ca::write_file(&config.tls_dir.join(name), data, *mode & 0o644)?;
         }
     }
     Ok(())

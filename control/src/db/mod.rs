@@ -14,50 +14,15 @@ pub mod crud;
 pub mod health;
 pub mod kinds;
 
-use std::fmt;
-use std::str::FromStr;
-
 use sqlx::any::{AnyPoolOptions, AnyRow, AnyTypeInfoKind};
 use sqlx::{AnyPool, Row, ValueRef};
+
+pub use crate::config::Engine;
 
 /// How many values one statement binds at most. SQLite builds may cap a statement
 /// at 999 variables, PostgreSQL and MariaDB at 65,535; we stay under the
 /// smallest, so a group of any size is written in chunks.
 pub const MAX_BINDS: usize = 900;
-
-/// The database engine behind the pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
-    /// MariaDB or MySQL.
-    Mysql,
-    /// PostgreSQL.
-    Postgres,
-    /// SQLite, the embedded default.
-    Sqlite,
-}
-
-impl Engine {
-    /// The engine a database URL names.
-    pub fn from_url(url: &str) -> Option<Engine> {
-        let scheme = url.split(':').next()?;
-        match scheme {
-            "sqlite" => Some(Engine::Sqlite),
-            "mysql" | "mariadb" => Some(Engine::Mysql),
-            "postgres" | "postgresql" => Some(Engine::Postgres),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Engine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Engine::Mysql => "mysql",
-            Engine::Postgres => "postgres",
-            Engine::Sqlite => "sqlite",
-        })
-    }
-}
 
 /// A bound value, typed so a `NULL` reaches PostgreSQL with its column's type.
 #[derive(Debug, Clone, PartialEq)]
@@ -445,18 +410,6 @@ pub fn opt_bool(row: &AnyRow, col: &str) -> Result<Option<bool>, sqlx::Error> {
         AnyTypeInfoKind::Null => Ok(None),
         AnyTypeInfoKind::Bool => row.try_get::<bool, _>(col).map(Some),
         _ => opt_int(row, col).map(|v| v.map(|i| i != 0)),
-    }
-}
-
-impl FromStr for Engine {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "sqlite" | "sqlite3" | "django.db.backends.sqlite3" => Ok(Engine::Sqlite),
-            "mysql" | "mariadb" | "django.db.backends.mysql" => Ok(Engine::Mysql),
-            "postgres" | "postgresql" | "django.db.backends.postgresql" => Ok(Engine::Postgres),
-            _ => Err(()),
-        }
     }
 }
 

@@ -103,7 +103,7 @@ pub fn kind_routes(router: Router<AppState>, kind: &'static Kind) -> Router<AppS
     .patch(
         move |State(st): State<AppState>,
               Path(key): Path<String>,
-              principal: Option<axum::Extension<super::auth::Principal>>,
+              principal: Option<axum::Extension<crate::identity::Principal>>,
               body: JsonBody| async move {
             update(&st, kind, &key, principal.map(|p| p.0), body).await
         },
@@ -221,7 +221,7 @@ async fn update(
     st: &AppState,
     kind: &'static Kind,
     key: &str,
-    principal: Option<super::auth::Principal>,
+    principal: Option<crate::identity::Principal>,
     body: JsonBody,
 ) -> Result<Json<Obj>, ApiError> {
     let body = body.object()?;
@@ -229,7 +229,7 @@ async fn update(
     // written.
     let principal =
         principal.ok_or_else(|| ApiError::Unauthorized("no credentials were checked".into()))?;
-    super::scope::check_fields(
+    crate::access::check_fields(
         &principal,
         st.config.shared_key_mode,
         kind.name,

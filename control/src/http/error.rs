@@ -11,7 +11,11 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use crate::access::AccessError;
+use crate::boot::BootError;
 use crate::db::crud::StoreError;
+use crate::enrollment::EnrollError;
+use crate::identity::IdentityError;
 
 /// What went wrong with a request.
 #[derive(Debug)]
@@ -242,11 +246,70 @@ impl From<StoreError> for ApiError {
                 field,
             },
             StoreError::Conflict { field, message } => ApiError::Conflict { message, field },
-            StoreError::Db(e) if crate::db::health::is_unavailable(&e) => {
-                ApiError::DatabaseUnavailable(format!("database: {e}"))
-            }
-            StoreError::Db(e) => ApiError::Internal(format!("database: {e}")),
+            StoreError::Db(e) => database(e),
             StoreError::Hash(e) => ApiError::Internal(e),
+        }
+    }
+}
+
+/// A database error: a 503 while the database does not answer, else a 500.
+fn database(e: sqlx::Error) -> ApiError {
+    if crate::db::health::is_unavailable(&e) {
+        ApiError::DatabaseUnavailable(format!("database: {e}"))
+    } else {
+        ApiError::Internal(format!("database: {e}"))
+    }
+}
+
+impl From<EnrollError> for ApiError {
+    fn from(err: EnrollError) -> Self {
+        match err {
+            EnrollError::Refused(m) => ApiError::Unauthorized(m),
+            EnrollError::WrongName(m) => ApiError::Forbidden(m),
+            EnrollError::Conflict { message, field } => ApiError::Conflict { message, field },
+            EnrollError::Invalid { field, message } => ApiError::invalid(&field, message),
+            EnrollError::NoCredential(id) => ApiError::NotFound(format!("no credential {id}")),
+            EnrollError::CsrRefused(reason) => ApiError::bad_request("csr_refused", reason),
+            EnrollError::SignerDown { message, .. } => ApiError::Unavailable {
+                message,
+                retry_after: 5,
+            },
+            EnrollError::Db(e) => database(e),
+            e @ (EnrollError::NoSigner | EnrollError::Time(_)) => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<IdentityError> for ApiError {
+    fn from(err: IdentityError) -> Self {
+        match err {
+            IdentityError::Refused(m) => ApiError::Unauthorized(m),
+            IdentityError::Throttled {
+                message,
+                retry_after,
+            } => ApiError::TooManyRequests {
+                message,
+                retry_after,
+            },
+            IdentityError::Db(e) => database(e),
+            e @ IdentityError::Join(_) => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+impl From<BootError> for ApiError {
+    fn from(err: BootError) -> Self {
+        match err {
+            BootError::Db(e) => database(e),
+        }
+    }
+}
+
+impl From<AccessError> for ApiError {
+    fn from(err: AccessError) -> Self {
+        match err {
+            AccessError::Forbidden(m) => ApiError::Forbidden(m),
+            AccessError::Unauthorized(m) => ApiError::Unauthorized(m),
         }
     }
 }

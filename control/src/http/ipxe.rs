@@ -9,18 +9,18 @@
 //! 3. the attestation: a job server's report that it just leased the
 //!    request's source address to this MAC (the source counts through
 //!    `TRUSTED_PROXIES` only), waited for up to [`ATTEST_WAIT`];
-//! 4. for a boot, a fresh nonce ([`crate::enroll::mint_nonce`], which
+//! 4. for a boot, a fresh nonce ([`crate::enrollment::mint_nonce`], which
 //!    cancels the system's earlier ones) and the `script_served` event.
 //!
 //! iPXE cannot authenticate, so this is public; what it hands out (a nonce)
 //! goes only to a node booting now on its own provisioning segment.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mprov_api::boot::{BootPhase, ipxe_chain_url};
@@ -384,21 +384,10 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
         .map(|(_, v)| v.into_owned())
         .ok_or_else(|| ApiError::invalid("mac", "add ?mac=${net0/mac} to the chain URL"))?;
     let mac = crate::db::crud::parse_mac(&mac).map_err(|e| ApiError::invalid("mac", e))?;
-    let source = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip())
-        .map(|peer| {
-            let xff = req
-                .headers()
-                .get("x-forwarded-for")
-                .and_then(|v| v.to_str().ok());
-            st.config.client_ip(peer, xff)
-        })
-        .map(|ip| match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        });
+    let source = super::auth::client_ip(&st, &req).map(|ip| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    });
     let chain_url = ipxe_chain_url(&st.config.public_url);
     let fingerprint = st.ca_fingerprint.as_deref().unwrap_or_default();
     let node_url = st.config.node_url();
@@ -450,7 +439,7 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
             "no CA certificate to pin on the boot line".into(),
         )),
         Decision::Boot(plan) => {
-            let nonce = crate::enroll::mint_nonce(&st.db, plan.system_id).await?;
+            let nonce = crate::enrollment::mint_nonce(&st.db, plan.system_id).await?;
             let body = render(&decision, Some(&nonce))?;
             let event = crate::boot::NewEvent {
                 system_id: Some(plan.system_id),

@@ -7,11 +7,12 @@
 
 pub mod api;
 pub mod auth;
+pub mod boot;
+pub mod enroll;
 pub mod error;
 pub mod ipxe;
 pub mod openapi;
 pub mod outage;
-pub mod scope;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,9 +42,9 @@ pub struct Inner {
     /// Opens and seals stored secrets.
     pub secrets: SecretBox,
     /// Recently verified passwords.
-    pub passwords: auth::PasswordCache,
+    pub passwords: crate::identity::PasswordCache,
     /// Bounds argon2 work and counts wrong passwords.
-    pub throttle: auth::PasswordThrottle,
+    pub throttle: crate::identity::PasswordThrottle,
     /// Woken after every write through this process, for the long-polls.
     pub changed: tokio::sync::Notify,
     /// The CA certificate (PEM) served at `/ca.crt`, once TLS is set up.
@@ -52,7 +53,7 @@ pub struct Inner {
     /// set with `ca_pem` by [`Inner::with_ca`].
     pub ca_fingerprint: Option<String>,
     /// The signing helper, once TLS is set up.
-    pub signer: Option<crate::signer::SignerClient>,
+    pub signer: Option<crate::pki::SignerClient>,
     /// Woken after every boot event, for `/ipxe/` waiting on a lease report.
     pub boot_events: tokio::sync::Notify,
     /// `/ipxe/`'s rate limit.
@@ -66,8 +67,8 @@ impl Inner {
             db,
             config: config.clone(),
             secrets,
-            passwords: auth::PasswordCache::default(),
-            throttle: auth::PasswordThrottle::default(),
+            passwords: crate::identity::PasswordCache::default(),
+            throttle: crate::identity::PasswordThrottle::default(),
             changed: tokio::sync::Notify::new(),
             ca_pem: None,
             ca_fingerprint: None,
@@ -79,7 +80,7 @@ impl Inner {
 
     /// Signs agents' certificates through `signer`.
     #[must_use]
-    pub fn with_signer(mut self, signer: crate::signer::SignerClient) -> Inner {
+    pub fn with_signer(mut self, signer: crate::pki::SignerClient) -> Inner {
         self.signer = Some(signer);
         self
     }
@@ -90,7 +91,7 @@ impl Inner {
         use rustls::pki_types::pem::PemObject as _;
         self.ca_fingerprint = rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes())
             .ok()
-            .map(|der| crate::tls::fingerprint(&der));
+            .map(|der| crate::pki::ca::fingerprint(&der));
         self.ca_pem = Some(ca_pem);
         self
     }
@@ -107,21 +108,21 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/revision", get(api::revision))
         .route("/ca.crt", get(api::ca_cert))
         .route("/ipxe/", get(ipxe::ipxe))
-        .route("/enroll/jobserver/", post(crate::enroll::enroll_jobserver))
-        .route("/enroll/node/", post(crate::enroll::enroll_node))
-        .route("/enroll/renew/", post(crate::enroll::renew))
-        .route("/api/v1/enroll-tokens/", post(crate::enroll::new_token))
-        .route("/api/v1/credentials/", get(crate::enroll::list_credentials))
+        .route("/enroll/jobserver/", post(enroll::enroll_jobserver))
+        .route("/enroll/node/", post(enroll::enroll_node))
+        .route("/enroll/renew/", post(enroll::renew))
+        .route("/api/v1/enroll-tokens/", post(enroll::new_token))
+        .route("/api/v1/credentials/", get(enroll::list_credentials))
         .route(
             "/api/v1/credentials/{id}/revoke",
-            post(crate::enroll::revoke_credential),
+            post(enroll::revoke_credential),
         )
         .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
         .route(
             mprov_api::boot::EVENTS_PATH,
-            get(crate::boot::get_events).post(crate::boot::post_event),
+            get(boot::get_events).post(boot::post_event),
         )
-        .route(mprov_api::boot::MANIFEST_PATH, get(crate::boot::manifest))
+        .route(mprov_api::boot::MANIFEST_PATH, get(boot::manifest))
         .route("/api/v1/systems/{key}/config", get(api::effective_config))
         .route(
             "/api/v1/images/{key}/hosts/{jobserver}",

@@ -260,7 +260,7 @@ async fn populate(c: &Ctx, full: usize, members: usize) {
         .execute(db.pool())
         .await
         .unwrap();
-    mprov_control::enroll::create_token(db, "spare", std::time::Duration::from_secs(3600))
+    mprov_control::enrollment::create_token(db, "spare", std::time::Duration::from_secs(3600))
         .await
         .unwrap();
     let mut sql = db.sql();

@@ -172,7 +172,7 @@ pub(crate) async fn ctx_with_signer(engine: Engine) -> (Ctx, tempfile::TempDir) 
     let c = Ctx::new(engine).await;
     let tls = tempfile::tempdir().unwrap();
     let signer =
-        mprov_control::signer::SignerClient::in_process(&tls.path().join("tls"), "mpcc").unwrap();
+        mprov_control::pki::SignerClient::in_process(&tls.path().join("tls"), "mpcc").unwrap();
     let ca = signer.ca_pem().to_owned();
     let state: AppState = Arc::new(
         http::Inner::new(
@@ -468,7 +468,7 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
             )
             .with_ca(c.state.ca_pem.clone().unwrap())
             .with_signer(
-                mprov_control::signer::SignerClient::in_process(&tls.path().join("tls"), "mpcc")
+                mprov_control::pki::SignerClient::in_process(&tls.path().join("tls"), "mpcc")
                     .unwrap(),
             ),
         );

@@ -141,6 +141,11 @@ pub fn test(options: &TestOptions) -> Result<()> {
     step("tidy: workspace lints and dependency versions declared once");
     results.push(("tidy", tidy()));
 
+    results.push((
+        "layering",
+        super::layering::layering(&super::layering::LayeringOptions { deny: true }),
+    ));
+
     step("bench: every benchmark's --smoke run");
     results.push((
         "bench smoke",

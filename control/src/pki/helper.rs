@@ -45,196 +45,38 @@ use rcgen::{
 };
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
-use serde::{Deserialize, Serialize};
 
-use crate::tls::{self, TlsError};
+use super::BACKDATE;
+use super::ca::{self, TlsError};
+use super::protocol::{
+    Answer, Down, DownInfo, MIN_SECONDS, Profile, Ready, ReadyInfo, Refusal, SignReply,
+    SignRequest, SignerError, identity_uri,
+};
 
 /// Longest request line read from the web service.
 const MAX_REQUEST: u64 = 64 * 1024;
-/// Certificates start this long before they are signed (clock skew).
-const BACKDATE: Duration = Duration::from_secs(3600);
-
-/// What kind of certificate is asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Profile {
-    /// A booted node's client certificate.
-    Node,
-    /// A job server's client certificate.
-    Jobserver,
-    /// The control service's own HTTPS certificate.
-    Server,
-}
-
-impl Profile {
-    /// The longest validity the helper grants, in days.
-    pub fn max_days(self) -> u32 {
-        match self {
-            Profile::Node => 30,
-            Profile::Jobserver => 90,
-            Profile::Server => 398,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Profile::Node => "node",
-            Profile::Jobserver => "jobserver",
-            Profile::Server => "server",
-        }
-    }
-}
-
-/// The URI an agent certificate names its identity by, e.g.
-/// `urn:mprov:node:c01`; the web service reads it back to know who asks.
-pub fn identity_uri(profile: Profile, identity: &str) -> String {
-    format!("urn:mprov:{}:{identity}", profile.as_str())
-}
-
-/// One request to the helper.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SignRequest {
-    /// The kind of certificate.
-    pub profile: Profile,
-    /// Who it is for: a system's name, a job server's name, or for
-    /// [`Profile::Server`] the host name (the subject's CN).
-    pub identity: String,
-    /// [`Profile::Server`] only: the DNS names and IP addresses it covers.
-    #[serde(default)]
-    pub names: Vec<String>,
-    /// The certificate signing request, PEM.
-    pub csr_pem: String,
-    /// How many days it is valid.
-    pub days: u32,
-    /// The validity in seconds instead of `days`, when set (a short-lived
-    /// job-server certificate, `MPROV_JOBSERVER_CERT_SECONDS`); at least
-    /// [`MIN_SECONDS`], at most the profile's maximum.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub seconds: Option<u64>,
-    /// The request's number, echoed in the [`Answer`].
-    #[serde(default)]
-    pub id: u64,
-}
-
-/// One line the helper writes: the reply to request `id`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Answer {
-    /// The request's number.
-    pub id: u64,
-    /// The reply.
-    pub reply: SignReply,
-}
-
-/// The shortest validity the helper grants, in seconds.
-pub const MIN_SECONDS: u64 = 60;
-
-/// The helper's answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "result", rename_all = "lowercase")]
-pub enum SignReply {
-    /// Signed.
-    Signed {
-        /// The certificate, PEM.
-        cert_pem: String,
-        /// Its serial number, lower-case hex.
-        serial: String,
-        /// When it ends, Unix seconds.
-        not_after: i64,
-    },
-    /// Refused, and why.
-    Refused {
-        /// The reason, for the log and the client.
-        reason: String,
-    },
-}
-
-/// Why the helper refuses a request.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    /// The request is not JSON of the expected shape.
-    #[error("the request is not understood: {0}")]
-    Malformed(String),
-    /// The identity is not a name the helper signs.
-    #[error("{0:?} is not a valid identity (letters, digits, '-', '.', '_', at most 253)")]
-    Identity(String),
-    /// The CSR cannot be parsed, or its signature does not verify.
-    #[error("the CSR cannot be used: {0}")]
-    Csr(String),
-    /// The CSR asks for CA rights.
-    #[error("the CSR asks for CA rights; agents never get a CA certificate")]
-    CaRights,
-    /// The CSR's key is too weak.
-    #[error("the CSR's key is too weak: {0}; use ECDSA P-256 (or RSA of at least 2048 bits)")]
-    WeakKey(String),
-    /// The CSR's key or signature algorithm is not one the CA accepts.
-    #[error(
-        "the CSR's algorithm is not accepted: {0}; use ECDSA P-256 or P-384, Ed25519, or RSA of 2048 to 8192 bits, signed with SHA-256 or better"
-    )]
-    Algorithm(String),
-    /// The CSR asks for a name this credential may not carry.
-    #[error("the CSR asks for the name {asked:?}; this certificate may only name {allowed:?}")]
-    OtherName {
-        /// What the CSR asked for.
-        asked: String,
-        /// What this credential may name.
-        allowed: String,
-    },
-    /// The CSR asks for a use the profile does not allow.
-    #[error("the CSR asks for {asked}; a {profile} certificate is only for {allowed}")]
-    Usage {
-        /// The profile.
-        profile: &'static str,
-        /// What the CSR asked for.
-        asked: &'static str,
-        /// What the profile allows.
-        allowed: &'static str,
-    },
-    /// The validity is out of bounds.
-    #[error("{days} days is outside 1..={max} for a {profile} certificate")]
-    Validity {
-        /// Asked.
-        days: u32,
-        /// The bound.
-        max: u32,
-        /// The profile.
-        profile: &'static str,
-    },
-    /// The validity in seconds is out of bounds.
-    #[error("{secs} s is outside {MIN_SECONDS}..={max} s for a {profile} certificate")]
-    Seconds {
-        /// Asked.
-        secs: u64,
-        /// The bound.
-        max: u64,
-        /// The profile.
-        profile: &'static str,
-    },
-    /// Signing itself failed.
-    #[error("signing failed: {0}")]
-    Signing(String),
-}
 
 /// The CA, loaded once by the helper.
 #[derive(Debug)]
 pub struct Signer {
     issuer: Issuer<'static, KeyPair>,
-    ca_pem: String,
+    pub(super) ca_pem: String,
 }
 
 impl Signer {
     /// Makes the CA in `tls_dir` if it has none, and loads its key.
     pub fn open(tls_dir: &Path, hostname: &str) -> Result<Signer, TlsError> {
-        tls::ensure_dir(tls_dir)?;
-        let (ca_pem, _) = tls::ensure_ca(tls_dir, hostname)?;
-        let key_path = tls_dir.join(tls::CA_KEY);
-        let key_pem = tls::read_private(&key_path, true)?;
+        ca::ensure_dir(tls_dir)?;
+        let (ca_pem, _) = ca::ensure_ca(tls_dir, hostname)?;
+        let key_path = tls_dir.join(ca::CA_KEY);
+        let key_pem = ca::read_private(&key_path, true)?;
         let key = KeyPair::from_pem(&key_pem).map_err(|err| TlsError::Cert {
             what: format!("{} is not a usable key", key_path.display()),
             err,
         })?;
         let der = CertificateDer::from_pem_slice(ca_pem.as_bytes()).map_err(|_| TlsError::Pem {
             what: "certificate",
-            path: tls_dir.join(tls::CA_CERT),
+            path: tls_dir.join(ca::CA_CERT),
         })?;
         let issuer = Issuer::from_ca_cert_der(&der, key).map_err(|err| TlsError::Cert {
             what: "cannot read the CA certificate".into(),
@@ -244,7 +86,7 @@ impl Signer {
     }
 
     /// Checks `req` against its profile and signs it.
-    pub fn sign(&self, req: &SignRequest) -> Result<SignReply, Refusal> {
+    pub fn sign_csr(&self, req: &SignRequest) -> Result<SignReply, Refusal> {
         let profile = req.profile;
         let max = profile.max_days();
         if req.days == 0 || req.days > max {
@@ -322,7 +164,7 @@ impl Signer {
         let not_after = now + Duration::from_secs(validity);
         params.not_before = (now - BACKDATE).into();
         params.not_after = not_after.into();
-        let serial = tls::serial().map_err(|e| Refusal::Signing(e.to_string()))?;
+        let serial = ca::serial().map_err(|e| Refusal::Signing(e.to_string()))?;
         let serial_hex = hex::encode(serial.to_bytes());
         params.serial_number = Some(serial);
         let csr = CertificateSigningRequestParams {
@@ -349,7 +191,7 @@ impl Signer {
         let result = parsed
             .map_err(|e| Refusal::Malformed(e.to_string()))
             .and_then(|req| {
-                self.sign(&req).inspect_err(|why| {
+                self.sign_csr(&req).inspect_err(|why| {
                     tracing::warn!(
                         profile = req.profile.as_str(),
                         identity = %req.identity,
@@ -563,41 +405,6 @@ fn eku_name(eku: &ExtendedKeyUsagePurpose) -> &'static str {
     }
 }
 
-/// The first line the helper writes once it holds the CA key (and has
-/// dropped its privileges): the CA certificate.
-#[derive(Debug, Serialize, Deserialize)]
-struct Ready {
-    ready: ReadyInfo,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct ReadyInfo {
-    ca_pem: String,
-}
-
-/// What the supervisor writes when the helper stopped.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Down {
-    down: DownInfo,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct DownInfo {
-    reason: String,
-    /// The supervisor gives up (the CA cannot be opened): it exits next.
-    #[serde(default)]
-    fatal: bool,
-}
-
-/// Any line from the helper's side of the socket.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Incoming {
-    Answer(Answer),
-    Ready(Ready),
-    Down(Down),
-}
-
 /// The helper's side of the hand-shake: announces the CA certificate.
 pub fn announce(signer: &Signer, mut output: impl Write) -> std::io::Result<()> {
     let mut line = serde_json::to_string(&Ready {
@@ -677,288 +484,6 @@ pub fn supervise(mut worker: impl FnMut() -> std::process::Command) -> Result<()
     }
 }
 
-/// The web service cannot reach the helper.
-#[derive(Debug, thiserror::Error)]
-pub enum SignerError {
-    /// The helper cannot be started, or exited before it was ready.
-    #[error("cannot start the signing helper: {0}")]
-    Start(String),
-    /// The helper is down for now (being started again); try later.
-    #[error("the signing helper is not available: {0}")]
-    Unavailable(String),
-}
-
-/// How the helper is started.
-#[derive(Debug, Clone)]
-pub struct SpawnSpec {
-    /// The `mprov-control` executable.
-    pub exe: std::path::PathBuf,
-    /// The TLS folder.
-    pub tls_dir: std::path::PathBuf,
-    /// The control host's name (for a new CA's name).
-    pub hostname: String,
-    /// The system user it drops to when started as root.
-    pub user: Option<String>,
-}
-
-/// Where the answer to the request in flight goes.
-type Waiter = tokio::sync::oneshot::Sender<Result<SignReply, SignerError>>;
-
-/// What the reader task and the callers share.
-#[derive(Debug)]
-struct Link {
-    /// Whether a worker is ready.
-    up: std::sync::atomic::AtomicBool,
-    /// Why it is not, when it is not.
-    why_down: std::sync::Mutex<String>,
-    /// The request waiting for its answer.
-    pending: std::sync::Mutex<Option<(u64, Waiter)>>,
-    /// Fires when the supervisor is gone for good.
-    lost: tokio_util::sync::CancellationToken,
-}
-
-impl Link {
-    fn set_down(&self, why: &str) {
-        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
-        why.clone_into(&mut self.why_down.lock().unwrap_or_else(|e| e.into_inner()));
-        let pending = self
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some((_, tx)) = pending {
-            let _ = tx.send(Err(SignerError::Unavailable(why.to_owned())));
-        }
-    }
-}
-
-#[derive(Debug)]
-enum Backend {
-    /// The supervised helper over its socket pair.
-    Process {
-        child: tokio::sync::Mutex<tokio::process::Child>,
-        writer: tokio::sync::Mutex<tokio::net::unix::OwnedWriteHalf>,
-        link: std::sync::Arc<Link>,
-        next_id: std::sync::atomic::AtomicU64,
-    },
-    /// The same checks inside this process, for in-process API tests that
-    /// have no helper binary to start. The serving process never uses it.
-    InProcess(Signer),
-}
-
-/// The web service's handle on the signing helper.
-#[derive(Debug)]
-pub struct SignerClient {
-    ca_pem: String,
-    backend: Backend,
-}
-
-/// How long the helper may take to start (making a CA included).
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long one signature may take.
-const SIGN_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl SignerClient {
-    /// Starts the supervised helper and waits until it is ready.
-    pub async fn spawn(spec: SpawnSpec) -> Result<SignerClient, SignerError> {
-        use tokio::io::AsyncBufReadExt as _;
-        let fail = |e: std::io::Error| SignerError::Start(e.to_string());
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(fail)?;
-        let theirs_out = theirs.try_clone().map_err(fail)?;
-        let mut cmd = tokio::process::Command::new(&spec.exe);
-        cmd.arg("signer")
-            .arg("--tls-dir")
-            .arg(&spec.tls_dir)
-            .arg("--hostname")
-            .arg(&spec.hostname);
-        if let Some(user) = &spec.user {
-            cmd.arg("--user").arg(user);
-        }
-        cmd.stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
-            theirs,
-        )))
-        .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(
-            theirs_out,
-        )))
-        .kill_on_drop(true);
-        let child = cmd.spawn().map_err(fail)?;
-        // The command holds the child's ends of the pair: close ours now, or a
-        // helper that dies would never read as closed.
-        drop(cmd);
-        ours.set_nonblocking(true).map_err(fail)?;
-        let (read, writer) = tokio::net::UnixStream::from_std(ours)
-            .map_err(fail)?
-            .into_split();
-        let mut reader = tokio::io::BufReader::new(read);
-        let mut first = String::new();
-        let n = tokio::time::timeout(START_TIMEOUT, reader.read_line(&mut first))
-            .await
-            .map_err(|_| SignerError::Start(format!("not ready within {START_TIMEOUT:?}")))?
-            .map_err(fail)?;
-        if n == 0 {
-            return Err(SignerError::Start(
-                "it exited before it was ready; the log above says why".into(),
-            ));
-        }
-        let ca_pem = match serde_json::from_str::<Incoming>(&first) {
-            Ok(Incoming::Ready(r)) => r.ready.ca_pem,
-            Ok(Incoming::Down(d)) => return Err(SignerError::Start(d.down.reason)),
-            _ => return Err(SignerError::Start("unexpected first line".into())),
-        };
-        let link = std::sync::Arc::new(Link {
-            up: std::sync::atomic::AtomicBool::new(true),
-            why_down: std::sync::Mutex::new(String::new()),
-            pending: std::sync::Mutex::new(None),
-            lost: tokio_util::sync::CancellationToken::new(),
-        });
-        tokio::spawn(read_loop(reader, link.clone()));
-        Ok(SignerClient {
-            ca_pem,
-            backend: Backend::Process {
-                child: tokio::sync::Mutex::new(child),
-                writer: tokio::sync::Mutex::new(writer),
-                link,
-                next_id: std::sync::atomic::AtomicU64::new(1),
-            },
-        })
-    }
-
-    /// A signer inside this process (in-process tests only).
-    pub fn in_process(tls_dir: &Path, hostname: &str) -> Result<SignerClient, TlsError> {
-        let signer = Signer::open(tls_dir, hostname)?;
-        Ok(SignerClient {
-            ca_pem: signer.ca_pem.clone(),
-            backend: Backend::InProcess(signer),
-        })
-    }
-
-    /// The CA certificate, PEM.
-    pub fn ca_pem(&self) -> &str {
-        &self.ca_pem
-    }
-
-    /// The supervisor's process id, if it runs as a process.
-    pub async fn pid(&self) -> Option<u32> {
-        match &self.backend {
-            Backend::Process { child, .. } => child.lock().await.id(),
-            Backend::InProcess(_) => None,
-        }
-    }
-
-    /// A token that fires when the supervisor is gone for good: the web
-    /// service cannot start it again, so it must exit.
-    pub fn lost(&self) -> tokio_util::sync::CancellationToken {
-        match &self.backend {
-            Backend::Process { link, .. } => link.lost.clone(),
-            Backend::InProcess(_) => tokio_util::sync::CancellationToken::new(),
-        }
-    }
-
-    /// Asks for a signature; fails at once while the helper is down.
-    pub async fn sign(&self, req: &SignRequest) -> Result<SignReply, SignerError> {
-        use std::sync::atomic::Ordering;
-        use tokio::io::AsyncWriteExt as _;
-        let (writer, link, next_id) = match &self.backend {
-            Backend::InProcess(signer) => {
-                let line = serde_json::to_string(req)
-                    .map_err(|e| SignerError::Unavailable(e.to_string()))?;
-                return Ok(signer.answer(&line).reply);
-            }
-            Backend::Process {
-                writer,
-                link,
-                next_id,
-                ..
-            } => (writer, link, next_id),
-        };
-        // One request at a time: the helper answers in order.
-        let mut writer = writer.lock().await;
-        if !link.up.load(Ordering::SeqCst) {
-            let why = link
-                .why_down
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            return Err(SignerError::Unavailable(why));
-        }
-        let id = next_id.fetch_add(1, Ordering::SeqCst);
-        let mut req = req.clone();
-        req.id = id;
-        let mut line =
-            serde_json::to_string(&req).map_err(|e| SignerError::Unavailable(e.to_string()))?;
-        line.push('\n');
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        *link.pending.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, tx));
-        if let Err(e) = writer.write_all(line.as_bytes()).await {
-            link.pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            return Err(SignerError::Unavailable(e.to_string()));
-        }
-        match tokio::time::timeout(SIGN_TIMEOUT, rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(SignerError::Unavailable("the helper went away".into())),
-            Err(_) => {
-                link.pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take();
-                tracing::error!("the signing helper did not answer within {SIGN_TIMEOUT:?}");
-                Err(SignerError::Unavailable(format!(
-                    "it did not answer within {SIGN_TIMEOUT:?}"
-                )))
-            }
-        }
-    }
-}
-
-/// Reads the helper's side: answers go to the waiting request, `Down` and
-/// `Ready` switch the link, the end of the socket means the supervisor is
-/// gone.
-async fn read_loop(
-    mut reader: tokio::io::BufReader<tokio::net::unix::OwnedReadHalf>,
-    link: std::sync::Arc<Link>,
-) {
-    use tokio::io::AsyncBufReadExt as _;
-    let mut line = String::new();
-    loop {
-        line.clear();
-        match reader.read_line(&mut line).await {
-            Ok(0) | Err(_) => {
-                tracing::error!("the signing helper's supervisor is gone");
-                link.set_down("the signing helper's supervisor is gone; the service restarts");
-                link.lost.cancel();
-                return;
-            }
-            Ok(_) => {}
-        }
-        match serde_json::from_str::<Incoming>(&line) {
-            Ok(Incoming::Answer(answer)) => {
-                let mut pending = link.pending.lock().unwrap_or_else(|e| e.into_inner());
-                match pending.take() {
-                    Some((id, tx)) if id == answer.id => {
-                        let _ = tx.send(Ok(answer.reply));
-                    }
-                    other => {
-                        *pending = other;
-                        tracing::debug!(id = answer.id, "signer: an answer nobody waits for");
-                    }
-                }
-            }
-            Ok(Incoming::Ready(_)) => {
-                link.up.store(true, std::sync::atomic::Ordering::SeqCst);
-                tracing::info!("the signing helper is back");
-            }
-            Ok(Incoming::Down(d)) => {
-                tracing::error!("{}", d.down.reason);
-                link.set_down(&d.down.reason);
-            }
-            Err(e) => tracing::warn!("signer: a line that is not understood: {e}"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -994,7 +519,7 @@ mod tests {
     }
 
     fn refused(s: &Signer, req: &SignRequest) -> String {
-        match s.sign(req) {
+        match s.sign_csr(req) {
             Err(why) => why.to_string(),
             Ok(reply) => panic!("signed what must be refused: {reply:?}"),
         }
@@ -1004,7 +529,7 @@ mod tests {
     fn a_node_certificate_names_one_node_for_client_auth_only() {
         use x509_parser::prelude::{FromDer as _, GeneralName, X509Certificate};
         let (_dir, s) = signer();
-        let reply = s.sign(&node("c01", csr(blank()), 30)).unwrap();
+        let reply = s.sign_csr(&node("c01", csr(blank()), 30)).unwrap();
         let SignReply::Signed {
             cert_pem, serial, ..
         } = reply
@@ -1037,7 +562,7 @@ mod tests {
         let mut own = blank();
         own.distinguished_name.push(DnType::CommonName, "c01");
         own.subject_alt_names = vec![SanType::URI("urn:mprov:node:c01".try_into().unwrap())];
-        assert!(s.sign(&node("c01", csr(own), 1)).is_ok());
+        assert!(s.sign_csr(&node("c01", csr(own), 1)).is_ok());
     }
 
     #[test]
@@ -1047,7 +572,7 @@ mod tests {
         let mut req = node("js1", csr(blank()), 1);
         req.profile = Profile::Jobserver;
         req.seconds = Some(300);
-        let SignReply::Signed { cert_pem, .. } = s.sign(&req).unwrap() else {
+        let SignReply::Signed { cert_pem, .. } = s.sign_csr(&req).unwrap() else {
             panic!("refused")
         };
         let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();

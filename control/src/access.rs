@@ -23,38 +23,68 @@
 //! object a node does not own is answered 403 without saying whether it
 //! exists elsewhere.
 
-use axum::http::Method;
 use serde_json::Value;
 
-use super::AppState;
-use super::auth::Principal;
-use super::error::ApiError;
+use crate::config::SharedKeyMode;
+use crate::db::Db;
 use crate::db::crud::ListQuery;
 use crate::db::kinds::{self, NodeAccess};
+use crate::identity::Principal;
 
-/// Where the old shared API key is still accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SharedKeyMode {
-    /// Everywhere, as an admin (as before certificates).
-    All,
-    /// Only for what a node does to itself.
-    Nodes,
-    /// Nowhere.
-    Off,
+/// Why a principal may not make a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// Authenticated, but not allowed (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// These credentials are turned off (401).
+    #[error("{0}")]
+    Unauthorized(String),
 }
 
-impl std::str::FromStr for SharedKeyMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "all" | "" => Ok(SharedKeyMode::All),
-            "nodes" => Ok(SharedKeyMode::Nodes),
-            "off" => Ok(SharedKeyMode::Off),
-            other => Err(format!(
-                "MPROV_SHARED_KEY_MODE={other:?} is not all, nodes or off"
-            )),
+/// A request's method, as the rules tell them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// GET.
+    Get,
+    /// HEAD.
+    Head,
+    /// OPTIONS.
+    Options,
+    /// POST.
+    Post,
+    /// PUT.
+    Put,
+    /// PATCH.
+    Patch,
+    /// DELETE.
+    Delete,
+    /// Any other.
+    Other,
+}
+
+impl Method {
+    /// The method named `name` (upper case, as on the wire).
+    pub fn from_name(name: &str) -> Method {
+        match name {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "OPTIONS" => Method::Options,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "PATCH" => Method::Patch,
+            "DELETE" => Method::Delete,
+            _ => Method::Other,
         }
     }
+}
+
+/// Whether a path is served to anyone.
+pub fn is_public(path: &str) -> bool {
+    matches!(
+        path,
+        "/api/v1/openapi.json" | "/ca.crt" | "/ipxe/" | "/enroll/jobserver/" | "/enroll/node/"
+    )
 }
 
 /// The fields a node may write on its own objects, per kind. The inventory
@@ -72,9 +102,9 @@ pub fn check_fields<'a>(
     mode: SharedKeyMode,
     kind: &str,
     mut fields: impl Iterator<Item = &'a str>,
-) -> Result<(), ApiError> {
+) -> Result<(), AccessError> {
     let node = match principal {
-        Principal::Agent(agent) if agent.kind == "node" => true,
+        Principal::Machine(agent) if agent.is_node() => true,
         Principal::ApiKey { shared: true, .. } => mode == SharedKeyMode::Nodes,
         _ => false,
     };
@@ -93,8 +123,8 @@ pub fn check_fields<'a>(
     }
 }
 
-fn forbid(msg: &str) -> ApiError {
-    ApiError::Forbidden(msg.to_owned())
+fn forbid(msg: &str) -> AccessError {
+    AccessError::Forbidden(msg.to_owned())
 }
 
 /// The path split after `/api/v1/`: kind, key, rest.
@@ -107,19 +137,20 @@ fn api_parts(path: &str) -> Option<(&str, Option<&str>, Option<&str>)> {
 
 /// Checks that `principal` may make this request.
 pub async fn check(
-    st: &AppState,
+    db: &Db,
+    mode: SharedKeyMode,
     principal: &Principal,
-    method: &Method,
+    method: Method,
     path: &str,
     query: Option<&str>,
-) -> Result<(), ApiError> {
-    let read = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+) -> Result<(), AccessError> {
+    let read = matches!(method, Method::Get | Method::Head | Method::Options);
     // What anyone may reach, anyone authenticated may too.
-    if super::auth::is_public(path) {
+    if is_public(path) {
         return Ok(());
     }
     // The boot timeline and manifest decide per identity themselves (a node
-    // writes and reads its own, a job server writes for nodes): crate::boot.
+    // writes and reads its own, a job server writes for nodes): crate::http::boot.
     if path == mprov_api::boot::EVENTS_PATH || path == mprov_api::boot::MANIFEST_PATH {
         return Ok(());
     }
@@ -132,22 +163,22 @@ pub async fn check(
                 Err(forbid("this account may read the inventory but not change it"))
             }
         }
-        Principal::ApiKey { shared, .. } => match (shared, st.config.shared_key_mode) {
+        Principal::ApiKey { shared, .. } => match (shared, mode) {
             (false, _) | (true, SharedKeyMode::All) => Ok(()),
-            (true, SharedKeyMode::Off) => Err(ApiError::Unauthorized(
+            (true, SharedKeyMode::Off) => Err(AccessError::Unauthorized(
                 "the shared API key is turned off (MPROV_SHARED_KEY_MODE=off); enroll with a token instead".into(),
             )),
-            (true, SharedKeyMode::Nodes) => node_self(st, None, method, path, query)
+            (true, SharedKeyMode::Nodes) => node_self(db, None, method, path, query)
                 .await
                 .map_err(|_| {
                     forbid("MPROV_SHARED_KEY_MODE=nodes: the shared API key only reaches what a node does to itself")
                 }),
         },
-        Principal::Agent(agent) if agent.kind == "node" => {
+        Principal::Machine(agent) if agent.is_node() => {
             if path == "/enroll/renew/" {
                 return Ok(());
             }
-            node_self(st, Some(&agent.identity), method, path, query)
+            node_self(db, Some(&agent.identity), method, path, query)
                 .await
                 .map_err(|()| {
                     forbid(&format!(
@@ -156,20 +187,20 @@ pub async fn check(
                     ))
                 })
         }
-        Principal::Agent(agent) => jobserver(st, &agent.identity, method, path, read).await,
+        Principal::Machine(agent) => jobserver(db, &agent.identity, method, path, read).await,
     }
 }
 
 /// Node-self requests; `hostname` is the node's (None: any node, for the
 /// shared key).
 async fn node_self(
-    st: &AppState,
+    db: &Db,
     hostname: Option<&str>,
-    method: &Method,
+    method: Method,
     path: &str,
     query: Option<&str>,
 ) -> Result<(), ()> {
-    let allowed_method = matches!(*method, Method::GET | Method::HEAD | Method::PATCH);
+    let allowed_method = matches!(method, Method::Get | Method::Head | Method::Patch);
     let Some((kind, key, rest)) = api_parts(path) else {
         return Err(());
     };
@@ -177,7 +208,7 @@ async fn node_self(
         return Err(());
     }
     let own_id = match hostname {
-        Some(h) => Some(system_id(st, h).await.ok_or(())?),
+        Some(h) => Some(system_id(db, h).await.ok_or(())?),
         None => None,
     };
     let is_own = |id: Option<i64>| match own_id {
@@ -186,22 +217,22 @@ async fn node_self(
     };
     match (kinds::visibility(kind).nodes, key, rest) {
         (NodeAccess::Itself, Some(key), None | Some("config")) => {
-            if rest.is_some() && *method != Method::GET {
+            if rest.is_some() && method != Method::Get {
                 return Err(());
             }
-            let id = system_id(st, key).await;
+            let id = system_id(db, key).await;
             if is_own(id) { Ok(()) } else { Err(()) }
         }
         (NodeAccess::OwnedVia(field), Some(key), None) => {
             let k = kinds::kind(kind).ok_or(())?;
-            let obj = st.db.get(k, key).await.map_err(|_| ())?;
+            let obj = db.get(k, key).await.map_err(|_| ())?;
             if is_own(obj.get(field).and_then(Value::as_i64)) {
                 Ok(())
             } else {
                 Err(())
             }
         }
-        (NodeAccess::OwnedVia(field), None, None) if *method == Method::GET => {
+        (NodeAccess::OwnedVia(field), None, None) if method == Method::Get => {
             // A list only with `<field>=` naming the node itself.
             let q = ListQuery::from_pairs(
                 url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
@@ -217,7 +248,7 @@ async fn node_self(
             if q.filters.len() != 1 {
                 return Err(());
             }
-            let id = system_id(st, &system).await;
+            let id = system_id(db, &system).await;
             if is_own(id) { Ok(()) } else { Err(()) }
         }
         _ => Err(()),
@@ -225,19 +256,19 @@ async fn node_self(
 }
 
 /// A system's id from its id or host name.
-async fn system_id(st: &AppState, key: &str) -> Option<i64> {
+async fn system_id(db: &Db, key: &str) -> Option<i64> {
     let k = kinds::kind("systems")?;
-    let obj = st.db.get(k, key).await.ok()?;
+    let obj = db.get(k, key).await.ok()?;
     obj.get("id").and_then(Value::as_i64)
 }
 
 async fn jobserver(
-    st: &AppState,
+    db: &Db,
     name: &str,
-    method: &Method,
+    method: Method,
     path: &str,
     read: bool,
-) -> Result<(), ApiError> {
+) -> Result<(), AccessError> {
     let deny = || {
         forbid(&format!(
             "a job server's certificate ({name}) reads the inventory and writes only its own state"
@@ -259,9 +290,9 @@ async fn jobserver(
         return Ok(());
     }
     match (kind, key, rest) {
-        ("jobservers", Some(key), None) if *method == Method::PATCH => {
+        ("jobservers", Some(key), None) if method == Method::Patch => {
             let k = kinds::kind("jobservers").ok_or_else(deny)?;
-            let obj = st.db.get(k, key).await.map_err(|_| deny())?;
+            let obj = db.get(k, key).await.map_err(|_| deny())?;
             if obj.get("name").and_then(Value::as_str) == Some(name) {
                 Ok(())
             } else {
@@ -270,16 +301,16 @@ async fn jobserver(
         }
         // Its own image hosting: /api/v1/images/{key}/hosts/{itself}.
         ("images", Some(_), Some(rest))
-            if matches!(*method, Method::PUT | Method::DELETE)
+            if matches!(method, Method::Put | Method::Delete)
                 && rest.strip_prefix("hosts/") == Some(name) =>
         {
             Ok(())
         }
-        ("jobs", Some(key), None) if *method == Method::PATCH => {
+        ("jobs", Some(key), None) if method == Method::Patch => {
             let jobs = kinds::kind("jobs").ok_or_else(deny)?;
-            let job = st.db.get(jobs, key).await.map_err(|_| deny())?;
+            let job = db.get(jobs, key).await.map_err(|_| deny())?;
             let js = kinds::kind("jobservers").ok_or_else(deny)?;
-            let own = st.db.get(js, name).await.map_err(|_| deny())?;
+            let own = db.get(js, name).await.map_err(|_| deny())?;
             if job.get("jobserver").and_then(Value::as_i64).is_some()
                 && job.get("jobserver") == own.get("id")
             {

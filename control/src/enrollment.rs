@@ -21,23 +21,78 @@
 
 use std::time::Duration;
 
-use axum::Json;
-use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use sqlx::Row as _;
 
 use crate::db::crud::{format_ts, now};
 use crate::db::{Db, Sql, Val};
-use crate::http::AppState;
-use crate::http::error::ApiError;
+use crate::identity::Machine;
+use crate::pki::{Profile, SignReply, SignRequest, SignerClient, SignerError};
 use crate::secrets;
-use crate::signer::{Profile, SignReply, SignRequest};
-use mprov_api::enroll::{Enrolled, JobserverEnrollment, NodeEnrollment, Renewal};
+use mprov_api::enroll::{Enrolled, JobserverEnrollment, NodeEnrollment};
 
-/// How long a job-server certificate is valid.
-pub const JOBSERVER_DAYS: u32 = 90;
-/// The same in seconds: the default and the most `MPROV_JOBSERVER_CERT_SECONDS` may ask.
-pub const JOBSERVER_MAX_SECONDS: u64 = JOBSERVER_DAYS as u64 * 86_400;
+/// Why an enrollment, a token or a credential operation failed. The HTTP
+/// layer maps each to its status (`From<EnrollError> for ApiError`).
+#[derive(Debug, thiserror::Error)]
+pub enum EnrollError {
+    /// The token, nonce or certificate does not allow it (401).
+    #[error("{0}")]
+    Refused(String),
+    /// The token was made for another name (403).
+    #[error("{0}")]
+    WrongName(String),
+    /// It clashes with a live certificate or a concurrent enrollment (409).
+    #[error("{message}")]
+    Conflict {
+        /// What clashes and what to do.
+        message: String,
+        /// The field at fault.
+        field: Option<String>,
+    },
+    /// A field of the request is not valid (400).
+    #[error("{field}: {message}")]
+    Invalid {
+        /// The field.
+        field: String,
+        /// What it must be.
+        message: String,
+    },
+    /// No such credential (404).
+    #[error("no credential {0}")]
+    NoCredential(i64),
+    /// The helper refused the CSR, with its reason (400).
+    #[error("{0}")]
+    CsrRefused(String),
+    /// The helper is down for now; nothing was enrolled (503).
+    #[error("{message}")]
+    SignerDown {
+        /// What is down and what to do.
+        message: String,
+        /// Why the helper could not be reached.
+        #[source]
+        source: SignerError,
+    },
+    /// This service runs without a signing helper.
+    #[error("no signing helper")]
+    NoSigner,
+    /// The database failed.
+    #[error("enrollment database")]
+    Db(#[from] sqlx::Error),
+    /// A time could not be computed.
+    #[error("enrollment time")]
+    Time(#[from] jiff::Error),
+}
+
+fn invalid(field: &str, message: &str) -> EnrollError {
+    EnrollError::Invalid {
+        field: field.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+fn refused(message: &str) -> EnrollError {
+    EnrollError::Refused(message.to_owned())
+}
 /// How long an enrollment token is valid unless said otherwise.
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 /// The file a fresh token is left in for the local job server.
@@ -192,14 +247,15 @@ pub async fn jobserver_enrolled(db: &Db) -> Result<bool, sqlx::Error> {
     Ok(crate::db::int(&row, "n")? > 0)
 }
 
-/// `POST /enroll/jobserver/`.
+/// `POST /enroll/jobserver/`: spends the token made for `body.name` and
+/// has the helper sign the job server's CSR, valid `cert_seconds`.
 pub async fn enroll_jobserver(
-    State(st): State<AppState>,
-    Json(body): Json<JobserverEnrollment>,
-) -> Result<Json<Enrolled>, ApiError> {
-    let refused = |m: &str| ApiError::Unauthorized(m.to_owned());
-    let db = &st.db;
-    let prefix = match token_state(db, &body.token).await.map_err(internal)? {
+    db: &Db,
+    signer: Option<&SignerClient>,
+    cert_seconds: u64,
+    body: JobserverEnrollment,
+) -> Result<Enrolled, EnrollError> {
+    let prefix = match token_state(db, &body.token).await? {
         Token::Unknown => return Err(refused("the enrollment token is not valid")),
         Token::Used(at) => {
             tracing::warn!("enrollment: a used token was presented again");
@@ -220,14 +276,14 @@ pub async fn enroll_jobserver(
         } => {
             if name != body.name {
                 tracing::warn!(token_for = %name, asked = %body.name, "enrollment: a token was presented for another name");
-                return Err(ApiError::Forbidden(format!(
+                return Err(EnrollError::WrongName(format!(
                     "this enrollment token was made for {name:?} and cannot enroll {:?}; make a token for that name (mprov-control enroll-token --name {})",
                     body.name, body.name
                 )));
             }
             if purpose == Purpose::New && live_certificate(db, "jobserver", &body.name).await? {
                 tracing::warn!(name = %body.name, "enrollment: a new-server token was presented for a live job server");
-                return Err(ApiError::Conflict {
+                return Err(EnrollError::Conflict {
                     message: format!(
                         "job server {:?} already has a valid certificate, and this token is for a new job server; to replace its certificate, make a token for that (mprov-control enroll-token --name {} --replace), or revoke the old one first",
                         body.name, body.name
@@ -238,12 +294,12 @@ pub async fn enroll_jobserver(
             prefix
         }
     };
-    let (enrolled, serial) = sign(
-        &st,
+    let (enrolled, serial) = issue_agent_certificate(
+        signer,
         Profile::Jobserver,
         &body.name,
         body.csr,
-        Validity::Seconds(st.config.jobserver_cert_seconds),
+        Validity::Seconds(cert_seconds),
     )
     .await?;
     // Consume the token and record the certificate in one transaction.
@@ -253,25 +309,25 @@ pub async fn enroll_jobserver(
             prefix,
             by: body.name.clone(),
         }),
-        "jobserver",
+        Profile::Jobserver,
         &body.name,
         &serial,
         &enrolled.not_after,
     )
     .await?;
     tracing::info!(name = %body.name, %serial, "enrollment: job server enrolled");
-    Ok(Json(enrolled))
+    Ok(enrolled)
 }
 
 /// Whether `identity` holds a certificate that is not revoked.
-async fn live_certificate(db: &Db, kind: &str, identity: &str) -> Result<bool, ApiError> {
+async fn live_certificate(db: &Db, kind: &str, identity: &str) -> Result<bool, sqlx::Error> {
     let mut sql = db.sql();
     sql.push("SELECT COUNT(*) AS n FROM credentials WHERE revoked_at IS NULL AND kind = ");
     sql.bind(Val::Text(Some(kind.to_owned())));
     sql.push(" AND identity = ");
     sql.bind(Val::Text(Some(identity.to_owned())));
-    let row = sql.query().fetch_one(db.pool()).await.map_err(internal)?;
-    Ok(crate::db::int(&row, "n").map_err(internal)? > 0)
+    let row = sql.query().fetch_one(db.pool()).await?;
+    Ok(crate::db::int(&row, "n")? > 0)
 }
 
 /// `UPDATE credentials` marking unrevoked rows revoked now for `reason`;
@@ -294,73 +350,6 @@ pub async fn revoke_serial(db: &Db, serial: &str, reason: &str) -> Result<bool, 
     Ok(sql.query().execute(db.pool()).await?.rows_affected() == 1)
 }
 
-/// Who a client certificate names, once checked against the allow-list.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Agent {
-    /// `node` or `jobserver`.
-    pub kind: String,
-    /// The node's or job server's name.
-    pub identity: String,
-    /// The certificate's serial, hex.
-    pub serial: String,
-}
-
-/// Checks a client certificate (DER, already verified to chain to the CA
-/// by the TLS layer) against the allow-list.
-pub async fn check_certificate(db: &Db, der: &[u8]) -> Result<Agent, ApiError> {
-    use x509_parser::prelude::{FromDer as _, GeneralName, X509Certificate};
-    let bad = |m: &str| ApiError::Unauthorized(m.to_owned());
-    let (_, cert) =
-        X509Certificate::from_der(der).map_err(|_| bad("the client certificate cannot be read"))?;
-    let serial = hex::encode(cert.raw_serial());
-    let uri = cert
-        .subject_alternative_name()
-        .ok()
-        .flatten()
-        .and_then(|san| {
-            san.value.general_names.iter().find_map(|n| match n {
-                GeneralName::URI(u) => Some((*u).to_owned()),
-                _ => None,
-            })
-        })
-        .ok_or_else(|| bad("the client certificate names no mProv identity"))?;
-    let (kind, identity) = uri
-        .strip_prefix("urn:mprov:")
-        .and_then(|r| r.split_once(':'))
-        .ok_or_else(|| bad("the client certificate names no mProv identity"))?;
-    let mut sql = db.sql();
-    sql.push("SELECT kind, identity, revoked_at FROM credentials WHERE serial = ");
-    sql.bind(Val::Text(Some(serial.clone())));
-    let row = sql
-        .query()
-        .fetch_optional(db.pool())
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| bad("this client certificate was not issued by enrollment"))?;
-    let revoked: Option<String> = row.try_get("revoked_at").unwrap_or(None);
-    if let Some(at) = revoked {
-        return Err(bad(&format!(
-            "this client certificate was revoked at {at}; enroll again"
-        )));
-    }
-    let (k, i): (String, String) = (
-        row.try_get("kind").map_err(internal)?,
-        row.try_get("identity").map_err(internal)?,
-    );
-    if k != kind || i != identity {
-        return Err(bad("the client certificate does not match its record"));
-    }
-    Ok(Agent {
-        kind: k,
-        identity: i,
-        serial,
-    })
-}
-
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::Internal(e.to_string())
-}
-
 /// How long a node's enrollment nonce is good for.
 pub const NONCE_TTL: Duration = Duration::from_secs(15 * 60);
 /// How long a node's certificate is valid.
@@ -371,20 +360,19 @@ pub const NODE_DAYS: u32 = 30;
 /// nonces (only the newest boot can enroll) and deletes every expired row,
 /// so the table holds at most one live nonce per system plus the used ones
 /// of the last [`NONCE_TTL`] (kept to recognise a replay).
-pub async fn mint_nonce(db: &Db, system_id: i64) -> Result<String, ApiError> {
+pub async fn mint_nonce(db: &Db, system_id: i64) -> Result<String, EnrollError> {
     let nonce = secrets::random_token(24);
     let expires = jiff::Timestamp::now()
         .checked_add(jiff::SignedDuration::try_from(NONCE_TTL).unwrap_or_default())
-        .map(format_ts)
-        .map_err(internal)?;
-    let mut tx = db.pool().begin().await.map_err(internal)?;
+        .map(format_ts)?;
+    let mut tx = db.pool().begin().await?;
     let mut gone = db.sql();
     gone.push("DELETE FROM enroll_nonces WHERE expires_at <= ")
         .bind(Val::Text(Some(now())))
         .push(" OR (system_id = ")
         .bind(Val::Int(Some(system_id)))
         .push(" AND used_at IS NULL)");
-    gone.query().execute(&mut *tx).await.map_err(internal)?;
+    gone.query().execute(&mut *tx).await?;
     let mut sql = db.sql();
     sql.push("INSERT INTO enroll_nonces (system_id, hash, created_at, expires_at) VALUES ")
         .bind_list([
@@ -393,19 +381,18 @@ pub async fn mint_nonce(db: &Db, system_id: i64) -> Result<String, ApiError> {
             Val::Text(Some(now())),
             Val::Text(Some(expires)),
         ]);
-    sql.query().execute(&mut *tx).await.map_err(internal)?;
-    tx.commit().await.map_err(internal)?;
+    sql.query().execute(&mut *tx).await?;
+    tx.commit().await?;
     Ok(nonce)
 }
 
 /// `POST /enroll/node/`: a certificate naming the system the nonce was
 /// minted for, and only it.
 pub async fn enroll_node(
-    State(st): State<AppState>,
-    Json(body): Json<NodeEnrollment>,
-) -> Result<Json<Enrolled>, ApiError> {
-    let refused = |m: &str| ApiError::Unauthorized(m.to_owned());
-    let db = &st.db;
+    db: &Db,
+    signer: Option<&SignerClient>,
+    body: NodeEnrollment,
+) -> Result<Enrolled, EnrollError> {
     let hash = secrets::hash_api_secret(body.nonce.trim());
     let mut sql = db.sql();
     sql.push("SELECT n.system_id AS system_id, n.expires_at AS expires_at, n.used_at AS used_at, s.hostname AS hostname FROM enroll_nonces n JOIN systems s ON s.id = n.system_id WHERE n.hash = ");
@@ -413,8 +400,7 @@ pub async fn enroll_node(
     let row = sql
         .query()
         .fetch_optional(db.pool())
-        .await
-        .map_err(internal)?
+        .await?
         .ok_or_else(|| {
             refused("the enrollment nonce is not valid; boot the node again for a new one")
         })?;
@@ -440,15 +426,15 @@ pub async fn enroll_node(
             "this enrollment nonce was already used at {at}; boot the node again for a new one"
         )));
     }
-    let expires: String = row.try_get("expires_at").map_err(internal)?;
+    let expires: String = row.try_get("expires_at")?;
     if expires <= now() {
         return Err(refused(&format!(
             "this enrollment nonce expired at {expires}; boot the node again for a new one"
         )));
     }
-    let hostname: String = row.try_get("hostname").map_err(internal)?;
-    let (enrolled, serial) = sign(
-        &st,
+    let hostname: String = row.try_get("hostname")?;
+    let (enrolled, serial) = issue_agent_certificate(
+        signer,
         Profile::Node,
         &hostname,
         body.csr,
@@ -458,47 +444,43 @@ pub async fn enroll_node(
     commit_enrollment(
         db,
         Some(Consume::Nonce { hash }),
-        "node",
+        Profile::Node,
         &hostname,
         &serial,
         &enrolled.not_after,
     )
     .await?;
     tracing::info!(%hostname, %serial, "enrollment: node enrolled");
-    Ok(Json(enrolled))
+    Ok(enrolled)
 }
 
 /// `POST /enroll/renew/`: over mTLS, a new certificate for the same
-/// identity; the one presented is revoked.
+/// identity as `machine`'s; the one presented is revoked. A job server's
+/// lasts `jobserver_seconds`.
 pub async fn renew(
-    State(st): State<AppState>,
-    axum::Extension(principal): axum::Extension<crate::http::auth::Principal>,
-    Json(body): Json<Renewal>,
-) -> Result<Json<Enrolled>, ApiError> {
-    let crate::http::auth::Principal::Agent(agent) = principal else {
-        return Err(ApiError::Forbidden(
-            "renewal needs the client certificate being renewed".into(),
-        ));
+    db: &Db,
+    signer: Option<&SignerClient>,
+    jobserver_seconds: u64,
+    machine: &Machine,
+    csr: String,
+) -> Result<Enrolled, EnrollError> {
+    let validity = match machine.profile {
+        Profile::Node => Validity::Days(NODE_DAYS),
+        _ => Validity::Seconds(jobserver_seconds),
     };
-    let (profile, validity) = match agent.kind.as_str() {
-        "node" => (Profile::Node, Validity::Days(NODE_DAYS)),
-        _ => (
-            Profile::Jobserver,
-            Validity::Seconds(st.config.jobserver_cert_seconds),
-        ),
-    };
-    let (enrolled, serial) = sign(&st, profile, &agent.identity, body.csr, validity).await?;
+    let (enrolled, serial) =
+        issue_agent_certificate(signer, machine.profile, &machine.identity, csr, validity).await?;
     commit_enrollment(
-        &st.db,
+        db,
         None,
-        &agent.kind,
-        &agent.identity,
+        machine.profile,
+        &machine.identity,
         &serial,
         &enrolled.not_after,
     )
     .await?;
-    tracing::info!(kind = %agent.kind, identity = %agent.identity, %serial, "enrollment: renewed");
-    Ok(Json(enrolled))
+    tracing::info!(kind = %machine.profile.as_str(), identity = %machine.identity, %serial, "enrollment: renewed");
+    Ok(enrolled)
 }
 
 /// How long a certificate asked of the helper lasts.
@@ -508,19 +490,17 @@ enum Validity {
     Seconds(u64),
 }
 
-/// Has the helper sign `csr` for `identity`: the reply for the agent, and
-/// the certificate's serial. A refusal is a 400 with the helper's reason.
-async fn sign(
-    st: &AppState,
+/// Has the helper sign `csr` for the agent `identity` (a node or a job
+/// server, per `profile`): the reply for the agent, and the certificate's
+/// serial. A refusal carries the helper's reason.
+async fn issue_agent_certificate(
+    signer: Option<&SignerClient>,
     profile: Profile,
     identity: &str,
     csr: String,
     validity: Validity,
-) -> Result<(Enrolled, String), ApiError> {
-    let signer = st
-        .signer
-        .as_ref()
-        .ok_or_else(|| ApiError::Internal("no signing helper".into()))?;
+) -> Result<(Enrolled, String), EnrollError> {
+    let signer = signer.ok_or(EnrollError::NoSigner)?;
     let request = SignRequest {
         profile,
         identity: identity.to_owned(),
@@ -536,7 +516,7 @@ async fn sign(
         },
         id: 0,
     };
-    match signer.sign(&request).await {
+    match signer.request_certificate(&request).await {
         Ok(SignReply::Signed {
             cert_pem,
             serial,
@@ -551,14 +531,14 @@ async fn sign(
             },
             serial,
         )),
-        Ok(SignReply::Refused { reason }) => Err(ApiError::bad_request("csr_refused", reason)),
+        Ok(SignReply::Refused { reason }) => Err(EnrollError::CsrRefused(reason)),
         Err(err) => {
             tracing::error!("enrollment: {err}");
-            Err(ApiError::Unavailable {
+            Err(EnrollError::SignerDown {
                 message: format!(
                     "{err}; it is being started again: try again in a few seconds (nothing was enrolled, the token or nonce is not spent)"
                 ),
-                retry_after: 5,
+                source: err,
             })
         }
     }
@@ -604,12 +584,12 @@ fn collision(err: &sqlx::Error) -> bool {
 async fn commit_enrollment(
     db: &Db,
     consume: Option<Consume>,
-    kind: &str,
+    profile: Profile,
     identity: &str,
     serial: &str,
     not_after: &str,
-) -> Result<(), ApiError> {
-    let refused = |m: &str| ApiError::Unauthorized(m.to_owned());
+) -> Result<(), EnrollError> {
+    let kind = profile.as_str();
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -628,14 +608,14 @@ async fn commit_enrollment(
                 tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
             }
             Err(e) if collision(&e) => {
-                return Err(ApiError::Conflict {
+                return Err(EnrollError::Conflict {
                     message: format!(
                         "{identity} is being enrolled by other requests at the same time; try again"
                     ),
                     field: None,
                 });
             }
-            Err(e) => return Err(internal(e)),
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -710,31 +690,20 @@ pub struct TokenRequest {
     pub purpose: Option<Purpose>,
 }
 
-/// `POST /api/v1/enroll-tokens/`.
-pub async fn new_token(
-    State(st): State<AppState>,
-    Json(body): Json<TokenRequest>,
-) -> Result<Json<NewToken>, ApiError> {
+/// `POST /api/v1/enroll-tokens/`: checks the request and makes the token.
+pub async fn new_token(db: &Db, body: TokenRequest) -> Result<NewToken, EnrollError> {
     let hours = body.hours.unwrap_or(24);
     if hours == 0 || hours > 24 * 30 {
-        return Err(ApiError::invalid("hours", "between 1 and 720 hours"));
+        return Err(invalid("hours", "between 1 and 720 hours"));
     }
     if !valid_name(&body.name) {
-        return Err(ApiError::invalid(
+        return Err(invalid(
             "name",
             "the job server's name (letters, digits, '-', '.', '_'): only that name can enroll with the token",
         ));
     }
     let ttl = Duration::from_secs(u64::from(hours) * 3600);
-    let token = create_token_for(
-        &st.db,
-        &body.name,
-        ttl,
-        body.purpose.unwrap_or(Purpose::New),
-    )
-    .await
-    .map_err(internal)?;
-    Ok(Json(token))
+    Ok(create_token_for(db, &body.name, ttl, body.purpose.unwrap_or(Purpose::New)).await?)
 }
 
 /// One issued certificate, as the API lists it.
@@ -759,72 +728,58 @@ pub struct Credential {
 }
 
 /// `GET /api/v1/credentials/`: every certificate issued to an agent,
-/// newest first; `?identity=` and `?kind=` narrow it.
-pub async fn list_credentials(
-    State(st): State<AppState>,
-    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let db = &st.db;
+/// newest first; the `identity` and `kind` filters narrow it.
+pub async fn list_credentials<'a>(
+    db: &Db,
+    filters: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Result<Vec<Credential>, EnrollError> {
     let mut sql = db.sql();
     sql.push("SELECT id, serial, kind, identity, not_after, created_at, revoked_at, revoke_reason FROM credentials WHERE 1 = 1");
-    for (field, value) in &q {
+    for (field, value) in filters {
         match field.as_str() {
             "identity" | "kind" => {
                 sql.push(&format!(" AND {field} = "));
                 sql.bind(Val::Text(Some(value.clone())));
             }
             other => {
-                return Err(ApiError::invalid(other, "filter by identity or kind"));
+                return Err(invalid(other, "filter by identity or kind"));
             }
         }
     }
     sql.push(" ORDER BY id DESC");
-    let rows = sql.query().fetch_all(db.pool()).await.map_err(internal)?;
+    let rows = sql.query().fetch_all(db.pool()).await?;
     let mut items = Vec::with_capacity(rows.len());
     for row in &rows {
         items.push(Credential {
-            id: crate::db::int(row, "id").map_err(internal)?,
-            serial: row.try_get("serial").map_err(internal)?,
-            kind: row.try_get("kind").map_err(internal)?,
-            identity: row.try_get("identity").map_err(internal)?,
-            not_after: row.try_get("not_after").map_err(internal)?,
-            created_at: row.try_get("created_at").map_err(internal)?,
+            id: crate::db::int(row, "id")?,
+            serial: row.try_get("serial")?,
+            kind: row.try_get("kind")?,
+            identity: row.try_get("identity")?,
+            not_after: row.try_get("not_after")?,
+            created_at: row.try_get("created_at")?,
             revoked_at: row.try_get("revoked_at").unwrap_or(None),
             revoke_reason: row.try_get("revoke_reason").unwrap_or(None),
         });
     }
-    let total = items.len();
-    Ok(Json(serde_json::json!({"items": items, "total": total})))
+    Ok(items)
 }
 
 /// `POST /api/v1/credentials/{id}/revoke`: the certificate stops working at
-/// once (every request checks the allow-list).
-pub async fn revoke_credential(
-    State(st): State<AppState>,
-    axum::extract::Path(id): axum::extract::Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let id: i64 = id
-        .parse()
-        .map_err(|_| ApiError::invalid("id", "a credential's numeric id"))?;
-    let db = &st.db;
+/// once (every request checks the allow-list). Its serial, and whether it
+/// was revoked now (not already).
+pub async fn revoke_credential(db: &Db, id: i64) -> Result<(String, bool), EnrollError> {
     let mut sql = db.sql();
     sql.push("SELECT serial FROM credentials WHERE id = ");
     sql.bind(Val::Int(Some(id)));
     let serial: String = sql
         .query()
         .fetch_optional(db.pool())
-        .await
-        .map_err(internal)?
-        .ok_or_else(|| ApiError::NotFound(format!("no credential {id}")))?
-        .try_get("serial")
-        .map_err(internal)?;
-    let revoked = revoke_serial(db, &serial, "revoked by an administrator")
-        .await
-        .map_err(internal)?;
+        .await?
+        .ok_or(EnrollError::NoCredential(id))?
+        .try_get("serial")?;
+    let revoked = revoke_serial(db, &serial, "revoked by an administrator").await?;
     if revoked {
         tracing::info!(%serial, "credential revoked by an administrator");
     }
-    Ok(Json(
-        serde_json::json!({"id": id, "serial": serial, "revoked": true, "already": !revoked}),
-    ))
+    Ok((serial, revoked))
 }
