@@ -250,13 +250,13 @@ pub async fn image_host(
     method: axum::http::Method,
     Path((key, jobserver)): Path<(String, String)>,
 ) -> Result<Json<Obj>, ApiError> {
-    let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::Internal(format!("no kind {n}")));
+    let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::internal(format!("no kind {n}")));
     let images = kind("images")?;
     let js = st.db.get(kind("jobservers")?, &jobserver).await?;
     let js_id = js
         .get("id")
         .and_then(Value::as_i64)
-        .ok_or_else(|| ApiError::Internal("a job server without an id".into()))?;
+        .ok_or_else(|| ApiError::internal("a job server without an id"))?;
     let image = st.db.get(images, &key).await?;
     let mut hosts: Vec<i64> = image
         .get("jobservers")
@@ -277,7 +277,7 @@ pub async fn image_host(
     let body = json!({ "jobservers": hosts });
     let body = body
         .as_object()
-        .ok_or_else(|| ApiError::Internal("not an object".into()))?;
+        .ok_or_else(|| ApiError::internal("not an object"))?;
     let prepared =
         crud::validate(images, body, Mode::Update, &st.secrets, "").map_err(invalid_rows)?;
     let obj = st.db.update(images, &key, prepared).await?;
@@ -305,11 +305,7 @@ pub async fn openapi() -> Json<&'static Value> {
 
 /// `GET /api/v1/revision`: the inventory revision.
 pub async fn revision(State(st): State<AppState>) -> Result<Json<mprov_api::Revision>, ApiError> {
-    let revision = st
-        .db
-        .revision()
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let revision = st.db.revision().await.map_err(ApiError::internal)?;
     Ok(Json(mprov_api::Revision { revision }))
 }
 
@@ -329,7 +325,7 @@ pub async fn effective_config(
     State(st): State<AppState>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::Internal(format!("no kind {n}")));
+    let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::internal(format!("no kind {n}")));
     let system = st.db.get(kind("systems")?, &key).await?;
     let image = match system.get("image").and_then(Value::as_i64) {
         Some(id) => Some(st.db.get(kind("images")?, &id.to_string()).await?),
@@ -357,13 +353,11 @@ pub async fn effective_config(
     let rows = sqlx::query("SELECT id, slug FROM scripts")
         .fetch_all(st.db.pool())
         .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+        .map_err(ApiError::internal)?;
     let mut scripts = HashMap::new();
     for r in rows {
-        let id = int(&r, "id").map_err(|e| ApiError::Internal(e.to_string()))?;
-        let slug: String = r
-            .try_get("slug")
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let id = int(&r, "id").map_err(ApiError::internal)?;
+        let slug: String = r.try_get("slug").map_err(ApiError::internal)?;
         scripts.insert(id, slug);
     }
     let layers = Layers {
@@ -378,7 +372,7 @@ pub async fn effective_config(
     })?;
     serde_json::to_value(cfg)
         .map(Json)
-        .map_err(|e| ApiError::Internal(e.to_string()))
+        .map_err(ApiError::internal)
 }
 
 /// The longest a boot config long-poll waits.
@@ -423,17 +417,13 @@ pub async fn bootconfig(
         let notified = st.changed.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let revision = st
-            .db
-            .revision()
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let revision = st.db.revision().await.map_err(ApiError::internal)?;
         if revision > after {
             let cfg = &st.config;
             let url = mprov_api::boot::ipxe_chain_url(&cfg.public_url);
             let snap = crate::bootconfig::snapshot(&st.db, &cfg.dns_upstreams, Some(&url))
                 .await
-                .map_err(|e| ApiError::Internal(format!("boot config: {e}")))?;
+                .map_err(|e| ApiError::internal_in("boot config", e))?;
             return Ok(Json(snap).into_response());
         }
         let now = tokio::time::Instant::now();

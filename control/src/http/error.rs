@@ -2,11 +2,15 @@
 //!
 //! Every failure a handler or middleware can have becomes an [`ApiError`], which
 //! picks the status code and the JSON body (`{"error", "message", "field"}`)
-//! the API conventions promise. Internal failures are logged with their cause
-//! (by [`super::outage`], the router's outermost layer, from the [`Failure`]
-//! a response carries) and answered with a message that points at the log,
-//! never with the cause. A database that does not answer is a 503 with a
+//! the API conventions promise. An internal failure keeps its cause as an
+//! error with its sources; the response carries it as a [`Failure`] with a
+//! fresh request id, [`super::outage`] (the router's outermost layer) logs
+//! the whole cause chain once under that id, and the client is answered
+//! with the id only, never with the cause. A database that does not answer is a 503 with a
 //! `Retry-After`, logged once per outage.
+
+use std::error::Error as StdError;
+use std::sync::Arc;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -14,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use crate::access::AccessError;
 use crate::boot::BootError;
 use crate::db::crud::StoreError;
+use crate::db::health::is_unavailable;
 use crate::enrollment::EnrollError;
 use crate::identity::IdentityError;
 
@@ -38,8 +43,8 @@ pub enum ApiError {
     },
     /// 403: authenticated, but not allowed.
     Forbidden(String),
-    /// 500: our fault; the cause goes to the log only.
-    Internal(String),
+    /// 500: our fault; the cause, with its sources, goes to the log only.
+    Internal(Box<dyn StdError + Send + Sync>),
     /// 405.
     MethodNotAllowed,
     /// 404.
@@ -75,7 +80,32 @@ pub enum ApiError {
     },
 }
 
+/// An internal error's cause with what was being done.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct Cause {
+    what: String,
+    #[source]
+    source: Box<dyn StdError + Send + Sync>,
+}
+
 impl ApiError {
+    /// A 500 whose cause is `err` (an error, or a message).
+    pub fn internal(err: impl Into<Box<dyn StdError + Send + Sync>>) -> ApiError {
+        ApiError::Internal(err.into())
+    }
+
+    /// A 500 while doing `what`, caused by `err`.
+    pub fn internal_in(
+        what: impl Into<String>,
+        err: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> ApiError {
+        ApiError::Internal(Box::new(Cause {
+            what: what.into(),
+            source: err.into(),
+        }))
+    }
+
     /// A 400 naming the field at fault.
     pub fn invalid(field: &str, message: impl Into<String>) -> ApiError {
         ApiError::BadRequest {
@@ -183,8 +213,13 @@ impl ApiError {
 /// turns it into a 503 when the database turns out to be down).
 #[derive(Debug, Clone)]
 pub enum Failure {
-    /// An internal error and its cause.
-    Internal(String),
+    /// An internal error: the id its response names, and its cause.
+    Internal {
+        /// The request id, in the response and the log line.
+        request_id: String,
+        /// The error, with its sources.
+        cause: Arc<dyn StdError + Send + Sync>,
+    },
     /// The database did not answer.
     Unavailable(String),
 }
@@ -199,12 +234,19 @@ impl IntoResponse for ApiError {
             | ApiError::TooManyRequests { retry_after, .. } => Some(*retry_after),
             _ => None,
         };
-        let failure = match &self {
-            ApiError::Internal(cause) => Some(Failure::Internal(cause.clone())),
-            ApiError::DatabaseUnavailable(cause) => Some(Failure::Unavailable(cause.clone())),
+        let (status, error, mut message, field) = self.parts();
+        let failure = match self {
+            ApiError::Internal(cause) => {
+                let request_id = crate::secrets::random_token(9);
+                message = format!("{message} (request id {request_id})");
+                Some(Failure::Internal {
+                    request_id,
+                    cause: Arc::from(cause),
+                })
+            }
+            ApiError::DatabaseUnavailable(cause) => Some(Failure::Unavailable(cause)),
             _ => None,
         };
-        let (status, error, message, field) = self.parts();
         let body = mprov_api::ApiError {
             error: error.to_owned(),
             message,
@@ -247,18 +289,24 @@ impl From<StoreError> for ApiError {
             },
             StoreError::Conflict { field, message } => ApiError::Conflict { message, field },
             StoreError::Db(e) => database(e),
-            StoreError::Hash(e) => ApiError::Internal(e),
+            StoreError::Hash(e) => ApiError::internal_in("hashing a password", e),
         }
     }
 }
 
-/// A database error: a 503 while the database does not answer, else a 500.
+/// A database error: a 503 while the database does not answer, else a 500
+/// with the error as its cause.
 fn database(e: sqlx::Error) -> ApiError {
-    if crate::db::health::is_unavailable(&e) {
-        ApiError::DatabaseUnavailable(format!("database: {e}"))
+    if is_unavailable(&e) {
+        unavailable(&e)
     } else {
-        ApiError::Internal(format!("database: {e}"))
+        ApiError::internal_in("database", e)
     }
+}
+
+/// The 503 of a database that does not answer.
+fn unavailable(e: &sqlx::Error) -> ApiError {
+    ApiError::DatabaseUnavailable(format!("database: {e}"))
 }
 
 impl From<EnrollError> for ApiError {
@@ -274,8 +322,10 @@ impl From<EnrollError> for ApiError {
                 message,
                 retry_after: 5,
             },
-            EnrollError::Db(e) => database(e),
-            e @ (EnrollError::NoSigner | EnrollError::Time(_)) => ApiError::Internal(e.to_string()),
+            EnrollError::Db(ref db) if is_unavailable(db) => unavailable(db),
+            e @ (EnrollError::Db(_) | EnrollError::NoSigner | EnrollError::Time(_)) => {
+                ApiError::internal(e)
+            }
         }
     }
 }
@@ -291,16 +341,17 @@ impl From<IdentityError> for ApiError {
                 message,
                 retry_after,
             },
-            IdentityError::Db(e) => database(e),
-            e @ IdentityError::Join(_) => ApiError::Internal(e.to_string()),
+            IdentityError::Db(ref db) if is_unavailable(db) => unavailable(db),
+            e @ (IdentityError::Db(_) | IdentityError::Join(_)) => ApiError::internal(e),
         }
     }
 }
 
 impl From<BootError> for ApiError {
     fn from(err: BootError) -> Self {
-        match err {
-            BootError::Db(e) => database(e),
+        match &err {
+            BootError::Db(db) if is_unavailable(db) => unavailable(db),
+            BootError::Db(_) => ApiError::internal(err),
         }
     }
 }

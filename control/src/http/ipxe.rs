@@ -143,10 +143,6 @@ pub struct Loaded {
     pub tmpfs_gib: i64,
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::Internal(e.to_string())
-}
-
 fn text(row: &sqlx::any::AnyRow, col: &str) -> Option<String> {
     row.try_get::<Option<String>, _>(col).ok().flatten()
 }
@@ -166,7 +162,7 @@ pub async fn load_node(db: &Db, key: NodeKey<'_>) -> Result<Loaded, ApiError> {
         rootfs_size: 0,
         tmpfs_gib: 0,
     };
-    let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::Internal(format!("no kind {n}")));
+    let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::internal(format!("no kind {n}")));
     // 1. The NIC and its network (a switch port's network first).
     let mut q = db.sql();
     q.push("SELECT s.id AS system_id, n.network_id, p.network_id AS port_network_id FROM systems s JOIN network_interfaces n ON n.system_id = s.id LEFT JOIN switch_ports p ON p.id = n.switch_port_id WHERE ");
@@ -184,13 +180,13 @@ pub async fn load_node(db: &Db, key: NodeKey<'_>) -> Result<Loaded, ApiError> {
         .query()
         .fetch_optional(db.pool())
         .await
-        .map_err(internal)?;
+        .map_err(ApiError::internal)?;
     let (system_id, network) = match row {
         Some(r) => (
-            int(&r, "system_id").map_err(internal)?,
+            int(&r, "system_id").map_err(ApiError::internal)?,
             opt_int(&r, "port_network_id")
-                .map_err(internal)?
-                .or(opt_int(&r, "network_id").map_err(internal)?),
+                .map_err(ApiError::internal)?
+                .or(opt_int(&r, "network_id").map_err(ApiError::internal)?),
         ),
         // A system without NICs is still found by name for its manifest.
         None => match key {
@@ -223,16 +219,26 @@ pub async fn load_node(db: &Db, key: NodeKey<'_>) -> Result<Loaded, ApiError> {
     q.push("SELECT g.id, g.slug, g.priority, g.install_kernel_cmdline, g.initial_mods, g.tmpfs_root_size, g.prov_interface, g.config_params FROM system_groups g JOIN group_members m ON m.group_id = g.id WHERE m.system_id = ")
         .bind(Val::Int(Some(system_id)));
     let mut groups = Vec::new();
-    for r in q.query().fetch_all(db.pool()).await.map_err(internal)? {
+    for r in q
+        .query()
+        .fetch_all(db.pool())
+        .await
+        .map_err(ApiError::internal)?
+    {
         let mut g = Map::new();
-        g.insert("id".into(), int(&r, "id").map_err(internal)?.into());
+        g.insert(
+            "id".into(),
+            int(&r, "id").map_err(ApiError::internal)?.into(),
+        );
         g.insert(
             "priority".into(),
-            int(&r, "priority").map_err(internal)?.into(),
+            int(&r, "priority").map_err(ApiError::internal)?.into(),
         );
         g.insert(
             "tmpfs_root_size".into(),
-            int(&r, "tmpfs_root_size").map_err(internal)?.into(),
+            int(&r, "tmpfs_root_size")
+                .map_err(ApiError::internal)?
+                .into(),
         );
         for col in [
             "slug",
@@ -255,7 +261,12 @@ pub async fn load_node(db: &Db, key: NodeKey<'_>) -> Result<Loaded, ApiError> {
         let mut q = db.sql();
         q.push("SELECT j.name, j.addresses, j.port, j.network_id, j.load_avg FROM jobservers j JOIN image_hosts h ON h.jobserver_id = j.id WHERE h.image_id = ")
             .bind(Val::Int(Some(id)));
-        for r in q.query().fetch_all(db.pool()).await.map_err(internal)? {
+        for r in q
+            .query()
+            .fetch_all(db.pool())
+            .await
+            .map_err(ApiError::internal)?
+        {
             let addresses: Vec<String> = text(&r, "addresses")
                 .and_then(|a| serde_json::from_str(&a).ok())
                 .unwrap_or_default();
@@ -263,9 +274,9 @@ pub async fn load_node(db: &Db, key: NodeKey<'_>) -> Result<Loaded, ApiError> {
                 name: text(&r, "name").unwrap_or_default(),
                 address: addresses.into_iter().find(|a| !a.is_empty()),
                 port: opt_int(&r, "port")
-                    .map_err(internal)?
+                    .map_err(ApiError::internal)?
                     .and_then(|p| u16::try_from(p).ok()),
-                network: opt_int(&r, "network_id").map_err(internal)?,
+                network: opt_int(&r, "network_id").map_err(ApiError::internal)?,
                 load_avg: r
                     .try_get::<f64, _>("load_avg")
                     .or_else(|_| r.try_get::<f32, _>("load_avg").map(f64::from))
@@ -345,7 +356,7 @@ async fn attested(
         notified.as_mut().enable();
         let leases = crate::boot::recent_leases(&st.db, mac)
             .await
-            .map_err(internal)?;
+            .map_err(ApiError::internal)?;
         if crate::boot::attests(&leases, source, node_network) {
             return Ok(true);
         }
@@ -410,8 +421,7 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
     };
     let decision = netboot::decide(&lookup, &mac, attested, throttled, &settings);
     let render = |d: &Decision, nonce: Option<&str>| {
-        netboot::render(d, nonce, &settings)
-            .map_err(|e| ApiError::Internal(format!("iPXE script: {e}")))
+        netboot::render(d, nonce, &settings).map_err(|e| ApiError::internal_in("iPXE script", e))
     };
     let source_text = source.map_or_else(|| "-".to_owned(), |s| s.to_string());
     match &decision {
@@ -435,8 +445,8 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
             Ok(script(StatusCode::OK, render(&decision, None)?))
         }
         Decision::LocalBoot => Ok(script(StatusCode::OK, render(&decision, None)?)),
-        Decision::Boot(_) if fingerprint.is_empty() => Err(ApiError::Internal(
-            "no CA certificate to pin on the boot line".into(),
+        Decision::Boot(_) if fingerprint.is_empty() => Err(ApiError::internal(
+            "no CA certificate to pin on the boot line",
         )),
         Decision::Boot(plan) => {
             let nonce = crate::enrollment::mint_nonce(&st.db, plan.system_id).await?;

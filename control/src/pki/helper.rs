@@ -12,7 +12,7 @@
 //! and starts a new one, which announces itself (`Ready`) as the first did.
 //! The web service never starts a helper itself: while the helper is down a
 //! signature fails at once with [`SignerError::Unavailable`] (a 503), and if
-//! the supervisor itself is gone, [`SignerClient::lost`] fires and `serve`
+//! the supervisor itself is gone, [`SignerClient::lost`](super::client::SignerClient::lost) fires and `serve`
 //! exits, so that systemd starts the whole service again. Requests carry an
 //! id, so an answer a new worker gives to a request sent before the restart
 //! is never taken for the answer to a later one.

@@ -219,9 +219,12 @@ fn an_axum_import_in_a_lower_layer_is_found() {
     // A domain module that answers with an axum type: found at the `use`,
     // once per crate, while the HTTP layer above may name axum freely.
     let found = violations(&[
-        ("lib.rs", "mod store;
+        (
+            "lib.rs",
+            "mod store;
 mod web;
-"),
+",
+        ),
         (
             "store.rs",
             "use axum::response::IntoResponse;
