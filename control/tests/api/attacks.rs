@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 
 use mprov_control::db::Engine;
 
-use crate::common::TestDb;
+use crate::common::{on_engine, on_sqlite};
 use crate::process::{Server, serve_to_exit};
 
 /// Runs `program args` as the `mprov` user.
@@ -49,15 +49,15 @@ fn owner_mode(p: &Path) -> (u32, u32) {
     (m.uid(), m.mode() & 0o7777)
 }
 
-async fn on_sqlite(check: fn(&Path, &str)) {
-    let db = TestDb::new(Engine::Sqlite).await;
-    let url = db.url.clone();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_owned();
-    tokio::task::spawn_blocking(move || check(&d, &url))
-        .await
-        .unwrap();
-    db.cleanup().await;
+/// Runs `check` with the service started as in [`start_admin`] on a fresh
+/// database on `engine`, and a client for it.
+async fn on_admin(engine: Engine, check: fn(&Path, &str, &mut Server, &Client)) {
+    on_engine(engine, move |dir, url| {
+        let mut s = start_admin(dir, url, 1);
+        let c = Client::new(&s, dir);
+        check(dir, url, &mut s, &c);
+    })
+    .await;
 }
 
 /// The URL of the default SQLite database under `dir/var`.
@@ -574,6 +574,11 @@ impl Client {
         v
     }
 
+    /// Creates one object of `kind` as the admin; the created object.
+    fn post(&self, kind: &str, body: serde_json::Value) -> serde_json::Value {
+        self.ok("POST", &format!("/api/v1/{kind}/"), Some(body))
+    }
+
     /// A P-256 key and a CSR with `subject` and `-addext` items.
     fn csr(&self, name: &str, newkey: &[&str], extra: &[&str]) -> String {
         let key = self.work.join(format!("{name}.key"));
@@ -636,10 +641,9 @@ impl Client {
     }
 
     fn token(&self, name: &str, purpose: &str) -> String {
-        self.ok(
-            "POST",
-            "/api/v1/enroll-tokens/",
-            Some(serde_json::json!({"name": name, "purpose": purpose})),
+        self.post(
+            "enroll-tokens",
+            serde_json::json!({"name": name, "purpose": purpose}),
         )["token"]
             .as_str()
             .unwrap()
@@ -674,16 +678,11 @@ impl Client {
 
 /// An image `compute` on a job server, so /ipxe/ boots nodes with it.
 fn hosted_image(c: &Client) -> serde_json::Value {
-    let js = c.ok(
-        "POST",
-        "/api/v1/jobservers/",
-        Some(serde_json::json!({"name": "jsx", "addresses": ["10.0.0.2"]})),
+    let js = c.post(
+        "jobservers",
+        serde_json::json!({"name": "jsx", "addresses": ["10.0.0.2"]}),
     );
-    let image = c.ok(
-        "POST",
-        "/api/v1/images/",
-        Some(serde_json::json!({"slug": "compute", "rootfs_sha256": crate::scopes::SHA, "rootfs_size": 4096})),
-    );
+    let image = c.post("images", serde_json::json!({"slug": "compute", "rootfs_sha256": crate::scopes::SHA, "rootfs_size": 4096}));
     c.ok(
         "PATCH",
         "/api/v1/images/compute",
@@ -706,16 +705,14 @@ fn start_admin(dir: &Path, url: &str, run: usize) -> Server {
 /// NICs and BMCs and the inventory revision are unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_3_a_node_cannot_change_who_it_is() {
-    on_sqlite(|dir, url| {
-        let mut s = start_admin(dir, url, 1);
-        let c = Client::new(&s, dir);
-        let group = c.ok("POST", "/api/v1/groups/", Some(serde_json::json!({"slug": "secret-group", "config_params": "db_password: hunter2\n"})));
-        let image = c.ok("POST", "/api/v1/images/", Some(serde_json::json!({"slug": "other-image"})));
-        let own_image = hosted_image(&c);
+    on_admin(Engine::Sqlite, |_, url, s, c| {
+        let group = c.post("groups", serde_json::json!({"slug": "secret-group", "config_params": "db_password: hunter2\n"}));
+        let image = c.post("images", serde_json::json!({"slug": "other-image"}));
+        let own_image = hosted_image(c);
         let mut sys = Vec::new();
         for (host, mac) in [("c01", "aa:bb:cc:00:01:01"), ("c02", "aa:bb:cc:00:01:02")] {
-            let v = c.ok("POST", "/api/v1/systems/", Some(serde_json::json!({"hostname": host, "image": own_image["id"], "nics": [{"mac": mac}]})));
-            let bmc = c.ok("POST", "/api/v1/bmcs/", Some(serde_json::json!({"system": v["id"], "password": "bmc-secret"})));
+            let v = c.post("systems", serde_json::json!({"hostname": host, "image": own_image["id"], "nics": [{"mac": mac}]}));
+            let bmc = c.post("bmcs", serde_json::json!({"system": v["id"], "password": "bmc-secret"}));
             sys.push((v["id"].as_i64().unwrap(), v["nics"][0]["id"].as_i64().unwrap(), bmc["id"].as_i64().unwrap()));
         }
         let nonce = c.nonce(url, "aa:bb:cc:00:01:01");
@@ -731,7 +728,7 @@ async fn attack_3_a_node_cannot_change_who_it_is() {
             ]
             .map(|p| c.ok("GET", &p, None))
         };
-        let before = snapshot(&c);
+        let before = snapshot(c);
         // It reads its own row: the certificate works.
         assert_eq!(c.call("GET", "/api/v1/systems/c01", &me, None).0, 200);
         let attacks = [
@@ -753,7 +750,7 @@ async fn attack_3_a_node_cannot_change_who_it_is() {
         // Its effective config shows no group's secrets.
         let (_, cfg) = c.call("GET", "/api/v1/systems/c01/config", &me, None);
         assert!(!cfg.to_string().contains("hunter2"), "{cfg}");
-        assert_eq!(snapshot(&c), before, "the attacks changed data");
+        assert_eq!(snapshot(c), before, "the attacks changed data");
         // /ipxe/ for c01's MAC still boots c01, never c02.
         let (_, script) = c.call("GET", "/ipxe/?mac=aa:bb:cc:00:01:01", &As::Nobody, None);
         let script = script.as_str().unwrap_or_default().to_owned();
@@ -776,9 +773,7 @@ async fn attack_3_a_node_cannot_change_who_it_is() {
 /// refused too; a replace token for that name works (and revokes the old).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_4_a_token_works_only_for_its_name() {
-    on_sqlite(|dir, url| {
-        let mut s = start_admin(dir, url, 1);
-        let c = Client::new(&s, dir);
+    on_admin(Engine::Sqlite, |_, _, s, c| {
         let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
         let csr = c.csr("js1", &p256, &[]);
         let (code, v) = c.enroll_js(&c.token("js1", "new"), "js1", &csr);
@@ -860,9 +855,7 @@ fn children(pid: u32) -> Vec<u32> {
 /// then enrolls. Killing the supervisor makes the service exit for systemd.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_5_the_signer_comes_back() {
-    on_sqlite(|dir, url| {
-        let mut s = start_admin(dir, url, 1);
-        let c = Client::new(&s, dir);
+    on_admin(Engine::Sqlite, |_, _, s, c| {
         let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
         let token = c.token("js1", "new");
         let csr = c.csr("js1", &p256, &[]);
@@ -945,9 +938,7 @@ async fn attack_5_the_signer_comes_back() {
 /// Attack 10: refusals name the problem; an explicit CA:FALSE is accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_10_csr_refusals_name_the_problem() {
-    on_sqlite(|dir, url| {
-        let mut s = start_admin(dir, url, 1);
-        let c = Client::new(&s, dir);
+    on_admin(Engine::Sqlite, |_, _, s, c| {
         let token = c.token("js1", "new");
         for (name, newkey, extra, want) in [
             (
@@ -1001,9 +992,7 @@ async fn attack_10_csr_refusals_name_the_problem() {
 /// flooded name until the window ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_7_password_checks_are_throttled() {
-    on_sqlite(|dir, url| {
-        let mut s = start_admin(dir, url, 1);
-        let c = Client::new(&s, dir);
+    on_admin(Engine::Sqlite, |dir, _, s, c| {
         let key = std::fs::read_to_string(dir.join("etc/apikey")).unwrap();
         let key = key
             .trim()
@@ -1105,17 +1094,11 @@ fn sqlite3(db: &Path, sql: &str) -> String {
 /// stays sound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_shared_with_another_process_stays_sound() {
-    on_sqlite(|dir, url| {
-        let mut s = start_admin(dir, url, 1);
-        let c = Client::new(&s, dir);
+    on_admin(Engine::Sqlite, |_, url, s, c| {
         let db = mprov_control::db::sqlite_path(url).unwrap();
         for n in 1..=3 {
             let host = format!("shared{n}");
-            c.ok(
-                "POST",
-                "/api/v1/systems/",
-                Some(serde_json::json!({"hostname": host})),
-            );
+            c.post("systems", serde_json::json!({"hostname": host}));
             // The shell sees what the service wrote, then closes its
             // connection: the service still holds the database, so the WAL
             // must stay.
@@ -1145,20 +1128,10 @@ async fn sqlite_shared_with_another_process_stays_sound() {
 /// token ×20 and one identity ×20 (20 replace tokens for js1) concurrent
 /// enrollments; exactly one valid certificate each time.
 pub(crate) async fn races(engine: Engine) {
-    let db = TestDb::new(engine).await;
-    let url = db.url.clone();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_owned();
-    tokio::task::spawn_blocking(move || {
-        let mut s = start_admin(&d, &url, 1);
-        let c = Client::new(&s, &d);
+    on_admin(engine, |_, url, s, c| {
         let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
-        let image = hosted_image(&c);
-        c.ok(
-            "POST",
-            "/api/v1/systems/",
-            Some(serde_json::json!({"hostname": "c01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:02:01"}]})),
-        );
+        let image = hosted_image(c);
+        c.post("systems", serde_json::json!({"hostname": "c01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:02:01"}]}));
         let csr = c.csr("racer", &p256, &[]);
         // Each request's status; a failure shows every answer and the log.
         let answers = std::cell::RefCell::new(String::new());
@@ -1186,7 +1159,7 @@ pub(crate) async fn races(engine: Engine) {
         };
         let why = |codes: &[u16]| format!("{codes:?}\n{}\n{}", answers.borrow(), s.log_text());
         // One nonce ×20.
-        let nonce = c.nonce(&url, "aa:bb:cc:00:02:01");
+        let nonce = c.nonce(url, "aa:bb:cc:00:02:01");
         let codes = race(
             (0..20)
                 .map(|_| {
@@ -1248,7 +1221,5 @@ pub(crate) async fn races(engine: Engine) {
         );
         s.stop();
     })
-    .await
-    .unwrap();
-    db.cleanup().await;
+    .await;
 }

@@ -12,10 +12,17 @@ use mprov_control::db::kinds::KINDS;
 use mprov_control::db::{Db, Engine, Val};
 use serde_json::{Value, json};
 
-use crate::common::{Ctx, TestDb, config};
+use crate::common::{Ctx, INSERT_BARE_SYSTEMS, TestDb, bind_bare_system, config};
 
 /// The secret key every context here seals BMC passwords with.
 const KEY: &str = "test secret key";
+
+/// A restore of `archive` with `cfg`, without --force, is refused with an
+/// error whose chain says `want`.
+async fn restore_refused(cfg: &Config, archive: Vec<u8>, want: &str) {
+    let err = backup::restore(cfg, archive, false).await.unwrap_err();
+    assert!(format!("{err:#}").contains(want), "{err:#}");
+}
 
 /// Folders for one install: config, state, backups.
 struct Dirs {
@@ -48,6 +55,19 @@ impl Dirs {
 
     fn backups(&self) -> PathBuf {
         self.root.join("backups")
+    }
+
+    /// A backup of `c`'s install, without secrets, into [`Dirs::backups`].
+    async fn backup(&self, c: &Ctx) -> backup::BackupReport {
+        backup::backup(
+            &self.config(&c.db.url),
+            &c.state.db,
+            KEY,
+            &self.backups(),
+            false,
+        )
+        .await
+        .unwrap()
     }
 }
 
@@ -117,31 +137,21 @@ async fn objects(c: &Ctx) -> BTreeMap<String, Vec<Value>> {
 async fn populate(c: &Ctx, full: usize, members: usize) {
     let db = &c.state.db;
     let ts = || Val::Text(Some("2026-01-01T00:00:00Z".into()));
-    c.ok(
-        "POST",
-        "/api/v1/networks/",
-        Some(json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 16, "isdhcp": true})),
+    c.post(
+        "networks",
+        json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 16, "isdhcp": true}),
     )
     .await;
     for i in 0..5 {
-        c.ok(
-            "POST",
-            "/api/v1/scripts/",
-            Some(json!({"slug": format!("s{i}"), "name": format!("Script {i}"), "script_type": if i % 2 == 0 { "post-boot" } else { "image-gen" },
-                "content": format!("#!/bin/sh\n# ünïcode, 'quotes' and \"doubles\"\necho {i} > /tmp/x\n")})),
-        )
+        c.post("scripts", json!({"slug": format!("s{i}"), "name": format!("Script {i}"), "script_type": if i % 2 == 0 { "post-boot" } else { "image-gen" },
+                "content": format!("#!/bin/sh\n# ünïcode, 'quotes' and \"doubles\"\necho {i} > /tmp/x\n")}))
         .await;
     }
-    c.ok(
-        "POST",
-        "/api/v1/distros/",
-        Some(json!({"slug": "rocky-9", "scripts": ["s0"]})),
-    )
-    .await;
-    c.ok(
-        "POST",
-        "/api/v1/images/",
-        Some(json!({"slug": "compute", "distro": "rocky-9", "scripts": ["s1", "s2"]})),
+    c.post("distros", json!({"slug": "rocky-9", "scripts": ["s0"]}))
+        .await;
+    c.post(
+        "images",
+        json!({"slug": "compute", "distro": "rocky-9", "scripts": ["s1", "s2"]}),
     )
     .await;
     let image_id = c.ok("GET", "/api/v1/images/compute", None).await["id"].clone();
@@ -229,30 +239,22 @@ async fn populate(c: &Ctx, full: usize, members: usize) {
     let all: Vec<i64> = (0..i64::try_from(members).unwrap())
         .map(|i| first + i)
         .collect();
-    c.ok(
-        "POST",
-        "/api/v1/groups/",
-        Some(json!({"slug": "everyone", "priority": 3, "systems": all, "scripts": ["s3"]})),
+    c.post(
+        "groups",
+        json!({"slug": "everyone", "priority": 3, "systems": all, "scripts": ["s3"]}),
     )
     .await;
-    c.ok(
-        "PATCH",
+    c.patch(
         &format!("/api/v1/systems/{first}"),
-        Some(json!({"scripts": ["s4"]})),
+        json!({"scripts": ["s4"]}),
     )
     .await;
     for i in 0..3 {
-        c.ok(
-            "POST",
-            "/api/v1/apikeys/",
-            Some(json!({"name": format!("key {i}")})),
-        )
-        .await;
+        c.post("apikeys", json!({"name": format!("key {i}")})).await;
     }
-    c.ok(
-        "POST",
-        "/api/v1/jobservers/",
-        Some(json!({"name": "js1", "addresses": ["10.0.0.2"], "port": 8081, "modules": ["dhcp", "dns"]})),
+    c.post(
+        "jobservers",
+        json!({"name": "js1", "addresses": ["10.0.0.2"], "port": 8081, "modules": ["dhcp", "dns"]}),
     )
     .await;
     // A float, so the engines' REAL and DOUBLE round-trip too.
@@ -359,15 +361,7 @@ async fn over_every_engine(
     let dirs = Dirs::new();
     let mut from = src;
     for engine in [Engine::Postgres, Engine::Mysql, Engine::Sqlite] {
-        let report = backup::backup(
-            &dirs.config(&from.db.url),
-            &from.state.db,
-            KEY,
-            &dirs.backups(),
-            false,
-        )
-        .await
-        .unwrap();
+        let report = dirs.backup(&from).await;
         let tdb = TestDb::new(engine).await;
         let restored = restore_into(&dirs, &tdb.url, &report.path, false).await;
         assert!(restored.key_matches && !restored.secrets_restored);
@@ -505,13 +499,7 @@ async fn refusals_and_modes() {
     };
     // Truncated anywhere, or one byte altered inside a part.
     for cut in [good.len() / 3, good.len() / 2, good.len() - 1100] {
-        let err = backup::restore(&tcfg, good[..cut].to_vec(), false)
-            .await
-            .unwrap_err();
-        assert!(
-            format!("{err:#}").contains("refusing to restore"),
-            "{err:#}"
-        );
+        restore_refused(&tcfg, good[..cut].to_vec(), "refusing to restore").await;
         untouched();
     }
     let mut altered = good.clone();
@@ -522,8 +510,7 @@ async fn refusals_and_modes() {
         .unwrap()
         + 12;
     altered[at] ^= 0x01;
-    let err = backup::restore(&tcfg, altered, false).await.unwrap_err();
-    assert!(format!("{err:#}").contains("SHA-256"), "{err:#}");
+    restore_refused(&tcfg, altered, "SHA-256").await;
     untouched();
     // From a newer mProv: a well-formed archive whose manifest says so.
     let v = archive::open(&good).unwrap();
@@ -534,19 +521,15 @@ async fn refusals_and_modes() {
     };
     newer.manifest.mprov_version = "99.0.0".into();
     newer.manifest.schema_level = 99_999_999_999_999;
-    let err = backup::restore(&tcfg, archive::pack(newer).unwrap(), false)
-        .await
-        .unwrap_err();
-    assert!(
-        format!("{err:#}").contains("newer than this mProv"),
-        "{err:#}"
-    );
+    restore_refused(
+        &tcfg,
+        archive::pack(newer).unwrap(),
+        "newer than this mProv",
+    )
+    .await;
     untouched();
     // A database that holds data: refused, then replaced with --force.
-    let err = backup::restore(&dirs.config(&src.db.url), good.clone(), false)
-        .await
-        .unwrap_err();
-    assert!(format!("{err:#}").contains("--force"), "{err:#}");
+    restore_refused(&dirs.config(&src.db.url), good.clone(), "--force").await;
     let before = rows(&src.state.db).await;
     assert!(
         backup::restore(&dirs.config(&src.db.url), good.clone(), true)
@@ -844,20 +827,8 @@ async fn snapshot_is_consistent_under_writes(engine: Engine) {
                 n += 1;
                 let mut tx = db.pool().begin().await.unwrap();
                 let mut sql = db.sql();
-                sql.push("INSERT INTO systems (hostname, install_kernel_cmdline, initial_mods, tmpfs_root_size, prov_interface, config_params, stateful, netboot, created_at, updated_at) VALUES ");
-                let t = Val::Text(Some(String::new()));
-                sql.bind_list([
-                    Val::Text(Some(format!("w{n}"))),
-                    t.clone(),
-                    t.clone(),
-                    Val::Int(Some(0)),
-                    t.clone(),
-                    t.clone(),
-                    Val::Bool(Some(false)),
-                    Val::Bool(Some(true)),
-                    Val::Text(Some("2026-01-01T00:00:00Z".into())),
-                    Val::Text(Some("2026-01-01T00:00:00Z".into())),
-                ]);
+                sql.push(INSERT_BARE_SYSTEMS);
+                bind_bare_system(&mut sql, format!("w{n}"));
                 sql.query().execute(&mut *tx).await.unwrap();
                 let mut sql = db.sql();
                 sql.push("UPDATE settings SET value = ")

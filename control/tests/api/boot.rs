@@ -5,14 +5,25 @@
 //! nonce is refused and lands on the timeline, and `/ipxe/` is rate-limited.
 
 use axum::http::StatusCode;
-use mprov_api::boot::{BootEvent, BootManifest, EVENTS_PATH, MANIFEST_PATH};
+use mprov_api::boot::{
+    BootEvent, BootManifest, EVENTS_PATH, ImageFile, MANIFEST_PATH, image_file_url,
+    jobserver_base_url,
+};
 use mprov_control::db::Engine;
 use serde_json::{Value, json};
 
-use crate::scopes::{Cred, SHA, csr, ctx_with_signer, der_of, nonce_for, send};
+use crate::scopes::{
+    Cred, SHA, csr, ctx_with_signer, der_of, enroll_jobserver, ipxe, nonce_for, send,
+};
 
 const C01: &str = "52:54:00:12:00:01";
 const C02: &str = "52:54:00:12:00:02";
+
+/// Where job server `host`, on the default port, serves `file` of image
+/// `compute` version 1.
+pub(crate) fn compute_url(host: &str, file: ImageFile) -> String {
+    image_file_url(&jobserver_base_url(host, None), "compute", 1, file)
+}
 
 fn events(v: &Value) -> Vec<BootEvent> {
     serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"))
@@ -21,17 +32,15 @@ fn events(v: &Value) -> Vec<BootEvent> {
 pub(crate) async fn boot_timeline_manifest_and_nonces(engine: Engine) {
     let (c, _tls) = ctx_with_signer(engine).await;
     let prov = c
-        .ok(
-            "POST",
-            "/api/v1/networks/",
-            Some(json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24})),
+        .post(
+            "networks",
+            json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24}),
         )
         .await;
     let other = c
-        .ok(
-            "POST",
-            "/api/v1/networks/",
-            Some(json!({"slug": "other", "subnet": "10.9.0.0", "netmask": 24})),
+        .post(
+            "networks",
+            json!({"slug": "other", "subnet": "10.9.0.0", "netmask": 24}),
         )
         .await;
     let mut hosts = Vec::new();
@@ -41,10 +50,9 @@ pub(crate) async fn boot_timeline_manifest_and_nonces(engine: Engine) {
         ("js3", "10.9.0.2", &other),
     ] {
         let js = c
-            .ok(
-                "POST",
-                "/api/v1/jobservers/",
-                Some(json!({"name": name, "addresses": [addr], "network": net["id"]})),
+            .post(
+                "jobservers",
+                json!({"name": name, "addresses": [addr], "network": net["id"]}),
             )
             .await;
         hosts.push(js["id"].clone());
@@ -59,54 +67,28 @@ pub(crate) async fn boot_timeline_manifest_and_nonces(engine: Engine) {
             .bind(mprov_control::db::Val::Text(Some(name.into())));
         sql.query().execute(db.pool()).await.unwrap();
     }
-    c.ok(
-        "POST",
-        "/api/v1/groups/",
-        Some(json!({"slug": "serial", "install_kernel_cmdline": "console=ttyS0,115200"})),
+    c.post(
+        "groups",
+        json!({"slug": "serial", "install_kernel_cmdline": "console=ttyS0,115200"}),
     )
     .await;
-    c.ok(
-        "POST",
-        "/api/v1/images/",
-        Some(
-            json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 4242,
+    c.post(
+        "images",
+        json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 4242,
             "install_kernel_cmdline": "quiet", "tmpfs_root_size": 3, "jobservers": hosts}),
-        ),
     )
     .await;
     for (host, mac) in [("c01", C01), ("c02", C02)] {
-        c.ok(
-            "POST",
-            "/api/v1/systems/",
-            Some(
-                json!({"hostname": host, "image": "compute", "groups": ["serial"],
+        c.post(
+            "systems",
+            json!({"hostname": host, "image": "compute", "groups": ["serial"],
                 "nics": [{"mac": mac, "network": "prov", "bootable": true}]}),
-            ),
         )
         .await;
     }
 
     // The job server's own certificate.
-    let token = c
-        .ok(
-            "POST",
-            "/api/v1/enroll-tokens/",
-            Some(json!({"name": "js1"})),
-        )
-        .await["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let (status, v) = send(
-        &c.app,
-        "POST",
-        "/enroll/jobserver/",
-        &Cred::None,
-        Some(json!({"token": token, "name": "js1", "csr": csr()})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{v}");
-    let js1 = Cred::Cert(der_of(v["certificate"].as_str().unwrap()));
+    let js1 = Cred::Cert(enroll_jobserver(&c, "js1").await);
 
     // The job server reports the lease; the event names the node.
     let (status, ev) = send(
@@ -149,21 +131,14 @@ pub(crate) async fn boot_timeline_manifest_and_nonces(engine: Engine) {
 
     // The script: js2 (least loaded) then js1 on the node's network, never
     // js3; the layered arguments, then the agent's.
-    let (status, script) = send(
-        &c.app,
-        "GET",
-        &format!("/ipxe/?mac={C01}"),
-        &Cred::None,
-        None,
-    )
-    .await;
+    let (status, script) = ipxe(&c.app, C01).await;
     assert_eq!(status, StatusCode::OK);
     let script = script.as_str().unwrap().to_owned();
     let first = script
-        .find("http://10.0.0.3:8081/images/compute/1/vmlinuz")
+        .find(&compute_url("10.0.0.3", ImageFile::Kernel))
         .expect(&script);
     let second = script
-        .find("http://10.0.0.2:8081/images/compute/1/vmlinuz")
+        .find(&compute_url("10.0.0.2", ImageFile::Kernel))
         .expect(&script);
     assert!(first < second, "{script}");
     assert!(!script.contains("10.9.0.2"), "{script}");
@@ -278,8 +253,8 @@ pub(crate) async fn boot_timeline_manifest_and_nonces(engine: Engine) {
     assert_eq!(
         m.sources,
         [
-            "http://10.0.0.3:8081/images/compute/1/rootfs.tar.zst",
-            "http://10.0.0.2:8081/images/compute/1/rootfs.tar.zst"
+            compute_url("10.0.0.3", ImageFile::Rootfs),
+            compute_url("10.0.0.2", ImageFile::Rootfs)
         ]
     );
     assert_eq!(m.tmpfs_size.as_deref(), Some("3G"));
@@ -365,7 +340,7 @@ pub(crate) async fn ipxe_rate_limits(engine: Engine) {
     .await;
     let ask = |mac: String| {
         let app = c.app.clone();
-        async move { send(&app, "GET", &format!("/ipxe/?mac={mac}"), &Cred::None, None).await }
+        async move { ipxe(&app, &mac).await }
     };
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..8 {
@@ -597,7 +572,7 @@ pub(crate) fn attacks_on_the_real_service(dir: &std::path::Path, db_url: &str) {
     let (v, code) = as_cert(&c01_crt, &k01, "GET", MANIFEST_PATH, None);
     assert_eq!(code, 200, "{v}");
     assert!(
-        v.contains(SHA) && v.contains("http://127.0.0.1:8081/images/compute/1/rootfs.tar.zst"),
+        v.contains(SHA) && v.contains(&compute_url("127.0.0.1", ImageFile::Rootfs)),
         "{v}"
     );
 

@@ -6,6 +6,7 @@
 //! and `MPROV_TEST_PG_URL`; each test makes its own database on them. A missing
 //! server is a failure, never a skip.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use axum::Router;
@@ -13,7 +14,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use mprov_control::config::{Config, Settings};
-use mprov_control::db::{Db, Engine, Val};
+use mprov_control::db::{Db, Engine, Sql, Val};
 use mprov_control::http::{self, AppState};
 use mprov_control::secrets::{self, SecretBox};
 use serde_json::Value;
@@ -95,6 +96,51 @@ impl TestDb {
     }
 }
 
+/// The start of an insert of bare systems ([`bind_bare_system`]), for tests
+/// that need many quickly.
+pub(crate) const INSERT_BARE_SYSTEMS: &str = "INSERT INTO systems (hostname, install_kernel_cmdline, initial_mods, tmpfs_root_size, prov_interface, config_params, stateful, netboot, created_at, updated_at) VALUES ";
+
+/// Binds the values of one bare system `hostname` after [`INSERT_BARE_SYSTEMS`]:
+/// empty fields, stateless, netbooting.
+pub(crate) fn bind_bare_system(sql: &mut Sql, hostname: String) {
+    let t = Val::Text(Some(String::new()));
+    sql.bind_list([
+        Val::Text(Some(hostname)),
+        t.clone(),
+        t.clone(),
+        Val::Int(Some(0)),
+        t.clone(),
+        t.clone(),
+        Val::Bool(Some(false)),
+        Val::Bool(Some(true)),
+        Val::Text(Some("2026-01-01T00:00:00Z".into())),
+        Val::Text(Some("2026-01-01T00:00:00Z".into())),
+    ]);
+}
+
+/// Runs `check` off the async runtime (it starts processes and waits on
+/// them) with a fresh folder and a fresh database on `engine` (its URL);
+/// what `check` returns.
+pub(crate) async fn on_engine<T: Send + 'static>(
+    engine: Engine,
+    check: impl FnOnce(&Path, &str) -> T + Send + 'static,
+) -> T {
+    let db = TestDb::new(engine).await;
+    let url = db.url.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let out = tokio::task::spawn_blocking(move || check(&d, &url))
+        .await
+        .unwrap();
+    db.cleanup().await;
+    out
+}
+
+/// [`on_engine`] on SQLite.
+pub(crate) async fn on_sqlite(check: fn(&Path, &str)) {
+    on_engine(Engine::Sqlite, check).await;
+}
+
 /// Parses settings as the command line would, with `args` added.
 pub(crate) fn config(db_url: &str, args: &[&str]) -> Config {
     use clap::Parser;
@@ -112,6 +158,12 @@ pub(crate) fn config(db_url: &str, args: &[&str]) -> Config {
     ];
     argv.extend_from_slice(args);
     Config::from_settings(Cli::try_parse_from(argv).expect("settings").s).expect("config")
+}
+
+/// The service's state over `db` with `cfg`, sealing secrets with the
+/// tests' secret key.
+pub(crate) fn inner(db: Db, cfg: Arc<Config>) -> http::Inner {
+    http::Inner::new(db, cfg, SecretBox::new("test secret key"))
 }
 
 pub(crate) struct Ctx {
@@ -146,16 +198,17 @@ impl Ctx {
             now,
         ]);
         sql.query().execute(db.pool()).await.expect("insert key");
-        let state = Arc::new(http::Inner::new(
-            db,
-            Arc::new(cfg),
-            SecretBox::new("test secret key"),
-        ));
+        Ctx::serving(inner(db, Arc::new(cfg)), key.key, tdb)
+    }
+
+    /// A context serving `inner` to the admin with API key `key`, on `db`.
+    pub(crate) fn serving(inner: http::Inner, key: String, db: TestDb) -> Ctx {
+        let state = Arc::new(inner);
         Ctx {
             app: http::router(state.clone()),
             state,
-            key: key.key,
-            db: tdb,
+            key,
+            db,
         }
     }
 
@@ -164,17 +217,7 @@ impl Ctx {
     pub(crate) async fn on(tdb: TestDb, key: String) -> Ctx {
         let cfg = config(&tdb.url, &[]);
         let db = Db::open(&tdb.url).await.expect("open database");
-        let state = Arc::new(http::Inner::new(
-            db,
-            Arc::new(cfg),
-            SecretBox::new("test secret key"),
-        ));
-        Ctx {
-            app: http::router(state.clone()),
-            state,
-            key,
-            db: tdb,
-        }
+        Ctx::serving(inner(db, Arc::new(cfg)), key, tdb)
     }
 
     pub(crate) async fn cleanup(self) {
@@ -244,6 +287,17 @@ impl Ctx {
         let (status, v) = self.call(method, path, body).await;
         assert!(status.is_success(), "{method} {path}: {status} {v}");
         v
+    }
+
+    /// Creates one object of `kind` as the admin; the created object.
+    pub(crate) async fn post(&self, kind: &str, body: Value) -> Value {
+        self.ok("POST", &format!("/api/v1/{kind}/"), Some(body))
+            .await
+    }
+
+    /// Changes the object at `path` as the admin; the changed object.
+    pub(crate) async fn patch(&self, path: &str, body: Value) -> Value {
+        self.ok("PATCH", path, Some(body)).await
     }
 
     pub(crate) async fn revision(&self) -> i64 {

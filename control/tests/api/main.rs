@@ -12,8 +12,8 @@ mod tls;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use common::{Ctx, VERSION};
-use mprov_control::db::{Engine, Val};
+use common::{Ctx, INSERT_BARE_SYSTEMS, VERSION, bind_bare_system};
+use mprov_control::db::Engine;
 use serde_json::{Value, json};
 
 /// Checks a response body against its schema in the OpenAPI document.
@@ -31,46 +31,32 @@ async fn crud_round_trip(engine: Engine) {
     let c = Ctx::new(engine).await;
     let rev0 = c.revision().await;
     let net = c
-        .ok(
-            "POST",
-            "/api/v1/networks/",
-            Some(json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24, "isdhcp": true})),
+        .post(
+            "networks",
+            json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24, "isdhcp": true}),
         )
         .await;
     assert_schema("Network", &net);
     let distro = c
-        .ok(
-            "POST",
-            "/api/v1/distros/",
-            Some(json!({"slug": "rocky-9", "initial_mods": "e1000"})),
+        .post(
+            "distros",
+            json!({"slug": "rocky-9", "initial_mods": "e1000"}),
         )
         .await;
     let image = c
-        .ok(
-            "POST",
-            "/api/v1/images/",
-            Some(json!({"slug": "compute", "distro": "rocky-9"})),
-        )
+        .post("images", json!({"slug": "compute", "distro": "rocky-9"}))
         .await;
     assert_eq!(image["distro"], distro["id"]);
     let group = c
-        .ok(
-            "POST",
-            "/api/v1/groups/",
-            Some(json!({"slug": "gpu", "priority": 5})),
-        )
+        .post("groups", json!({"slug": "gpu", "priority": 5}))
         .await;
     let sys = c
-        .ok(
-            "POST",
-            "/api/v1/systems/",
-            Some(json!({
+        .post("systems", json!({
                 "hostname": "C01",
                 "image": "compute",
                 "groups": ["gpu"],
                 "nics": [{"name": "eth0", "mac": "52-54-00-AA-BB-01", "ipv4": "10.0.0.21", "network": "prov", "bootable": true}]
-            })),
-        )
+            }))
         .await;
     assert_schema("System", &sys);
     assert_eq!(sys["hostname"], "c01");
@@ -95,8 +81,7 @@ async fn crud_round_trip(engine: Engine) {
 
     // Filters on fields and relations, sorting, paging.
     for h in ["c03", "c02", "c04"] {
-        c.ok("POST", "/api/v1/systems/", Some(json!({"hostname": h})))
-            .await;
+        c.post("systems", json!({"hostname": h})).await;
     }
     let list = c
         .ok("GET", "/api/v1/systems/?sort=-hostname&limit=2", None)
@@ -135,10 +120,9 @@ async fn crud_round_trip(engine: Engine) {
 
     // Update: only the fields given; relations replaced.
     let upd = c
-        .ok(
-            "PATCH",
+        .patch(
             "/api/v1/systems/c01",
-            Some(json!({"stateful": true, "groups": []})),
+            json!({"stateful": true, "groups": []}),
         )
         .await;
     assert_eq!(upd["stateful"], true);
@@ -174,10 +158,24 @@ fn system_rows(n: usize, start: usize) -> Vec<Value> {
         .collect()
 }
 
+/// A bulk create of `rows` is refused with `status`, its message naming
+/// every place in `names`.
+async fn bulk_refused(c: &Ctx, rows: &[Value], status: StatusCode, names: &[&str]) {
+    let (got, err) = c
+        .call(
+            "POST",
+            "/api/v1/systems/bulk",
+            Some(Value::Array(rows.to_vec())),
+        )
+        .await;
+    assert_eq!(got, status, "{err}");
+    let msg = err["message"].as_str().unwrap();
+    assert!(names.iter().all(|n| msg.contains(n)), "{err}");
+}
+
 async fn bulk_create_is_all_or_nothing(engine: Engine) {
     let c = Ctx::new(engine).await;
-    c.ok("POST", "/api/v1/groups/", Some(json!({"slug": "all"})))
-        .await;
+    c.post("groups", json!({"slug": "all"})).await;
     let created = c
         .ok(
             "POST",
@@ -209,49 +207,19 @@ async fn bulk_create_is_all_or_nothing(engine: Engine) {
     rows[3]["nics"][0]["mac"] = json!("not-a-mac");
     rows[7]["hostname"] = json!("n00001"); // taken by the first batch
     let rev = c.revision().await;
-    let (status, err) = c
-        .call(
-            "POST",
-            "/api/v1/systems/bulk",
-            Some(Value::Array(rows.clone())),
-        )
-        .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
-    assert!(
-        err["message"]
-            .as_str()
-            .unwrap()
-            .contains("rows[3].nics[0].mac"),
-        "{err}"
-    );
+    bulk_refused(&c, &rows, StatusCode::BAD_REQUEST, &["rows[3].nics[0].mac"]).await;
     rows[3]["nics"][0]["mac"] = json!("02:99:00:00:00:01");
-    let (status, err) = c
-        .call(
-            "POST",
-            "/api/v1/systems/bulk",
-            Some(Value::Array(rows.clone())),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CONFLICT, "{err}");
-    assert!(
-        err["message"]
-            .as_str()
-            .unwrap()
-            .contains("rows[7].hostname"),
-        "{err}"
-    );
+    bulk_refused(&c, &rows, StatusCode::CONFLICT, &["rows[7].hostname"]).await;
     // A MAC given twice in one batch names both places.
     rows[7]["hostname"] = json!("fresh");
     rows[8]["nics"][0]["mac"] = rows[2]["nics"][0]["mac"].clone();
-    let (status, err) = c
-        .call("POST", "/api/v1/systems/bulk", Some(Value::Array(rows)))
-        .await;
-    assert_eq!(status, StatusCode::CONFLICT, "{err}");
-    let msg = err["message"].as_str().unwrap();
-    assert!(
-        msg.contains("rows[8].nics[0].mac") && msg.contains("rows[2].nics[0].mac"),
-        "{err}"
-    );
+    bulk_refused(
+        &c,
+        &rows,
+        StatusCode::CONFLICT,
+        &["rows[8].nics[0].mac", "rows[2].nics[0].mac"],
+    )
+    .await;
     assert_eq!(
         c.ok("GET", "/api/v1/systems/?limit=1", None).await["total"],
         1000,
@@ -274,24 +242,12 @@ async fn group_of_70000(engine: Engine) {
     let mut tx = db.pool().begin().await.unwrap();
     for chunk in (0..N).collect::<Vec<_>>().chunks(400) {
         let mut sql = db.sql();
-        sql.push("INSERT INTO systems (hostname, install_kernel_cmdline, initial_mods, tmpfs_root_size, prov_interface, config_params, stateful, netboot, created_at, updated_at) VALUES ");
+        sql.push(INSERT_BARE_SYSTEMS);
         for (j, i) in chunk.iter().enumerate() {
             if j > 0 {
                 sql.push(", ");
             }
-            let t = Val::Text(Some(String::new()));
-            sql.bind_list([
-                Val::Text(Some(format!("h{i}"))),
-                t.clone(),
-                t.clone(),
-                Val::Int(Some(0)),
-                t.clone(),
-                t.clone(),
-                Val::Bool(Some(false)),
-                Val::Bool(Some(true)),
-                Val::Text(Some("2026-01-01T00:00:00Z".into())),
-                Val::Text(Some("2026-01-01T00:00:00Z".into())),
-            ]);
+            bind_bare_system(&mut sql, format!("h{i}"));
         }
         sql.query().execute(&mut *tx).await.unwrap();
     }
@@ -321,11 +277,7 @@ async fn group_of_70000(engine: Engine) {
     };
     assert_eq!(ids.len(), N);
     let group = c
-        .ok(
-            "POST",
-            "/api/v1/groups/",
-            Some(json!({"slug": "everyone", "systems": ids})),
-        )
+        .post("groups", json!({"slug": "everyone", "systems": ids}))
         .await;
     assert_eq!(group["systems"].as_array().unwrap().len(), N);
     let loaded = c.ok("GET", "/api/v1/groups/everyone", None).await;
@@ -342,11 +294,7 @@ async fn group_of_70000(engine: Engine) {
     // Shrinking it replaces the set.
     let half: Vec<i64> = ids[..N / 2].to_vec();
     let upd = c
-        .ok(
-            "PATCH",
-            "/api/v1/groups/everyone",
-            Some(json!({"systems": half})),
-        )
+        .patch("/api/v1/groups/everyone", json!({"systems": half}))
         .await;
     assert_eq!(upd["systems"].as_array().unwrap().len(), N / 2);
     assert_eq!(
@@ -520,8 +468,7 @@ async fn bad_input_gets_clear_4xx(engine: Engine) {
         assert_eq!(err["field"], field, "{path} -> {err}");
     }
     // Patch: unknown fields and children are refused; a missing row is 404.
-    c.ok("POST", "/api/v1/systems/", Some(json!({"hostname": "x1"})))
-        .await;
+    c.post("systems", json!({"hostname": "x1"})).await;
     let (status, err) = c
         .call("PATCH", "/api/v1/systems/x1", Some(json!({"nics": []})))
         .await;
@@ -603,10 +550,9 @@ async fn auth_and_version_lock(engine: Engine) {
     );
 
     // Basic auth with a user; a read-only user cannot write.
-    c.ok(
-        "POST",
-        "/api/v1/users/",
-        Some(json!({"username": "ops", "password": "correct horse", "is_admin": false})),
+    c.post(
+        "users",
+        json!({"username": "ops", "password": "correct horse", "is_admin": false}),
     )
     .await;
     let basic = |u: &str, p: &str| {
@@ -663,9 +609,7 @@ async fn auth_and_version_lock(engine: Engine) {
     );
 
     // API keys: shown once, revocable, expiring.
-    let made = c
-        .ok("POST", "/api/v1/apikeys/", Some(json!({"name": "ci"})))
-        .await;
+    let made = c.post("apikeys", json!({"name": "ci"})).await;
     assert_schema("ApiKey", &made);
     let new_key = Some(format!("Api-Key {}", made["key"].as_str().unwrap()));
     assert_eq!(
@@ -679,20 +623,18 @@ async fn auth_and_version_lock(engine: Engine) {
         listed.get("key").is_none() && listed.get("hash").is_none(),
         "{listed}"
     );
-    c.ok(
-        "PATCH",
+    c.patch(
         &format!("/api/v1/apikeys/{}", made["id"]),
-        Some(json!({"revoked": true})),
+        json!({"revoked": true}),
     )
     .await;
     let (status, body) = c.send(req(new_key, Some(v), sys)).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert!(body["message"].as_str().unwrap().contains("revoked"));
     let old = c
-        .ok(
-            "POST",
-            "/api/v1/apikeys/",
-            Some(json!({"name": "old", "expires_at": "2020-01-01T00:00:00Z"})),
+        .post(
+            "apikeys",
+            json!({"name": "old", "expires_at": "2020-01-01T00:00:00Z"}),
         )
         .await;
     let (status, body) = c
@@ -756,10 +698,9 @@ async fn auth_and_version_lock(engine: Engine) {
 
 async fn secrets_are_encrypted_and_never_returned(engine: Engine) {
     let c = Ctx::new(engine).await;
-    c.ok("POST", "/api/v1/systems/", Some(json!({"hostname": "c01"})))
-        .await;
+    c.post("systems", json!({"hostname": "c01"})).await;
     let bmc = c
-        .ok("POST", "/api/v1/bmcs/", Some(json!({"system": "c01", "ipv4": "10.1.0.21", "username": "root", "password": "calvin-secret"})))
+        .post("bmcs", json!({"system": "c01", "ipv4": "10.1.0.21", "username": "root", "password": "calvin-secret"}))
         .await;
     assert_schema("Bmc", &bmc);
     assert_eq!(bmc["password_set"], true);
@@ -777,10 +718,9 @@ async fn secrets_are_encrypted_and_never_returned(engine: Engine) {
     );
     assert_eq!(c.state.secrets.open(&stored).unwrap(), "calvin-secret");
     let cleared = c
-        .ok(
-            "PATCH",
+        .patch(
             &format!("/api/v1/bmcs/{}", bmc["id"]),
-            Some(json!({"password": null})),
+            json!({"password": null}),
         )
         .await;
     assert_eq!(cleared["password_set"], false);
@@ -790,42 +730,30 @@ async fn secrets_are_encrypted_and_never_returned(engine: Engine) {
 async fn effective_config_layers(engine: Engine) {
     let c = Ctx::new(engine).await;
     let s1 = c
-        .ok(
-            "POST",
-            "/api/v1/scripts/",
-            Some(json!({"slug": "motd", "script_type": "post-boot", "content": "echo hi"})),
+        .post(
+            "scripts",
+            json!({"slug": "motd", "script_type": "post-boot", "content": "echo hi"}),
         )
         .await;
-    c.ok(
-        "POST",
-        "/api/v1/scripts/",
-        Some(json!({"slug": "ldap", "script_type": "post-boot"})),
+    c.post(
+        "scripts",
+        json!({"slug": "ldap", "script_type": "post-boot"}),
     )
     .await;
-    c.ok(
-        "POST",
-        "/api/v1/distros/",
-        Some(json!({"slug": "d", "install_kernel_cmdline": "console=ttyS0", "initial_mods": "e1000", "tmpfs_root_size": 8, "scripts": ["motd", "ldap"], "config_params": "ntp:\n  server: a\n"})),
+    c.post("distros", json!({"slug": "d", "install_kernel_cmdline": "console=ttyS0", "initial_mods": "e1000", "tmpfs_root_size": 8, "scripts": ["motd", "ldap"], "config_params": "ntp:\n  server: a\n"}))
+    .await;
+    c.post(
+        "images",
+        json!({"slug": "img", "distro": "d", "initial_mods": "virtio_net"}),
     )
     .await;
-    c.ok(
-        "POST",
-        "/api/v1/images/",
-        Some(json!({"slug": "img", "distro": "d", "initial_mods": "virtio_net"})),
+    c.post(
+        "groups",
+        json!({"slug": "late", "priority": 10, "install_kernel_cmdline": "=quiet"}),
     )
     .await;
-    c.ok(
-        "POST",
-        "/api/v1/groups/",
-        Some(json!({"slug": "late", "priority": 10, "install_kernel_cmdline": "=quiet"})),
-    )
-    .await;
-    c.ok("POST", "/api/v1/groups/", Some(json!({"slug": "early", "priority": 1, "config_params": "disable_scripts: [ldap]\nntp:\n  pool: b\n"}))).await;
-    c.ok(
-        "POST",
-        "/api/v1/systems/",
-        Some(json!({"hostname": "c01", "image": "img", "groups": ["late", "early"], "tmpfs_root_size": 16, "install_kernel_cmdline": "mitigations=off"})),
-    )
+    c.post("groups", json!({"slug": "early", "priority": 1, "config_params": "disable_scripts: [ldap]\nntp:\n  pool: b\n"})).await;
+    c.post("systems", json!({"hostname": "c01", "image": "img", "groups": ["late", "early"], "tmpfs_root_size": 16, "install_kernel_cmdline": "mitigations=off"}))
     .await;
     let eff = c.ok("GET", "/api/v1/systems/c01/config", None).await;
     assert_schema("EffectiveConfig", &eff);
@@ -857,29 +785,18 @@ async fn effective_config_layers(engine: Engine) {
 async fn versions_and_rebuilds(engine: Engine) {
     let c = Ctx::new(engine).await;
     let js = c
-        .ok(
-            "POST",
-            "/api/v1/jobservers/",
-            Some(json!({"name": "js1", "addresses": ["10.0.0.2"]})),
+        .post(
+            "jobservers",
+            json!({"name": "js1", "addresses": ["10.0.0.2"]}),
         )
         .await;
     assert_schema("JobServer", &js);
-    let img = c
-        .ok("POST", "/api/v1/images/", Some(json!({"slug": "compute"})))
-        .await;
+    let img = c.post("images", json!({"slug": "compute"})).await;
     assert_eq!(img["version"], 1);
-    c.ok(
-        "PATCH",
-        "/api/v1/images/compute",
-        Some(json!({"jobservers": ["js1"]})),
-    )
-    .await;
+    c.patch("/api/v1/images/compute", json!({"jobservers": ["js1"]}))
+        .await;
     let img = c
-        .ok(
-            "PATCH",
-            "/api/v1/images/compute",
-            Some(json!({"needs_rebuild": true})),
-        )
+        .patch("/api/v1/images/compute", json!({"needs_rebuild": true}))
         .await;
     assert_eq!(img["version"], 2);
     assert_eq!(
@@ -905,21 +822,18 @@ async fn versions_and_rebuilds(engine: Engine) {
     assert_eq!(status, StatusCode::BAD_REQUEST, "version is the server's");
 
     let s = c
-        .ok(
-            "POST",
-            "/api/v1/scripts/",
-            Some(json!({"slug": "s", "script_type": "image-gen", "content": "a"})),
+        .post(
+            "scripts",
+            json!({"slug": "s", "script_type": "image-gen", "content": "a"}),
         )
         .await;
     assert_eq!(s["version"], 1);
     assert_eq!(
-        c.ok("PATCH", "/api/v1/scripts/s", Some(json!({"content": "a"})))
-            .await["version"],
+        c.patch("/api/v1/scripts/s", json!({"content": "a"})).await["version"],
         1
     );
     assert_eq!(
-        c.ok("PATCH", "/api/v1/scripts/s", Some(json!({"content": "b"})))
-            .await["version"],
+        c.patch("/api/v1/scripts/s", json!({"content": "b"})).await["version"],
         2
     );
     c.cleanup().await;
@@ -932,34 +846,26 @@ async fn every_kind_round_trips_its_schema(engine: Engine) {
         index["kinds"].as_array().unwrap().len(),
         mprov_control::db::kinds::KINDS.len()
     );
-    c.ok(
-        "POST",
-        "/api/v1/networks/",
-        Some(json!({"slug": "mgmt", "subnet": "10.1.0.0", "netmask": 16})),
+    c.post(
+        "networks",
+        json!({"slug": "mgmt", "subnet": "10.1.0.0", "netmask": 16}),
     )
     .await;
-    c.ok(
-        "POST",
-        "/api/v1/switches/",
-        Some(json!({"hostname": "sw1", "network": "mgmt", "mgmt_ip": "10.1.0.2"})),
+    c.post(
+        "switches",
+        json!({"hostname": "sw1", "network": "mgmt", "mgmt_ip": "10.1.0.2"}),
     )
     .await;
-    c.ok(
-        "POST",
-        "/api/v1/switchports/",
-        Some(json!({"switch": "sw1", "name": "5"})),
+    c.post("switchports", json!({"switch": "sw1", "name": "5"}))
+        .await;
+    c.post(
+        "repos",
+        json!({"slug": "baseos", "url": "http://mirror.invalid/baseos"}),
     )
     .await;
-    c.ok(
-        "POST",
-        "/api/v1/repos/",
-        Some(json!({"slug": "baseos", "url": "http://mirror.invalid/baseos"})),
-    )
-    .await;
-    c.ok(
-        "POST",
-        "/api/v1/jobs/",
-        Some(json!({"module": "libgenders", "params": {"x": [1, 2]}})),
+    c.post(
+        "jobs",
+        json!({"module": "libgenders", "params": {"x": [1, 2]}}),
     )
     .await;
     for kind in mprov_control::db::kinds::KINDS {
@@ -980,31 +886,28 @@ async fn boot_config_long_poll(engine: Engine) {
         ],
     )
     .await;
-    c.ok("POST", "/api/v1/networks/", Some(json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24, "isdhcp": true, "dhcp_start": "10.0.0.100", "dhcp_end": "10.0.0.199", "domain": "cluster"}))).await;
-    c.ok(
-        "POST",
-        "/api/v1/networks/",
-        Some(json!({"slug": "rack2", "subnet": "10.2.0.0", "netmask": 24})),
+    c.post("networks", json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24, "isdhcp": true, "dhcp_start": "10.0.0.100", "dhcp_end": "10.0.0.199", "domain": "cluster"})).await;
+    c.post(
+        "networks",
+        json!({"slug": "rack2", "subnet": "10.2.0.0", "netmask": 24}),
     )
     .await;
-    c.ok(
-        "POST",
-        "/api/v1/switches/",
-        Some(json!({"hostname": "sw1", "mgmt_ip": "10.0.0.2", "mgmt_mac": "02:00:00:00:00:02"})),
+    c.post(
+        "switches",
+        json!({"hostname": "sw1", "mgmt_ip": "10.0.0.2", "mgmt_mac": "02:00:00:00:00:02"}),
     )
     .await;
     let port = c
-        .ok(
-            "POST",
-            "/api/v1/switchports/",
-            Some(json!({"switch": "sw1", "name": "7", "network": "rack2"})),
+        .post(
+            "switchports",
+            json!({"switch": "sw1", "name": "7", "network": "rack2"}),
         )
         .await;
-    c.ok("POST", "/api/v1/systems/", Some(json!({"hostname": "c01", "nics": [
+    c.post("systems", json!({"hostname": "c01", "nics": [
         {"name": "eth0", "mac": "52:54:00:00:00:01", "ipv4": "10.0.0.21", "network": "prov", "bootable": true, "aliases": ["head"]},
         {"name": "eth1", "mac": "52:54:00:00:00:02", "ipv4": "10.2.0.21", "network": "prov", "switch_port": port["id"]}
-    ]}))).await;
-    c.ok("POST", "/api/v1/bmcs/", Some(json!({"system": "c01", "ipv4": "10.0.0.121", "mac": "52:54:00:00:01:01", "network": "prov"}))).await;
+    ]})).await;
+    c.post("bmcs", json!({"system": "c01", "ipv4": "10.0.0.121", "mac": "52:54:00:00:01:01", "network": "prov"})).await;
 
     let snap = c.ok("GET", "/api/v1/bootconfig", None).await;
     assert_schema("BootConfig", &snap);
@@ -1019,13 +922,13 @@ async fn boot_config_long_poll(engine: Engine) {
         typed.boot.ipxe_script_url.as_deref(),
         Some(mprov_api::boot::ipxe_chain_url("http://10.0.0.1:8080").as_str())
     );
-    assert_eq!(
-        typed.boot.ipxe_script_url.as_deref(),
-        Some(
-            "http://10.0.0.1:8080/ipxe/?mac=${net0/mac}&platform=${platform}&buildarch=${buildarch}"
-        ),
-        "what iPXE fills in is on the URL"
-    );
+    let chain = typed.boot.ipxe_script_url.as_deref().unwrap();
+    for var in ["${net0/mac}", "${platform}", "${buildarch}"] {
+        assert!(
+            chain.contains(var),
+            "what iPXE fills in is on the URL: {chain}"
+        );
+    }
     let prov = typed.networks.iter().find(|n| n.slug == "prov").unwrap();
     assert_eq!(
         prov.pool,
@@ -1090,12 +993,8 @@ async fn boot_config_long_poll(engine: Engine) {
             )
         })
     };
-    c.ok(
-        "PATCH",
-        "/api/v1/nics/1",
-        Some(json!({"mac": "52:54:00:00:00:99"})),
-    )
-    .await;
+    c.patch("/api/v1/nics/1", json!({"mac": "52:54:00:00:00:99"}))
+        .await;
     let (status, newer) = waiter.await.unwrap();
     assert_eq!(
         status,
@@ -1201,12 +1100,5 @@ fn openapi_matches_its_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipxe_attacks_on_the_real_service() {
-    let db = common::TestDb::new(Engine::Sqlite).await;
-    let url = db.url.clone();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_owned();
-    tokio::task::spawn_blocking(move || boot::attacks_on_the_real_service(&d, &url))
-        .await
-        .unwrap();
-    db.cleanup().await;
+    common::on_sqlite(boot::attacks_on_the_real_service).await;
 }

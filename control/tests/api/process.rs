@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mprov_control::db::Engine;
 use serde_json::Value;
 
-use crate::common::TestDb;
+use crate::common::{TestDb, on_engine};
 
 pub(crate) struct Server {
     child: Child,
@@ -232,24 +232,13 @@ fn snapshot(dir: &Path) -> Vec<(String, String, std::time::SystemTime, u32)> {
 }
 
 pub(crate) async fn first_start(engine: Engine) {
-    let db = TestDb::new(engine).await;
-    let url = db.url.clone();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_owned();
-    tokio::task::spawn_blocking(move || check_first_and_second_start(&d, &url))
-        .await
-        .unwrap();
-    db.cleanup().await;
+    on_engine(engine, check_first_and_second_start).await;
 
     // With MPROV_SUPERUSER_PASSWORD, no password file and no password in the log.
-    let db = TestDb::new(engine).await;
-    let url = db.url.clone();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_owned();
-    tokio::task::spawn_blocking(move || {
+    on_engine(engine, |d, url| {
         let mut s = Server::start(
-            &d,
-            &url,
+            d,
+            url,
             1,
             &[("MPROV_SUPERUSER_PASSWORD", "given password 1")],
         );
@@ -264,9 +253,7 @@ pub(crate) async fn first_start(engine: Engine) {
         assert!(!log.contains("given password 1"), "{log}");
         assert!(log.contains("MPROV_SUPERUSER_PASSWORD"), "{log}");
     })
-    .await
-    .unwrap();
-    db.cleanup().await;
+    .await;
 }
 
 fn check_first_and_second_start(dir: &Path, url: &str) {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
+use mprov_api::boot::ImageFile;
 use mprov_control::db::Engine;
 use mprov_control::http::{self, AppState};
 use rcgen::{CertificateParams, DistinguishedName, KeyPair};
@@ -16,7 +17,8 @@ use rustls::pki_types::pem::PemObject as _;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
-use crate::common::{Ctx, VERSION, config};
+use crate::boot::compute_url;
+use crate::common::{Ctx, VERSION, config, inner};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Who {
@@ -42,6 +44,11 @@ pub(crate) fn csr() -> String {
     let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
     p.distinguished_name = DistinguishedName::new();
     p.serialize_request(&key).unwrap().pem().unwrap()
+}
+
+/// An anonymous GET of the /ipxe/ script for `mac`.
+pub(crate) async fn ipxe(app: &axum::Router, mac: &str) -> (StatusCode, Value) {
+    send(app, "GET", &format!("/ipxe/?mac={mac}"), &Cred::None, None).await
 }
 
 pub(crate) async fn send(
@@ -144,11 +151,29 @@ pub(crate) fn der_of(pem: &str) -> Vec<u8> {
         .to_vec()
 }
 
+/// Enrolls job server `name` with a fresh token; its certificate (DER).
+pub(crate) async fn enroll_jobserver(c: &Ctx, name: &str) -> Vec<u8> {
+    let token = c.post("enroll-tokens", json!({"name": name})).await["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        "/enroll/jobserver/",
+        &Cred::None,
+        Some(json!({"token": token, "name": name, "csr": csr()})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    der_of(v["certificate"].as_str().unwrap())
+}
+
 /// Enrolls a node through /ipxe/ and /enroll/node/; its certificate (DER).
 async fn enroll_node(c: &Ctx, mac: &str) -> Vec<u8> {
     attest(c, mac).await;
     let app = &c.app;
-    let (status, script) = send(app, "GET", &format!("/ipxe/?mac={mac}"), &Cred::None, None).await;
+    let (status, script) = ipxe(app, mac).await;
     assert_eq!(status, StatusCode::OK, "{script}");
     let script = script.as_str().unwrap().to_owned();
     let nonce = script
@@ -168,27 +193,25 @@ async fn enroll_node(c: &Ctx, mac: &str) -> Vec<u8> {
     der_of(v["certificate"].as_str().unwrap())
 }
 
+/// `c`'s state and CA under `--shared-key-mode mode`.
+fn with_mode(c: &Ctx, mode: &str) -> http::Inner {
+    let cfg = config(&c.db.url, &["--shared-key-mode", mode]);
+    inner(c.state.db.clone(), Arc::new(cfg)).with_ca(c.state.ca_pem.clone().unwrap())
+}
+
 pub(crate) async fn ctx_with_signer(engine: Engine) -> (Ctx, tempfile::TempDir) {
     let c = Ctx::new(engine).await;
     let tls = tempfile::tempdir().unwrap();
     let signer =
         mprov_control::pki::SignerClient::in_process(&tls.path().join("tls"), "mpcc").unwrap();
     let ca = signer.ca_pem().to_owned();
-    let state: AppState = Arc::new(
-        http::Inner::new(
-            c.state.db.clone(),
-            c.state.config.clone(),
-            mprov_control::secrets::SecretBox::new("test secret key"),
-        )
-        .with_ca(ca)
-        .with_signer(signer),
+    let c = Ctx::serving(
+        inner(c.state.db.clone(), c.state.config.clone())
+            .with_ca(ca)
+            .with_signer(signer),
+        c.key,
+        c.db,
     );
-    let c = Ctx {
-        app: http::router(state.clone()),
-        state,
-        key: c.key,
-        db: c.db,
-    };
     (c, tls)
 }
 
@@ -330,31 +353,30 @@ fn endpoints(ids: &Ids) -> Vec<(&'static str, String, Option<Value>)> {
     out
 }
 
+/// Job server js1 hosting image `compute`: the job server and the image.
+async fn hosted_image(c: &Ctx) -> (Value, Value) {
+    let js = c
+        .post(
+            "jobservers",
+            json!({"name": "js1", "addresses": ["10.0.0.2"]}),
+        )
+        .await;
+    let image = c
+        .post(
+            "images",
+            json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 1000}),
+        )
+        .await;
+    c.patch("/api/v1/images/compute", json!({"jobservers": [js["id"]]}))
+        .await;
+    (js, image)
+}
+
 pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
     let (c, tls) = ctx_with_signer(engine).await;
     // Inventory: two nodes with a NIC and a BMC each, an image on job server js1.
-    let js1 = c
-        .ok(
-            "POST",
-            "/api/v1/jobservers/",
-            Some(json!({"name": "js1", "addresses": ["10.0.0.2"]})),
-        )
-        .await;
-    c.ok("POST", "/api/v1/jobservers/", Some(json!({"name": "js2"})))
-        .await;
-    let image = c
-        .ok(
-            "POST",
-            "/api/v1/images/",
-            Some(json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 1000})),
-        )
-        .await;
-    c.ok(
-        "PATCH",
-        "/api/v1/images/compute",
-        Some(json!({"jobservers": [js1["id"]]})),
-    )
-    .await;
+    let (js1, image) = hosted_image(&c).await;
+    c.post("jobservers", json!({"name": "js2"})).await;
     let mut ids = Ids {
         a: 0,
         b: 0,
@@ -370,17 +392,14 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
         ("c02", "aa:bb:cc:00:00:02", 1),
     ] {
         let s = c
-            .ok(
-                "POST",
-                "/api/v1/systems/",
-                Some(json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]})),
+            .post(
+                "systems",
+                json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]}),
             )
             .await;
         let id = s["id"].as_i64().unwrap();
         let nic = s["nics"][0]["id"].as_i64().unwrap();
-        let bmc = c
-            .ok("POST", "/api/v1/bmcs/", Some(json!({"system": id})))
-            .await["id"]
+        let bmc = c.post("bmcs", json!({"system": id})).await["id"]
             .as_i64()
             .unwrap();
         if n == 0 {
@@ -390,17 +409,11 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
         }
     }
     ids.own_job = c
-        .ok(
-            "POST",
-            "/api/v1/jobs/",
-            Some(json!({"module": "sync", "jobserver": js1["id"]})),
-        )
+        .post("jobs", json!({"module": "sync", "jobserver": js1["id"]}))
         .await["id"]
         .as_i64()
         .unwrap();
-    ids.other_job = c
-        .ok("POST", "/api/v1/jobs/", Some(json!({"module": "sync"})))
-        .await["id"]
+    ids.other_job = c.post("jobs", json!({"module": "sync"})).await["id"]
         .as_i64()
         .unwrap();
 
@@ -410,26 +423,7 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
     let node_b = enroll_node(&c, "aa:bb:cc:00:00:02").await;
     // The unknown MAC the walk asks /ipxe/ for: leased, so it is answered at once.
     attest(&c, "aa:bb:cc:00:00:99").await;
-    let token = c
-        .ok(
-            "POST",
-            "/api/v1/enroll-tokens/",
-            Some(json!({"name": "js1"})),
-        )
-        .await["token"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let (status, v) = send(
-        &c.app,
-        "POST",
-        "/enroll/jobserver/",
-        &Cred::None,
-        Some(json!({"token": token, "name": "js1", "csr": csr()})),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{v}");
-    let jobserver = der_of(v["certificate"].as_str().unwrap());
+    let jobserver = enroll_jobserver(&c, "js1").await;
     // The shared key made at first start.
     let shared = mprov_control::secrets::new_api_key();
     {
@@ -459,15 +453,8 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
     let mut violations = Vec::new();
     let mut checked = 0;
     for mode in ["all", "nodes", "off"] {
-        let cfg = config(&c.db.url, &["--shared-key-mode", mode]);
         let state: AppState = Arc::new(
-            http::Inner::new(
-                c.state.db.clone(),
-                Arc::new(cfg),
-                mprov_control::secrets::SecretBox::new("test secret key"),
-            )
-            .with_ca(c.state.ca_pem.clone().unwrap())
-            .with_signer(
+            with_mode(&c, mode).with_signer(
                 mprov_control::pki::SignerClient::in_process(&tls.path().join("tls"), "mpcc")
                     .unwrap(),
             ),
@@ -506,15 +493,7 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
     let before = snapshot_own(&c, &ids).await;
     let mut fields_checked = 0;
     for mode in ["all", "nodes"] {
-        let cfg = config(&c.db.url, &["--shared-key-mode", mode]);
-        let state: AppState = Arc::new(
-            http::Inner::new(
-                c.state.db.clone(),
-                Arc::new(cfg),
-                mprov_control::secrets::SecretBox::new("test secret key"),
-            )
-            .with_ca(c.state.ca_pem.clone().unwrap()),
-        );
+        let state: AppState = Arc::new(with_mode(&c, mode));
         let app = http::router(state);
         let mut identities: Vec<(Who, Cred)> = vec![(Who::Shared, Cred::Key(shared.key.clone()))];
         if mode == "all" {
@@ -566,12 +545,8 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
     let js = Cred::Cert(jobserver.clone());
     let (status, _) = send(&c.app, "PUT", "/api/v1/images/compute/hosts/js2", &js, None).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
-    c.ok(
-        "PATCH",
-        "/api/v1/images/compute",
-        Some(json!({"jobservers": []})),
-    )
-    .await;
+    c.patch("/api/v1/images/compute", json!({"jobservers": []}))
+        .await;
     let (status, v) = send(&c.app, "PUT", "/api/v1/images/compute/hosts/js1", &js, None).await;
     assert_eq!(status, StatusCode::OK, "{v}");
     assert_eq!(v["jobservers"], json!([js1["id"]]), "{v}");
@@ -640,14 +615,7 @@ async fn snapshot_own(c: &Ctx, ids: &Ids) -> Vec<Value> {
 /// The nonce from a fresh /ipxe/ script for `mac`.
 pub(crate) async fn nonce_for(c: &Ctx, mac: &str) -> String {
     attest(c, mac).await;
-    let (status, script) = send(
-        &c.app,
-        "GET",
-        &format!("/ipxe/?mac={mac}"),
-        &Cred::None,
-        None,
-    )
-    .await;
+    let (status, script) = ipxe(&c.app, mac).await;
     assert_eq!(status, StatusCode::OK, "{script}");
     let script = script.as_str().unwrap().to_owned();
     assert!(script.contains("mprov_ca="), "{script}");
@@ -660,31 +628,11 @@ pub(crate) async fn nonce_for(c: &Ctx, mac: &str) -> String {
 
 pub(crate) async fn node_enrollment_refusals(engine: Engine) {
     let (c, _tls) = ctx_with_signer(engine).await;
-    let js = c
-        .ok(
-            "POST",
-            "/api/v1/jobservers/",
-            Some(json!({"name": "js1", "addresses": ["10.0.0.2"]})),
-        )
-        .await;
-    let image = c
-        .ok(
-            "POST",
-            "/api/v1/images/",
-            Some(json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 1000})),
-        )
-        .await;
-    c.ok(
-        "PATCH",
-        "/api/v1/images/compute",
-        Some(json!({"jobservers": [js["id"]]})),
-    )
-    .await;
+    let (_, image) = hosted_image(&c).await;
     for (host, mac) in [("c01", "aa:bb:cc:00:00:01"), ("c02", "aa:bb:cc:00:00:02")] {
-        c.ok(
-            "POST",
-            "/api/v1/systems/",
-            Some(json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]})),
+        c.post(
+            "systems",
+            json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]}),
         )
         .await;
     }
@@ -714,22 +662,8 @@ pub(crate) async fn node_enrollment_refusals(engine: Engine) {
 
     // Without the job server's lease report, the same retry script for a
     // known and an unknown MAC, and no nonce.
-    let (_, unattested) = send(
-        &c.app,
-        "GET",
-        "/ipxe/?mac=aa:bb:cc:00:00:01",
-        &Cred::None,
-        None,
-    )
-    .await;
-    let (_, unknown) = send(
-        &c.app,
-        "GET",
-        "/ipxe/?mac=aa:bb:cc:00:00:98",
-        &Cred::None,
-        None,
-    )
-    .await;
+    let (_, unattested) = ipxe(&c.app, "aa:bb:cc:00:00:01").await;
+    let (_, unknown) = ipxe(&c.app, "aa:bb:cc:00:00:98").await;
     assert_eq!(unattested, unknown);
     let unattested = unattested.as_str().unwrap();
     assert!(
@@ -739,22 +673,20 @@ pub(crate) async fn node_enrollment_refusals(engine: Engine) {
     // The script: kernel and the image's agent initramfs from js1 on the
     // port mprov-jobserver serves, the nonce and the CA pin.
     attest(&c, "aa:bb:cc:00:00:01").await;
-    let (_, script) = send(
-        &c.app,
-        "GET",
-        "/ipxe/?mac=AA-BB-CC-00-00-01",
-        &Cred::None,
-        None,
-    )
-    .await;
+    let (_, script) = ipxe(&c.app, "AA-BB-CC-00-00-01").await;
     let script = script.as_str().unwrap();
     assert!(
-        script
-            .contains("kernel http://10.0.0.2:8081/images/compute/1/vmlinuz initrd=initramfs.img"),
+        script.contains(&format!(
+            "kernel {} initrd=initramfs.img",
+            compute_url("10.0.0.2", ImageFile::Kernel)
+        )),
         "{script}"
     );
     assert!(
-        script.contains("initrd http://10.0.0.2:8081/images/compute/1/initramfs.img"),
+        script.contains(&format!(
+            "initrd {}",
+            compute_url("10.0.0.2", ImageFile::Initramfs)
+        )),
         "{script}"
     );
     let fp = script
@@ -765,36 +697,14 @@ pub(crate) async fn node_enrollment_refusals(engine: Engine) {
     // Unknown node: the discovery script; not netbooting: local boot.
     attest(&c, "aa:bb:cc:00:00:99").await;
     attest(&c, "aa:bb:cc:00:00:02").await;
-    let (_, d) = send(
-        &c.app,
-        "GET",
-        "/ipxe/?mac=aa:bb:cc:00:00:99",
-        &Cred::None,
-        None,
-    )
-    .await;
+    let (_, d) = ipxe(&c.app, "aa:bb:cc:00:00:99").await;
     assert!(d.as_str().unwrap().contains("not in the inventory"), "{d}");
-    c.ok(
-        "PATCH",
-        "/api/v1/systems/c02",
-        Some(json!({"netboot": false})),
-    )
-    .await;
-    let (_, l) = send(
-        &c.app,
-        "GET",
-        "/ipxe/?mac=aa:bb:cc:00:00:02",
-        &Cred::None,
-        None,
-    )
-    .await;
+    c.patch("/api/v1/systems/c02", json!({"netboot": false}))
+        .await;
+    let (_, l) = ipxe(&c.app, "aa:bb:cc:00:00:02").await;
     assert!(l.as_str().unwrap().contains("\nexit\n"), "{l}");
-    c.ok(
-        "PATCH",
-        "/api/v1/systems/c02",
-        Some(json!({"netboot": true})),
-    )
-    .await;
+    c.patch("/api/v1/systems/c02", json!({"netboot": true}))
+        .await;
     let (status, _) = send(&c.app, "GET", "/ipxe/", &Cred::None, None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "no mac");
 

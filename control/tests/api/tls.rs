@@ -6,9 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use mprov_control::db::Engine;
-
-use crate::common::TestDb;
+use crate::common::on_sqlite;
 use crate::process::{Server, mode, serve_to_exit};
 
 /// Runs a tool that must be installed (`cargo xtask test` installs it).
@@ -26,6 +24,20 @@ fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// `openssl verify` accepts `cert` as issued under `ca`.
+fn assert_verifies(ca: &Path, cert: &Path) {
+    let verify = text(&tool(
+        "openssl",
+        &[
+            "verify",
+            "-CAfile",
+            ca.to_str().unwrap(),
+            cert.to_str().unwrap(),
+        ],
+    ));
+    assert!(verify.contains(": OK"), "{verify}");
 }
 
 fn x509(cert: &Path, args: &[&str]) -> String {
@@ -95,19 +107,6 @@ fn curl(args: &[&str]) -> (bool, String) {
     )
 }
 
-/// Runs `check` (blocking: it starts processes and waits on them) with a
-/// fresh folder and an SQLite database.
-async fn on_sqlite(check: fn(&Path, &str)) {
-    let db = TestDb::new(Engine::Sqlite).await;
-    let url = db.url.clone();
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_owned();
-    tokio::task::spawn_blocking(move || check(&d, &url))
-        .await
-        .unwrap();
-    db.cleanup().await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_certificates_from_outside() {
     on_sqlite(check_https).await;
@@ -173,16 +172,7 @@ fn check_https(dir: &Path, url: &str) {
     );
 
     // The chain, the names, a year's validity, a CA that is a CA.
-    let verify = text(&tool(
-        "openssl",
-        &[
-            "verify",
-            "-CAfile",
-            ca.to_str().unwrap(),
-            crt.to_str().unwrap(),
-        ],
-    ));
-    assert!(verify.contains(": OK"), "{verify}");
+    assert_verifies(&ca, &crt);
     let san = x509(&crt, &["-ext", "subjectAltName"]);
     for name in [
         "DNS:localhost",
@@ -558,6 +548,20 @@ fn get_with_cert(
     path: &str,
     version: bool,
 ) -> String {
+    curl_with_cert(port, ca, cert, key, path, version, &[])
+}
+
+/// curl over HTTPS with a client certificate, the version header when
+/// `version` and `extra` arguments; the status code.
+fn curl_with_cert(
+    port: u16,
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+    path: &str,
+    version: bool,
+    extra: &[&str],
+) -> String {
     let v = format!("mProv-Version: {}", mprov_api::api_version());
     let mut args = vec![
         "-sS",
@@ -575,6 +579,7 @@ fn get_with_cert(
     if version {
         args.extend_from_slice(&["-H", &v]);
     }
+    args.extend_from_slice(extra);
     let url = format!("https://127.0.0.1:{port}{path}");
     args.push(&url);
     let out = tool("curl", &args);
@@ -644,16 +649,7 @@ fn check_enrollment(dir: &Path, url: &str) {
     let cert = work.join("js1.crt");
     std::fs::write(&cert, reply["certificate"].as_str().unwrap()).unwrap();
     assert_eq!(reply["ca"].as_str().unwrap(), body_of(&ca));
-    let verify = text(&tool(
-        "openssl",
-        &[
-            "verify",
-            "-CAfile",
-            ca.to_str().unwrap(),
-            cert.to_str().unwrap(),
-        ],
-    ));
-    assert!(verify.contains(": OK"), "{verify}");
+    assert_verifies(&ca, &cert);
     let ext = x509(
         &cert,
         &["-ext", "subjectAltName,extendedKeyUsage,basicConstraints"],
@@ -684,30 +680,21 @@ fn check_enrollment(dir: &Path, url: &str) {
         get_with_cert(s.https_port, &ca, &cert, &key, "/api/v1/systems/", false),
         "426"
     );
-    let out = tool(
-        "curl",
+    let code = curl_with_cert(
+        s.https_port,
+        &ca,
+        &cert,
+        &key,
+        "/api/v1/systems/",
+        true,
         &[
-            "-sS",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--cacert",
-            ca.to_str().unwrap(),
-            "--cert",
-            cert.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-            "-H",
-            &format!("mProv-Version: {}", mprov_api::api_version()),
             "-H",
             "Content-Type: application/json",
             "--data",
             "{\"name\":\"x\"}",
-            &format!("https://127.0.0.1:{}/api/v1/systems/", s.https_port),
         ],
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
+    assert_eq!(code, "403");
 
     // An expired token, made by the CLI and aged in the database: one that
     // may replace js1's live certificate.
