@@ -30,19 +30,123 @@ impl Drop for KillOnDrop {
     }
 }
 
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mprov_api::boot::BootConfig;
 use mprov_api::client::{Auth, Client};
 use mprov_control::config::{Config, Settings};
 use mprov_control::db::{Db, Val};
-use mprov_control::http;
 use mprov_control::secrets::{self, SecretBox};
+use mprov_control::pki::{SignerClient, https};
+use mprov_control::http;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+/// Starts job server js1 following `url`, with its CA file and state under
+/// `dir`, enrolling with `token` when given and serving metrics on
+/// `metrics`; its log goes to `log`.
+fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>, metrics: &str) -> KillOnDrop {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
+    cmd.env_clear()
+        .args(["--control-url", url, "--name", "js1"])
+        .arg("--ca-file")
+        .arg(dir.join("tls/ca.crt"))
+        .arg("--state-dir")
+        .arg(dir.join("js"))
+        .arg("--enroll-token-file")
+        .arg(dir.join("no-token-file"))
+        .arg("--apikey-file")
+        .arg(dir.join("no-apikey-file"))
+        .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
+        .args(["--metrics", metrics, "--log", "info"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    if let Some(t) = token {
+        cmd.args(["--enroll-token", t]);
+    }
+    KillOnDrop(cmd.spawn().expect("start mprov-jobserver"))
+}
+
+/// Polls (bounded by `limit`) until the log holds `what`; the log.
+fn wait_log(log: &Path, what: &str, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains(what) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {what:?} in the job server's log:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The control service in process over HTTPS, on SQLite in a folder, with
+/// its CA and signer under `<folder>/tls`, and a one-time token for job
+/// server js1.
+struct TlsControl {
+    db: Db,
+    url: String,
+    ca_pem: String,
+    token: String,
+    stop: CancellationToken,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl TlsControl {
+    /// Starts it in `dir` with the settings `extra`.
+    async fn start(dir: &Path, extra: &[&str]) -> TlsControl {
+        let db_url = format!("sqlite://{}?mode=rwc", dir.join("c.sqlite3").display());
+        let tls_dir = dir.join("tls");
+        let mut args = vec!["--tls-dir", tls_dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let config = Arc::new(config_with(&db_url, &args));
+        let db = Db::open(&db_url).await.unwrap();
+        let signer = SignerClient::in_process(&tls_dir, "mpcc").unwrap();
+        let material = https::prepare(&config, &signer).await.unwrap();
+        let server_config = https::server_config(&material).unwrap();
+        let state = Arc::new(
+            http::Inner::new(db.clone(), config, SecretBox::new("k"))
+                .with_ca(material.ca_pem.clone())
+                .with_signer(signer),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(http::serve_tls(
+            listener,
+            server_config,
+            state,
+            stop.clone(),
+        ));
+        let token = mprov_control::enrollment::create_token(&db, "js1", Duration::from_secs(3600))
+            .await
+            .unwrap()
+            .token;
+        TlsControl {
+            db,
+            url,
+            ca_pem: material.ca_pem,
+            token,
+            stop,
+            server,
+        }
+    }
+
+    /// Stops it and waits until it has.
+    async fn stop(self) {
+        self.stop.cancel();
+        self.server.await.unwrap().unwrap();
+    }
+}
 
 fn config(url: &str) -> Config {
     config_with(url, &[])

@@ -20,15 +20,15 @@
 //!   TCP as the `mprov` user; we poll a bounded number of times and never sleep a
 //!   fixed time.
 //! * Dropping the handle sends SIGTERM to the server, waits a bounded time, then
-//!   sends SIGKILL, and removes the folder. [`MariaDb::stop`] and
-//!   [`Postgres::stop`] do the same and report errors.
+//!   sends SIGKILL, and removes the folder. [`DbServer::stop`] does the same
+//!   and reports errors.
 //!
 //! Both servers have an admin user `mprov` with password `mprov` that may create
-//! databases, so a test can make one database per case from [`MariaDb::url`] or
-//! [`Postgres::url`].
+//! databases, so a test can make one database per case from [`DbServer::url`].
 
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
+use std::marker::PhantomData;
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::fs::chown;
 use std::path::{Path, PathBuf};
@@ -37,6 +37,7 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use nix::sys::signal::Signal;
 use nix::unistd::{User, geteuid};
 use tempfile::TempDir;
 
@@ -72,14 +73,124 @@ const MARIADB_INSTALL_DB: &str = "/usr/bin/mariadb-install-db";
 const MARIADB_CLIENT: &str = "/usr/bin/mariadb";
 const POSTGRESQL_LIB: &str = "/usr/lib/postgresql";
 
-/// A MariaDB server in a temporary folder, stopped when dropped.
+/// A database server of flavour `F` in a temporary folder, stopped when
+/// dropped: [`MariaDb`] or [`Postgres`].
 #[derive(Debug)]
-pub struct MariaDb {
+pub struct DbServer<F: Flavor> {
     server: Server,
+    /// The server's CLI client.
     client: PathBuf,
+    flavor: PhantomData<F>,
 }
 
-impl MariaDb {
+/// What tells the two servers apart to the code they share.
+pub trait Flavor {
+    /// The URL scheme sqlx knows the server by.
+    const SCHEME: &'static str;
+    /// The database the admin URL names.
+    const ADMIN_DB: &'static str;
+    /// The signal that stops the server for an outage test.
+    const SHUT_DOWN: Signal;
+    /// Runs `sql` with the CLI client `client` as the admin user over TCP to
+    /// `port`; its output.
+    fn query(client: &Path, port: u16, sql: &str) -> Result<String>;
+}
+
+/// MariaDB: a clean shut-down (SIGTERM); the `mariadb` client's output is
+/// tab-separated rows without column names.
+#[derive(Debug)]
+pub enum Maria {}
+
+impl Flavor for Maria {
+    const SCHEME: &'static str = "mysql";
+    const ADMIN_DB: &'static str = "mysql";
+    const SHUT_DOWN: Signal = Signal::SIGTERM;
+    fn query(client: &Path, port: u16, sql: &str) -> Result<String> {
+        mariadb_query(client, port, sql)
+    }
+}
+
+/// PostgreSQL: a fast shut-down (SIGINT: it disconnects its clients, as
+/// `pg_ctl restart -m fast` does); `psql`'s output is unaligned rows
+/// separated by `|`, without headers.
+#[derive(Debug)]
+pub enum Pg {}
+
+impl Flavor for Pg {
+    const SCHEME: &'static str = "postgres";
+    const ADMIN_DB: &'static str = "postgres";
+    const SHUT_DOWN: Signal = Signal::SIGINT;
+    fn query(client: &Path, port: u16, sql: &str) -> Result<String> {
+        psql_query(client, port, sql)
+    }
+}
+
+/// A MariaDB server in a temporary folder, stopped when dropped.
+pub type MariaDb = DbServer<Maria>;
+
+/// A PostgreSQL server in a temporary folder, stopped when dropped.
+pub type Postgres = DbServer<Pg>;
+
+impl<F: Flavor> DbServer<F> {
+    fn new(server: Server, client: PathBuf) -> Self {
+        Self {
+            server,
+            client,
+            flavor: PhantomData,
+        }
+    }
+
+    /// The admin URL, for sqlx: `mysql://mprov:mprov@127.0.0.1:PORT/mysql` or
+    /// `postgres://mprov:mprov@127.0.0.1:PORT/postgres`.
+    pub fn url(&self) -> String {
+        format!(
+            "{}://{USER}:{PASSWORD}@127.0.0.1:{}/{}",
+            F::SCHEME,
+            self.server.port,
+            F::ADMIN_DB
+        )
+    }
+
+    /// The loopback TCP port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.server.port
+    }
+
+    /// The temporary folder that holds the data, the socket and the log.
+    pub fn dir(&self) -> &Path {
+        self.server.dir()
+    }
+
+    /// Runs `sql` with the server's CLI client as the admin user and returns
+    /// its output (see [`Maria`] and [`Pg`] for its shape).
+    pub fn query(&self, sql: &str) -> Result<String> {
+        F::query(&self.client, self.server.port, sql)
+    }
+
+    /// Stops the server and removes its folder, reporting what went wrong.
+    pub fn stop(self) -> Result<()> {
+        self.server.stop()
+    }
+
+    /// Stops the server (with [`Flavor::SHUT_DOWN`]) but keeps its folder and
+    /// port, for an outage test; [`Self::start_again`] brings it back.
+    pub fn shut_down(&mut self) -> Result<()> {
+        self.server.shut_down(F::SHUT_DOWN)
+    }
+
+    /// Starts the server again on the same data and port, and waits until it
+    /// answers.
+    pub fn start_again(&mut self) -> Result<()> {
+        self.server.start_again()
+    }
+
+    /// The server's process id while it runs (for SIGSTOP/SIGCONT).
+    pub fn pid(&self) -> Option<u32> {
+        self.server.pid()
+    }
+}
+
+impl DbServer<Maria> {
     /// Initializes a data folder with `mariadb-install-db`, starts `mariadbd` on a
     /// free loopback port and waits until the `mprov` user can run `SELECT 1`.
     pub fn start() -> Result<Self> {
@@ -141,64 +252,11 @@ impl MariaDb {
             },
             move |port| mariadb_query(&ready_client, port, "SELECT 1").is_ok(),
         )?;
-        Ok(Self { server, client })
-    }
-
-    /// The admin URL, for sqlx: `mysql://mprov:mprov@127.0.0.1:PORT/mysql`.
-    pub fn url(&self) -> String {
-        format!(
-            "mysql://{USER}:{PASSWORD}@127.0.0.1:{}/mysql",
-            self.server.port
-        )
-    }
-
-    /// The loopback TCP port the server listens on.
-    pub fn port(&self) -> u16 {
-        self.server.port
-    }
-
-    /// The temporary folder that holds the data, the socket and the log.
-    pub fn dir(&self) -> &Path {
-        self.server.dir()
-    }
-
-    /// Runs `sql` with the `mariadb` CLI client as the admin user and returns its
-    /// output: tab-separated rows without column names.
-    pub fn query(&self, sql: &str) -> Result<String> {
-        mariadb_query(&self.client, self.server.port, sql)
-    }
-
-    /// Stops the server and removes its folder, reporting what went wrong.
-    pub fn stop(self) -> Result<()> {
-        self.server.stop()
-    }
-
-    /// Stops the server cleanly (SIGTERM) but keeps its folder and port, for
-    /// an outage test; [`Self::start_again`] brings it back.
-    pub fn shut_down(&mut self) -> Result<()> {
-        self.server.shut_down(nix::sys::signal::Signal::SIGTERM)
-    }
-
-    /// Starts the server again on the same data and port, and waits until it
-    /// answers.
-    pub fn start_again(&mut self) -> Result<()> {
-        self.server.start_again()
-    }
-
-    /// The server's process id while it runs (for SIGSTOP/SIGCONT).
-    pub fn pid(&self) -> Option<u32> {
-        self.server.pid()
+        Ok(Self::new(server, client))
     }
 }
 
-/// A PostgreSQL server in a temporary folder, stopped when dropped.
-#[derive(Debug)]
-pub struct Postgres {
-    server: Server,
-    psql: PathBuf,
-}
-
-impl Postgres {
+impl DbServer<Pg> {
     /// Initializes a cluster with `initdb`, starts `postgres` on a free loopback
     /// port and waits until the `mprov` user can run `SELECT 1`.
     pub fn start() -> Result<Self> {
@@ -255,54 +313,7 @@ impl Postgres {
             },
             move |port| psql_query(&ready_psql, port, "SELECT 1").is_ok(),
         )?;
-        Ok(Self { server, psql })
-    }
-
-    /// The admin URL, for sqlx: `postgres://mprov:mprov@127.0.0.1:PORT/postgres`.
-    pub fn url(&self) -> String {
-        format!(
-            "postgres://{USER}:{PASSWORD}@127.0.0.1:{}/postgres",
-            self.server.port
-        )
-    }
-
-    /// The loopback TCP port the server listens on.
-    pub fn port(&self) -> u16 {
-        self.server.port
-    }
-
-    /// The temporary folder that holds the data, the socket and the log.
-    pub fn dir(&self) -> &Path {
-        self.server.dir()
-    }
-
-    /// Runs `sql` with the `psql` CLI client as the admin user and returns its
-    /// output: unaligned rows separated by `|`, without headers.
-    pub fn query(&self, sql: &str) -> Result<String> {
-        psql_query(&self.psql, self.server.port, sql)
-    }
-
-    /// Stops the server and removes its folder, reporting what went wrong.
-    pub fn stop(self) -> Result<()> {
-        self.server.stop()
-    }
-
-    /// Stops the server with a fast shutdown (SIGINT: it disconnects its
-    /// clients, as `pg_ctl restart -m fast` does) but keeps its folder and
-    /// port, for an outage test; [`Self::start_again`] brings it back.
-    pub fn shut_down(&mut self) -> Result<()> {
-        self.server.shut_down(nix::sys::signal::Signal::SIGINT)
-    }
-
-    /// Starts the server again on the same data and port, and waits until it
-    /// answers.
-    pub fn start_again(&mut self) -> Result<()> {
-        self.server.start_again()
-    }
-
-    /// The server's process id while it runs (for SIGSTOP/SIGCONT).
-    pub fn pid(&self) -> Option<u32> {
-        self.server.pid()
+        Ok(Self::new(server, psql))
     }
 }
 

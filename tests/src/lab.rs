@@ -772,12 +772,7 @@ impl JobServer {
 
     /// Kills it at once (SIGKILL), as a crash would.
     pub fn kill(&self) -> Result<()> {
-        let taken = self
-            .process
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(process) = taken {
+        if let Some(process) = self.take_process() {
             process.kill()?;
         }
         Ok(())
@@ -785,15 +780,18 @@ impl JobServer {
 
     /// Stops it with SIGTERM.
     pub fn stop(self) -> Result<()> {
-        let taken = self
-            .process
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(process) = taken {
+        if let Some(process) = self.take_process() {
             process.stop()?;
         }
         Ok(())
+    }
+
+    /// The process, taken out (once) to be ended.
+    fn take_process(&self) -> Option<Process> {
+        self.process
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 }
 
@@ -901,14 +899,7 @@ impl LabControl {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.ns, "curl", "-sS", "-m", "30"])
             .args(["-X", method, "-u", &format!("admin:{}", self.password)])
-            .args([
-                "-H",
-                &format!(
-                    "{}: {}",
-                    mprov_api::VERSION_HEADER,
-                    mprov_api::api_version()
-                ),
-            ])
+            .args(["-H", &mprov_api::version_header_line()])
             .args(["-H", "content-type: application/json"])
             .args(["-w", "\n%{http_code}"]);
         if let Some(body) = body {

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use mprov_agent::image::plan::{Next, SourceFailure};
-use mprov_agent::image::{self, Event, Expected, FetchError};
+use mprov_agent::image::{self, Event, Expected, FetchError, VerifiedRoot};
 use mprov_unpack::UnpackOptions;
 use sha2::{Digest, Sha256};
 
@@ -244,6 +244,34 @@ struct Setup {
     options: UnpackOptions,
 }
 
+impl Setup {
+    /// Fetches the image from `sources` into `staging` with a fresh client,
+    /// calling `react` on every event before it is logged: the outcome and
+    /// what was seen.
+    fn fetch(
+        &self,
+        sources: &[String],
+        staging: &Path,
+        react: impl Fn(&Event<'_>) + Sync,
+    ) -> Result<(Result<VerifiedRoot, FetchError>, Vec<Seen>)> {
+        let log = Mutex::new(Vec::new());
+        let observe = |e: &Event<'_>| {
+            react(e);
+            log.lock().unwrap().extend(seen(e));
+        };
+        let client = image::client()?;
+        let outcome = image::fetch(
+            &client,
+            sources,
+            &self.expected,
+            staging,
+            self.options,
+            &observe,
+        );
+        Ok((outcome, log.into_inner().unwrap()))
+    }
+}
+
 /// An image of `mib` MiB.
 fn setup(mib: usize) -> Result<Setup> {
     let dir = tempfile::tempdir()?;
@@ -277,18 +305,8 @@ fn a_corrupted_copy_is_detected_and_the_next_job_server_used() -> Result<()> {
     let staging = s.root.join("staging");
     std::fs::create_dir(&staging)?;
 
-    let log = Mutex::new(Vec::new());
-    let observe = |e: &Event<'_>| log.lock().unwrap().extend(seen(e));
-    let client = image::client()?;
-    let root = image::fetch(
-        &client,
-        &[a.url(), b.url()],
-        &s.expected,
-        &staging,
-        s.options,
-        &observe,
-    )?;
-    let log = log.into_inner().unwrap();
+    let (root, log) = s.fetch(&[a.url(), b.url()], &staging, |_| {})?;
+    let root = root?;
     assert_eq!(
         log,
         [
@@ -314,17 +332,8 @@ fn only_corrupted_copies_give_up_with_the_staging_area_empty() -> Result<()> {
     std::fs::create_dir(&staging)?;
     std::fs::write(staging.join("left-over"), "from an earlier attempt")?;
 
-    let log = Mutex::new(Vec::new());
-    let observe = |e: &Event<'_>| log.lock().unwrap().extend(seen(e));
-    let err = image::fetch(
-        &image::client()?,
-        &[a.url()],
-        &s.expected,
-        &staging,
-        s.options,
-        &observe,
-    )
-    .expect_err("an image that never verifies");
+    let (result, log) = s.fetch(&[a.url()], &staging, |_| {})?;
+    let err = result.expect_err("an image that never verifies");
     assert!(
         matches!(
             &err,
@@ -335,7 +344,6 @@ fn only_corrupted_copies_give_up_with_the_staging_area_empty() -> Result<()> {
         ),
         "{err}"
     );
-    let log = log.into_inner().unwrap();
     let failures: Vec<_> = log
         .iter()
         .filter(|e| matches!(e, Seen::Failed(..)))
@@ -355,42 +363,30 @@ fn a_job_server_killed_mid_stream_is_resumed_with_range_or_left_for_the_next() -
     let good = export(&s.root, "good", &s.good)?;
     let staging = s.root.join("staging");
     std::fs::create_dir(&staging)?;
-    let client = image::client()?;
 
     // Killed at 4 MiB and started again: the stream resumes on it.
     let a = Mutex::new(JobServer::start(&s.root, &good, &[])?);
     let b = JobServer::start(&s.root, &good, &[])?;
     let (a_url, b_url) = (a.lock().unwrap().url(), b.url());
-    let log = Mutex::new(Vec::new());
     let killed = Mutex::new(false);
-    let observe = |e: &Event<'_>| {
-        match e {
-            Event::Progress { bytes, .. } if *bytes >= 4 << 20 => {
-                let mut killed = killed.lock().unwrap();
-                if !*killed {
-                    a.lock().unwrap().kill();
-                    *killed = true;
-                }
+    let react = |e: &Event<'_>| match e {
+        Event::Progress { bytes, .. } if *bytes >= 4 << 20 => {
+            let mut killed = killed.lock().unwrap();
+            if !*killed {
+                a.lock().unwrap().kill();
+                *killed = true;
             }
-            Event::Dropped { .. } => {
-                let mut a = a.lock().unwrap();
-                if a.child.is_none() {
-                    a.spawn().expect("restarting the job server");
-                }
-            }
-            _ => {}
         }
-        log.lock().unwrap().extend(seen(e));
+        Event::Dropped { .. } => {
+            let mut a = a.lock().unwrap();
+            if a.child.is_none() {
+                a.spawn().expect("restarting the job server");
+            }
+        }
+        _ => {}
     };
-    let root = image::fetch(
-        &client,
-        &[a_url.clone(), b_url.clone()],
-        &s.expected,
-        &staging,
-        s.options,
-        &observe,
-    )?;
-    let log = log.into_inner().unwrap();
+    let (root, log) = s.fetch(&[a_url.clone(), b_url.clone()], &staging, react)?;
+    let root = root?;
     assert_eq!(root.source(), a_url, "{log:?}");
     assert_eq!(log.first(), Some(&Seen::Started(a_url.clone(), 0)));
     assert_eq!(log.get(1), Some(&Seen::Dropped(a_url.clone())), "{log:?}");
@@ -414,9 +410,8 @@ fn a_job_server_killed_mid_stream_is_resumed_with_range_or_left_for_the_next() -
         a.lock().unwrap().child.is_some(),
         "the restarted job server"
     );
-    let log = Mutex::new(Vec::new());
     let killed = Mutex::new(false);
-    let observe = |e: &Event<'_>| {
+    let react = |e: &Event<'_>| {
         if let Event::Progress { bytes, .. } = e
             && *bytes >= 4 << 20
         {
@@ -426,17 +421,9 @@ fn a_job_server_killed_mid_stream_is_resumed_with_range_or_left_for_the_next() -
                 *killed = true;
             }
         }
-        log.lock().unwrap().extend(seen(e));
     };
-    let root = image::fetch(
-        &client,
-        &[a_url.clone(), b_url.clone()],
-        &s.expected,
-        &staging,
-        s.options,
-        &observe,
-    )?;
-    let log = log.into_inner().unwrap();
+    let (root, log) = s.fetch(&[a_url.clone(), b_url.clone()], &staging, react)?;
+    let root = root?;
     assert_eq!(root.source(), b_url, "{log:?}");
     let drops = log
         .iter()
@@ -494,24 +481,14 @@ fn a_busy_job_server_is_waited_for_as_it_says() -> Result<()> {
     }
     let staging = s.root.join("staging");
     std::fs::create_dir(&staging)?;
-    let log = Mutex::new(Vec::new());
-    let observe = |e: &Event<'_>| {
+    let fetched = s.fetch(&[a.url()], &staging, |e| {
         if let Event::Busy { .. } = e {
             release();
         }
-        log.lock().unwrap().extend(seen(e));
-    };
-    let result = image::fetch(
-        &image::client()?,
-        &[a.url()],
-        &s.expected,
-        &staging,
-        s.options,
-        &observe,
-    );
+    });
     release();
+    let (result, log) = fetched?;
     let root = result?;
-    let log = log.into_inner().unwrap();
     let [Seen::Busy(url, wait), rest @ ..] = &log[..] else {
         bail!("no 503 first: {log:?}");
     };

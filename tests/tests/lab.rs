@@ -25,6 +25,35 @@ fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
         .block_on(future)
 }
 
+/// Over sqlx with the admin URL `url`: `SELECT 1` answers 1 (as a `T`), and
+/// the admin may create and drop a database.
+async fn sqlx_answers<DB, T>(url: String) -> Result<()>
+where
+    DB: sqlx::Database,
+    T: for<'r> sqlx::Decode<'r, DB> + sqlx::Type<DB> + From<u8> + PartialEq + std::fmt::Debug,
+    T: Send + Unpin,
+    (T,): for<'r> sqlx::FromRow<'r, DB::Row>,
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    <DB as sqlx::Database>::Arguments: sqlx::IntoArguments<DB>,
+{
+    let pool = sqlx::Pool::<DB>::connect(&url).await?;
+    let one: T = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await?;
+    assert_eq!(one, T::from(1));
+    sqlx::query("CREATE DATABASE lab_sqlx")
+        .execute(&pool)
+        .await?;
+    sqlx::query("DROP DATABASE lab_sqlx").execute(&pool).await?;
+    pool.close().await;
+    Ok(())
+}
+
+/// Dropping the server `db` removes its folder `dir`.
+fn gone_when_dropped<S>(db: S, dir: &std::path::Path) -> Result<()> {
+    drop(db);
+    assert!(!dir.exists(), "{} is still there", dir.display());
+    Ok(())
+}
+
 #[test]
 fn mariadb_starts_answers_and_cleans_up() -> Result<()> {
     let db = MariaDb::start()?;
@@ -41,22 +70,8 @@ fn mariadb_starts_answers_and_cleans_up() -> Result<()> {
     // MariaDB speaks utf8mb4 as Debian configures it, although we skip /etc/mysql.
     assert_eq!(db.query("SELECT @@character_set_server")?, "utf8mb4\n");
 
-    let url = db.url();
-    block_on(async move {
-        let pool = sqlx::MySqlPool::connect(&url).await?;
-        let one: i64 = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await?;
-        assert_eq!(one, 1);
-        sqlx::query("CREATE DATABASE lab_sqlx")
-            .execute(&pool)
-            .await?;
-        sqlx::query("DROP DATABASE lab_sqlx").execute(&pool).await?;
-        pool.close().await;
-        Ok(())
-    })?;
-
-    drop(db);
-    assert!(!dir.exists(), "{} is still there", dir.display());
-    Ok(())
+    block_on(sqlx_answers::<sqlx::MySql, i64>(db.url()))?;
+    gone_when_dropped(db, &dir)
 }
 
 #[test]
@@ -74,22 +89,8 @@ fn postgres_starts_answers_and_cleans_up() -> Result<()> {
     db.query("DROP DATABASE lab_cli")?;
     assert_eq!(db.query("SHOW server_encoding")?, "UTF8\n");
 
-    let url = db.url();
-    block_on(async move {
-        let pool = sqlx::PgPool::connect(&url).await?;
-        let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&pool).await?;
-        assert_eq!(one, 1);
-        sqlx::query("CREATE DATABASE lab_sqlx")
-            .execute(&pool)
-            .await?;
-        sqlx::query("DROP DATABASE lab_sqlx").execute(&pool).await?;
-        pool.close().await;
-        Ok(())
-    })?;
-
-    drop(db);
-    assert!(!dir.exists(), "{} is still there", dir.display());
-    Ok(())
+    block_on(sqlx_answers::<sqlx::Postgres, i32>(db.url()))?;
+    gone_when_dropped(db, &dir)
 }
 
 #[test]

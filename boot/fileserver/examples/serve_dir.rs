@@ -15,7 +15,6 @@ use anyhow::{Context, Result};
 use mprov_api::boot::BootConfig;
 use mprov_fileserver::{Config, ImageState, serve};
 use tokio::net::TcpListener;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -44,15 +43,7 @@ async fn main() -> Result<()> {
         .await
         .with_context(|| format!("binding 127.0.0.1:{port}"))?;
     let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    let mut term = signal(SignalKind::terminate())?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        token.cancel();
-    });
+    mprov_process::Signals::new()?.cancel_on_signal(shutdown.clone());
     eprintln!("serving on {}", listener.local_addr()?);
     serve(listener, state, shutdown).await?;
     Ok(())

@@ -3,101 +3,26 @@
 //! own certificate; a restart reuses the certificate without a token; a
 //! revoked certificate stops it from reading anything.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mprov_control::db::Db;
 use mprov_control::enrollment;
-use mprov_control::http;
-use mprov_control::pki::SignerClient;
-use mprov_control::pki::https;
-use mprov_control::secrets::SecretBox;
 use rustls::pki_types::pem::PemObject as _;
-use tokio_util::sync::CancellationToken;
 
-use crate::KillOnDrop;
-
-/// Starts the job server following `url`; its log goes to `log`.
-fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>) -> KillOnDrop {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
-    cmd.env_clear()
-        .args(["--control-url", url, "--name", "js1"])
-        .arg("--ca-file")
-        .arg(dir.join("tls/ca.crt"))
-        .arg("--state-dir")
-        .arg(dir.join("js"))
-        .arg("--enroll-token-file")
-        .arg(dir.join("no-token-file"))
-        .arg("--apikey-file")
-        .arg(dir.join("no-apikey-file"))
-        .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
-        .args(["--metrics", "127.0.0.1:0", "--log", "info"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
-    if let Some(t) = token {
-        cmd.args(["--enroll-token", t]);
-    }
-    KillOnDrop(cmd.spawn().expect("start mprov-jobserver"))
-}
-
-/// Waits (bounded) until the log holds `what`; the log.
-fn wait_log(log: &Path, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if text.contains(what) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {what:?} in the job server's log:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use crate::{TlsControl, jobserver, wait_log};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobserver_enrolls_then_follows_with_its_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_owned();
-    let db_url = format!("sqlite://{}?mode=rwc", d.join("c.sqlite3").display());
-    let tls_dir = d.join("tls");
-    let config = Arc::new(super::config_with(
-        &db_url,
-        &["--tls-dir", tls_dir.to_str().unwrap()],
-    ));
-    let db = Db::open(&db_url).await.unwrap();
-    let signer = SignerClient::in_process(&tls_dir, "mpcc").unwrap();
-    let material = https::prepare(&config, &signer).await.unwrap();
-    let server_config = https::server_config(&material).unwrap();
-    let state = Arc::new(
-        http::Inner::new(db.clone(), config, SecretBox::new("k"))
-            .with_ca(material.ca_pem.clone())
-            .with_signer(signer),
-    );
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("https://{}", listener.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let server = tokio::spawn(http::serve_tls(
-        listener,
-        server_config,
-        state,
-        stop.clone(),
-    ));
-    let token = enrollment::create_token(&db, "js1", Duration::from_secs(3600))
-        .await
-        .unwrap()
-        .token;
+    let control = TlsControl::start(&d, &[]).await;
+    let (url, token, db) = (control.url.clone(), control.token.clone(), &control.db);
 
     let (u, dd) = (url.clone(), d.clone());
     tokio::task::spawn_blocking(move || {
         // First start: enrolls with the token, then follows over mTLS.
         let log = dd.join("js-1.log");
-        let js = jobserver(&u, &dd, &log, Some(&token));
-        let text = wait_log(&log, "new boot config");
+        let js = jobserver(&u, &dd, &log, Some(&token), "127.0.0.1:0");
+        let text = wait_log(&log, "new boot config", Duration::from_secs(30));
         assert!(text.contains("enrolled as job server js1"), "{text}");
         assert!(
             text.contains("as job server js1 (client certificate)"),
@@ -112,8 +37,8 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
 
         // Second start: no token, the kept certificate.
         let log = dd.join("js-2.log");
-        let js = jobserver(&u, &dd, &log, None);
-        let text = wait_log(&log, "new boot config");
+        let js = jobserver(&u, &dd, &log, None, "127.0.0.1:0");
+        let text = wait_log(&log, "new boot config", Duration::from_secs(30));
         assert!(
             !text.contains("enrolled as"),
             "no second enrollment: {text}"
@@ -124,21 +49,17 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
     .unwrap();
 
     // The credential is on record; revoked, the job server reads nothing.
-    assert!(enrollment::jobserver_enrolled(&db).await.unwrap());
+    assert!(enrollment::jobserver_enrolled(db).await.unwrap());
     let cert = std::fs::read(d.join("js/identity/jobserver.crt")).unwrap();
     let der = rustls::pki_types::CertificateDer::from_pem_slice(&cert).unwrap();
     let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
     let serial = hex::encode(parsed.raw_serial());
-    assert!(
-        enrollment::revoke_serial(&db, &serial, "test")
-            .await
-            .unwrap()
-    );
+    assert!(enrollment::revoke_serial(db, &serial, "test").await.unwrap());
     let (u, dd) = (url.clone(), d.clone());
     tokio::task::spawn_blocking(move || {
         let log = dd.join("js-3.log");
-        let js = jobserver(&u, &dd, &log, None);
-        let text = wait_log(&log, "revoked");
+        let js = jobserver(&u, &dd, &log, None, "127.0.0.1:0");
+        let text = wait_log(&log, "revoked", Duration::from_secs(30));
         assert!(
             !text.contains("new boot config"),
             "a revoked job server got the inventory: {text}"
@@ -147,8 +68,7 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
     })
     .await
     .unwrap();
-    stop.cancel();
-    server.await.unwrap().unwrap();
+    control.stop().await;
 }
 
 /// A stop sent while the job server is still enrolling (the control service
@@ -168,7 +88,7 @@ fn a_stop_during_enrollment_ends_the_job_server_cleanly() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("https://{}", silent.local_addr().unwrap());
     let log = d.join("js.log");
-    let mut js = jobserver(&url, d, &log, Some("a-token"));
+    let mut js = jobserver(&url, d, &log, Some("a-token"), "127.0.0.1:0");
     // Enrollment has begun once the control service has a connection.
     let (_conn, _) = silent.accept().unwrap();
     nix::sys::signal::kill(

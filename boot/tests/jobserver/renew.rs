@@ -7,21 +7,15 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mprov_api::client::{Auth, Client};
-use mprov_control::db::{Db, Val};
-use mprov_control::enrollment;
-use mprov_control::http;
-use mprov_control::pki::SignerClient;
-use mprov_control::pki::https;
-use mprov_control::secrets::{self, SecretBox};
+use mprov_control::db::Val;
+use mprov_control::secrets;
 use rustls::pki_types::pem::PemObject as _;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
-use crate::KillOnDrop;
+use crate::{TlsControl, jobserver, wait_log};
 
 const VALIDITY: u64 = 120;
 
@@ -50,14 +44,7 @@ fn curl_bootconfig(url: &str, ca: &Path, cert: &Path, key: &Path) -> u16 {
         .arg(cert)
         .arg("--key")
         .arg(key)
-        .args([
-            "-H",
-            &format!(
-                "{}: {}",
-                mprov_api::VERSION_HEADER,
-                mprov_api::api_version()
-            ),
-        ])
+        .args(["-H", &mprov_api::version_header_line()])
         .arg(format!("{url}/api/v1/bootconfig"))
         .stdin(Stdio::null())
         .output()
@@ -85,38 +72,13 @@ fn now() -> u64 {
         .as_secs()
 }
 
-/// Polls (bounded by `limit`) until the log holds `what`; the log.
-fn wait_log(log: &Path, what: &str, limit: Duration) -> String {
-    let deadline = Instant::now() + limit;
-    loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if text.contains(what) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {what:?} in the job server's log:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobserver_renews_its_certificate_before_it_ends() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_owned();
-    let db_url = format!("sqlite://{}?mode=rwc", d.join("c.sqlite3").display());
+    let control = TlsControl::start(&d, &["--jobserver-cert-seconds", &VALIDITY.to_string()]).await;
+    let (url, token, db) = (control.url.clone(), control.token.clone(), &control.db);
     let tls_dir = d.join("tls");
-    let config = Arc::new(super::config_with(
-        &db_url,
-        &[
-            "--tls-dir",
-            tls_dir.to_str().unwrap(),
-            "--jobserver-cert-seconds",
-            &VALIDITY.to_string(),
-        ],
-    ));
-    let db = Db::open(&db_url).await.unwrap();
     // An API key, to change the inventory as an admin would.
     let key = secrets::new_api_key();
     let mut sql = db.sql();
@@ -131,29 +93,8 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
         stamp,
     ]);
     sql.query().execute(db.pool()).await.unwrap();
-    let signer = SignerClient::in_process(&tls_dir, "mpcc").unwrap();
-    let material = https::prepare(&config, &signer).await.unwrap();
-    let server_config = https::server_config(&material).unwrap();
-    let state = Arc::new(
-        http::Inner::new(db.clone(), config, SecretBox::new("k"))
-            .with_ca(material.ca_pem.clone())
-            .with_signer(signer),
-    );
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("https://{}", listener.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let server = tokio::spawn(http::serve_tls(
-        listener,
-        server_config,
-        state,
-        stop.clone(),
-    ));
-    let token = enrollment::create_token(&db, "js1", Duration::from_secs(3600))
-        .await
-        .unwrap()
-        .token;
     let admin = Client::builder(&url, Auth::ApiKey(key.key.clone()))
-        .ca_certificates_pem(material.ca_pem.clone().into_bytes())
+        .ca_certificates_pem(control.ca_pem.clone().into_bytes())
         .build()
         .unwrap();
 
@@ -161,35 +102,13 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
     let log = d.join("js.log");
     let identity = d.join("js/identity");
     let ca = tls_dir.join("ca.crt");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
-    cmd.env_clear()
-        .args([
-            "--control-url",
-            &url,
-            "--name",
-            "js1",
-            "--enroll-token",
-            &token,
-        ])
-        .arg("--ca-file")
-        .arg(&ca)
-        .arg("--state-dir")
-        .arg(d.join("js"))
-        .arg("--enroll-token-file")
-        .arg(d.join("no-token-file"))
-        .arg("--apikey-file")
-        .arg(d.join("no-apikey-file"))
-        .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
-        .args([
-            "--metrics",
-            &format!("127.0.0.1:{metrics_port}"),
-            "--log",
-            "info",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
-    let js = KillOnDrop(cmd.spawn().expect("start mprov-jobserver"));
+    let js = jobserver(
+        &url,
+        &d,
+        &log,
+        Some(&token),
+        &format!("127.0.0.1:{metrics_port}"),
+    );
 
     let (u, l, id, cafile) = (url.clone(), log.clone(), identity.clone(), ca.clone());
     let (old_serial, old_end) = tokio::task::spawn_blocking(move || {
@@ -299,8 +218,7 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
         "{metrics}"
     );
     drop(js);
-    stop.cancel();
-    server.await.unwrap().unwrap();
+    control.stop().await;
 }
 
 /// The job server's metrics, fetched with curl.

@@ -10,7 +10,6 @@ use anyhow::{Context, Result};
 use mprov_tftp::{Server, TftpConfig};
 use prometheus_client::registry::Registry;
 use tokio::net::UdpSocket;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
@@ -34,15 +33,7 @@ async fn main() -> Result<()> {
     let mut registry = Registry::default();
     let server = Server::new(config, &mut registry);
     let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    let mut term = signal(SignalKind::terminate())?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        token.cancel();
-    });
+    mprov_process::Signals::new()?.cancel_on_signal(shutdown.clone());
     server.run(socket, shutdown).await?;
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;

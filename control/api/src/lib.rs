@@ -31,6 +31,11 @@ pub const API_PREFIX: &str = "/api/v1";
 /// The header every request and response carries: the `major.minor` version.
 pub const VERSION_HEADER: &str = "mProv-Version";
 
+/// The version header as one `Name: value` line, as `curl -H` takes it.
+pub fn version_header_line() -> String {
+    format!("{VERSION_HEADER}: {}", api_version())
+}
+
 /// The environment variable that turns the version check off, only when it is
 /// exactly `1` (read the same way by every component: see [`skip_version_check`]).
 pub const SKIP_VERSION_CHECK_ENV: &str = "MPROV_SKIP_VERSION_CHECK";

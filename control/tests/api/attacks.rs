@@ -313,10 +313,7 @@ async fn attack_9_file_modes_on_first_and_second_start() {
             let out = Command::new("curl")
                 .args(["-sSf", "-o", "/dev/null", "-u"])
                 .arg(format!("admin:{ADMIN_PASSWORD}"))
-                .args([
-                    "-H",
-                    &format!("mProv-Version: {}", mprov_api::api_version()),
-                ])
+                .args(["-H", &mprov_api::version_header_line()])
                 .arg(format!("http://127.0.0.1:{}/api/v1/systems/", s.port))
                 .output()
                 .unwrap();
@@ -520,10 +517,7 @@ impl Client {
             .arg(self.work.join(format!("{tag}.headers")))
             .arg("--cacert")
             .arg(&self.ca)
-            .args([
-                "-H",
-                &format!("mProv-Version: {}", mprov_api::api_version()),
-            ]);
+            .args(["-H", &mprov_api::version_header_line()]);
         match who {
             As::Nobody => {}
             As::Admin => {
@@ -1006,10 +1000,7 @@ async fn attack_7_password_checks_are_throttled() {
                     .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
                     .arg(&c.ca)
                     .args(["-u", &format!("admin:wrong-{i}")])
-                    .args([
-                        "-H",
-                        &format!("mProv-Version: {}", mprov_api::api_version()),
-                    ])
+                    .args(["-H", &mprov_api::version_header_line()])
                     .arg(format!("https://127.0.0.1:{}/api/v1/systems/", c.https))
                     .stdout(std::process::Stdio::piped())
                     .spawn()
@@ -1030,10 +1021,7 @@ async fn attack_7_password_checks_are_throttled() {
             ])
             .arg(&c.ca)
             .args(["-H", &format!("Authorization: Api-Key {key}")])
-            .args([
-                "-H",
-                &format!("mProv-Version: {}", mprov_api::api_version()),
-            ])
+            .args(["-H", &mprov_api::version_header_line()])
             .arg(format!("https://127.0.0.1:{}/api/v1/systems/", c.https))
             .output()
             .unwrap();

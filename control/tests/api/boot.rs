@@ -383,7 +383,7 @@ pub(crate) async fn ipxe_rate_limits(engine: Engine) {
 fn curl(args: &[&str]) -> (String, u16) {
     let out = std::process::Command::new("curl")
         .args(["-sS", "-w", "\n%{http_code}", "-H"])
-        .arg(format!("mProv-Version: {}", mprov_api::api_version()))
+        .arg(mprov_api::version_header_line())
         .args(args)
         .output()
         .expect("curl must be installed");

@@ -260,7 +260,7 @@ fn check_https(dir: &Path, url: &str) {
         "-H",
         &format!("Authorization: Api-Key {key}"),
         "-H",
-        &format!("mProv-Version: {}", mprov_api::api_version()),
+        &mprov_api::version_header_line(),
         &format!("{base}/api/v1/systems/mpcc"),
     ]);
     assert!(ok && body.contains("\"mpcc\""), "{body}");
@@ -562,7 +562,7 @@ fn curl_with_cert(
     version: bool,
     extra: &[&str],
 ) -> String {
-    let v = format!("mProv-Version: {}", mprov_api::api_version());
+    let v = mprov_api::version_header_line();
     let mut args = vec![
         "-sS",
         "-o",

@@ -67,14 +67,7 @@ fn as_node(
         .arg("--key")
         .arg(files.join("node.key"))
         .args(["-X", method, "-w", "\n%{http_code}"])
-        .args([
-            "-H",
-            &format!(
-                "{}: {}",
-                mprov_api::VERSION_HEADER,
-                mprov_api::api_version()
-            ),
-        ]);
+        .args(["-H", &mprov_api::version_header_line()]);
     if let Some(body) = body {
         cmd.args([
             "-H",

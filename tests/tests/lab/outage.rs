@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use mprov_tests::db::{MariaDb, Postgres};
+use mprov_tests::db::{DbServer, Flavor, MariaDb, Postgres};
 use serde_json::{Value, json};
 
 /// curl's bound on one request: well past the service's 5 s pool wait and
@@ -169,14 +169,7 @@ impl Install {
             .arg(&headers)
             .args(["-o", "-", "-w", "\n%{http_code}"])
             .args(["-H", &format!("Authorization: Api-Key {}", self.key)])
-            .args([
-                "-H",
-                &format!(
-                    "{}: {}",
-                    mprov_api::VERSION_HEADER,
-                    mprov_api::api_version()
-                ),
-            ]);
+            .args(["-H", &mprov_api::version_header_line()]);
         if let Some(b) = body {
             cmd.args([
                 "-H",
@@ -369,9 +362,11 @@ fn signal(pid: Option<u32>, sig: nix::sys::signal::Signal) -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn control_rides_out_a_mariadb_restart_and_a_cut() -> Result<()> {
-    let db = std::cell::RefCell::new(MariaDb::start()?);
+/// The control service on database `mprov` of `db` rides out a restart of
+/// the server and, with `cut`, a SIGSTOP (the server keeps its connections
+/// and answers nothing).
+fn rides_out<F: Flavor>(db: DbServer<F>, cut: bool) -> Result<()> {
+    let db = std::cell::RefCell::new(db);
     db.borrow().query("CREATE DATABASE mprov")?;
     let url = database_url(&db.borrow().url());
     let mut restart = |back: bool| {
@@ -381,8 +376,7 @@ fn control_rides_out_a_mariadb_restart_and_a_cut() -> Result<()> {
             db.borrow_mut().shut_down()
         }
     };
-    // SIGSTOP: the server keeps its connections and answers nothing.
-    let mut cut = |back: bool| {
+    let mut stop_cont = |back: bool| {
         let pid = db.borrow().pid();
         signal(
             pid,
@@ -393,22 +387,20 @@ fn control_rides_out_a_mariadb_restart_and_a_cut() -> Result<()> {
             },
         )
     };
-    ride_out(&url, &mut [&mut restart, &mut cut])?;
+    if cut {
+        ride_out(&url, &mut [&mut restart, &mut stop_cont])?;
+    } else {
+        ride_out(&url, &mut [&mut restart])?;
+    }
     db.into_inner().stop()
 }
 
 #[test]
+fn control_rides_out_a_mariadb_restart_and_a_cut() -> Result<()> {
+    rides_out(MariaDb::start()?, true)
+}
+
+#[test]
 fn control_rides_out_a_postgres_restart() -> Result<()> {
-    let db = std::cell::RefCell::new(Postgres::start()?);
-    db.borrow().query("CREATE DATABASE mprov")?;
-    let url = database_url(&db.borrow().url());
-    let mut restart = |back: bool| {
-        if back {
-            db.borrow_mut().start_again()
-        } else {
-            db.borrow_mut().shut_down()
-        }
-    };
-    ride_out(&url, &mut [&mut restart])?;
-    db.into_inner().stop()
+    rides_out(Postgres::start()?, false)
 }
