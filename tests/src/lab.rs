@@ -594,17 +594,7 @@ impl LabNet {
     /// `fd99::1/64` (so router advertisements carry a prefix).
     pub fn new(prefix: &str) -> Result<LabNet> {
         let ns = Netns::new(prefix)?;
-        ns.ip(&[
-            "link",
-            "add",
-            "br0",
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-        ])?;
+        ns.add_bridge("br0")?;
         ns.add_addr("br0", &format!("{SERVER_IP}/{LAB_PREFIX}"))?;
         ns.ip(&["addr", "add", "fd99::1/64", "dev", "br0", "nodad"])?;
         ns.up("br0")?;

@@ -82,6 +82,23 @@ impl Netns {
         run(self.command(program).args(args))
     }
 
+    /// Adds bridge `dev`, without STP and with no forward delay, so its ports
+    /// forward at once.
+    pub fn add_bridge(&self, dev: &str) -> Result<()> {
+        self.ip(&[
+            "link",
+            "add",
+            dev,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+        ])
+        .map(drop)
+    }
+
     /// Adds `cidr` (e.g. `10.1.0.1/24`) to `dev`.
     pub fn add_addr(&self, dev: &str, cidr: &str) -> Result<()> {
         self.ip(&["addr", "add", cidr, "dev", dev]).map(drop)

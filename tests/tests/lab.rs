@@ -166,17 +166,7 @@ poweroff -f
     std::fs::write(&snap_file, snapshot.to_string())?;
 
     let ns = Netns::new("boot")?;
-    ns.ip(&[
-        "link",
-        "add",
-        "br0",
-        "type",
-        "bridge",
-        "stp_state",
-        "0",
-        "forward_delay",
-        "0",
-    ])?;
+    ns.add_bridge("br0")?;
     ns.add_addr("br0", "10.99.0.1/24")?;
     ns.up("br0")?;
     ns.up("lo")?;

@@ -24,6 +24,19 @@ async fn restore_refused(cfg: &Config, archive: Vec<u8>, want: &str) {
     assert!(format!("{err:#}").contains(want), "{err:#}");
 }
 
+/// The tables of the backup `bytes`, without secrets, under a manifest that
+/// says mProv 99.0.0 made it.
+fn from_newer_mprov(bytes: &[u8]) -> backup::archive::Contents {
+    let v = backup::archive::open(bytes).unwrap();
+    let mut newer = backup::archive::Contents {
+        manifest: v.manifest.clone(),
+        tables: v.tables.clone(),
+        secrets: None,
+    };
+    newer.manifest.mprov_version = "99.0.0".into();
+    newer
+}
+
 /// Folders for one install: config, state, backups.
 struct Dirs {
     _tmp: tempfile::TempDir,
@@ -513,13 +526,7 @@ async fn refusals_and_modes() {
     restore_refused(&tcfg, altered, "SHA-256").await;
     untouched();
     // From a newer mProv: a well-formed archive whose manifest says so.
-    let v = archive::open(&good).unwrap();
-    let mut newer = archive::Contents {
-        manifest: v.manifest.clone(),
-        tables: v.tables.clone(),
-        secrets: None,
-    };
-    newer.manifest.mprov_version = "99.0.0".into();
+    let mut newer = from_newer_mprov(&good);
     newer.manifest.schema_level = 99_999_999_999_999;
     restore_refused(
         &tcfg,
@@ -714,13 +721,7 @@ async fn refusals_of_the_binaries() {
         .unwrap();
     let mut tampered = good.clone();
     tampered[zstd_at + 10] ^= 0x01;
-    let v = archive::open(&good).unwrap();
-    let mut newer = archive::Contents {
-        manifest: v.manifest.clone(),
-        tables: v.tables.clone(),
-        secrets: None,
-    };
-    newer.manifest.mprov_version = "99.0.0".into();
+    let mut newer = from_newer_mprov(&good);
     newer.manifest.schema_level += 1;
     let cases: [(&str, Vec<u8>, &[&str]); 4] = [
         (

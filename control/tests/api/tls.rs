@@ -551,6 +551,11 @@ fn get_with_cert(
     curl_with_cert(port, ca, cert, key, path, version, &[])
 }
 
+/// [`get_with_cert`] of `/api/v1/systems/` with the version header.
+fn systems_with_cert(port: u16, ca: &Path, cert: &Path, key: &Path) -> String {
+    get_with_cert(port, ca, cert, key, "/api/v1/systems/", true)
+}
+
 /// curl over HTTPS with a client certificate, the version header when
 /// `version` and `extra` arguments; the status code.
 fn curl_with_cert(
@@ -672,10 +677,7 @@ fn check_enrollment(dir: &Path, url: &str) {
 
     // mTLS: reads with the version header; no version is 426; writes are 403.
     let key = work.join("js1.key");
-    assert_eq!(
-        get_with_cert(s.https_port, &ca, &cert, &key, "/api/v1/systems/", true),
-        "200"
-    );
+    assert_eq!(systems_with_cert(s.https_port, &ca, &cert, &key), "200");
     assert_eq!(
         get_with_cert(s.https_port, &ca, &cert, &key, "/api/v1/systems/", false),
         "426"
@@ -732,19 +734,9 @@ fn check_enrollment(dir: &Path, url: &str) {
     let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
     let cert2 = work.join("js1b.crt");
     std::fs::write(&cert2, reply["certificate"].as_str().unwrap()).unwrap();
+    assert_eq!(systems_with_cert(s.https_port, &ca, &cert, &key), "401");
     assert_eq!(
-        get_with_cert(s.https_port, &ca, &cert, &key, "/api/v1/systems/", true),
-        "401"
-    );
-    assert_eq!(
-        get_with_cert(
-            s.https_port,
-            &ca,
-            &cert2,
-            &work.join("js1b.key"),
-            "/api/v1/systems/",
-            true
-        ),
+        systems_with_cert(s.https_port, &ca, &cert2, &work.join("js1b.key")),
         "200"
     );
 
@@ -758,14 +750,7 @@ fn check_enrollment(dir: &Path, url: &str) {
         "/CN=js1",
         "URI:urn:mprov:jobserver:js1",
     );
-    let code = get_with_cert(
-        s.https_port,
-        &ca,
-        &foreign.join("c"),
-        &foreign.join("k"),
-        "/api/v1/systems/",
-        true,
-    );
+    let code = systems_with_cert(s.https_port, &ca, &foreign.join("c"), &foreign.join("k"));
     assert_ne!(code, "200", "a foreign certificate must be refused");
     assert!(
         code.is_empty() || code == "000",
@@ -792,13 +777,11 @@ fn check_enrollment(dir: &Path, url: &str) {
         std::fs::write(expired.with_extension("crt"), cert.pem()).unwrap();
         std::fs::write(expired.with_extension("key"), key.serialize_pem()).unwrap();
     }
-    let code = get_with_cert(
+    let code = systems_with_cert(
         s.https_port,
         &ca,
         &expired.with_extension("crt"),
         &expired.with_extension("key"),
-        "/api/v1/systems/",
-        true,
     );
     assert!(
         code.is_empty() || code == "000",

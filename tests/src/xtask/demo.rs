@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use mprov_api::boot::BootPhase;
+use mprov_api::boot::{BootEvent, BootPhase};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -114,30 +114,14 @@ pub fn demo(options: &DemoOptions) -> Result<()> {
 
     step("netboot: a QEMU VM (SeaBIOS + iPXE, TCG) to ready; its timeline as it happens");
     let booted = stack
-        .boot(&node, Machine::BiosIpxe, |event| {
-            println!(
-                "  {:<27} {:<18} {:<16} {}",
-                event.at,
-                event.phase.as_str(),
-                event.source,
-                event.detail
-            );
-        })
+        .boot(&node, Machine::BiosIpxe, print_event)
         .context("the node did not reach ready")?;
     // The console shows multi-user; the node's own report may trail it.
     let mut shown = stack.timeline(&node)?.len();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let events = stack.timeline(&node)?;
-        for event in events.iter().skip(shown) {
-            println!(
-                "  {:<27} {:<18} {:<16} {}",
-                event.at,
-                event.phase.as_str(),
-                event.source,
-                event.detail
-            );
-        }
+        events.iter().skip(shown).for_each(print_event);
         shown = shown.max(events.len());
         if events.iter().any(|e| e.phase == BootPhase::Ready) {
             break;
@@ -190,6 +174,17 @@ pub fn demo(options: &DemoOptions) -> Result<()> {
     drop(booted);
     drop(stack);
     Ok(())
+}
+
+/// One line of the node's timeline, as the demo prints it.
+fn print_event(event: &BootEvent) {
+    println!(
+        "  {:<27} {:<18} {:<16} {}",
+        event.at,
+        event.phase.as_str(),
+        event.source,
+        event.detail
+    );
 }
 
 /// The lab needs root: namespaces, taps, DHCP on port 67.
