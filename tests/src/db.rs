@@ -106,7 +106,15 @@ impl Flavor for Maria {
     const ADMIN_DB: &'static str = "mysql";
     const SHUT_DOWN: Signal = Signal::SIGTERM;
     fn query(client: &Path, port: u16, sql: &str) -> Result<String> {
-        mariadb_query(client, port, sql)
+        let mut cmd = Command::new(client);
+        cmd.arg("--no-defaults")
+            .args(["--protocol=tcp", "--host=127.0.0.1"])
+            .arg(format!("--port={port}"))
+            .arg(format!("--user={USER}"))
+            .arg(format!("--password={PASSWORD}"))
+            .arg(format!("--connect-timeout={CONNECT_TIMEOUT_SECS}"))
+            .args(["--batch", "--skip-column-names", "--execute", sql, "mysql"]);
+        client_output(cmd, "mariadb")
     }
 }
 
@@ -121,7 +129,20 @@ impl Flavor for Pg {
     const ADMIN_DB: &'static str = "postgres";
     const SHUT_DOWN: Signal = Signal::SIGINT;
     fn query(client: &Path, port: u16, sql: &str) -> Result<String> {
-        psql_query(client, port, sql)
+        let mut cmd = Command::new(client);
+        cmd.env("PGPASSWORD", PASSWORD)
+            .env("PGCONNECT_TIMEOUT", CONNECT_TIMEOUT_SECS)
+            .args([
+                "--no-psqlrc",
+                "--no-password",
+                "--no-align",
+                "--tuples-only",
+            ])
+            .args(["--set", "ON_ERROR_STOP=1"])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--username", USER, "--dbname", "postgres"])
+            .args(["--command", sql]);
+        client_output(cmd, "psql")
     }
 }
 
@@ -250,7 +271,7 @@ impl DbServer<Maria> {
                     ]);
                 cmd
             },
-            move |port| mariadb_query(&ready_client, port, "SELECT 1").is_ok(),
+            move |port| Maria::query(&ready_client, port, "SELECT 1").is_ok(),
         )?;
         Ok(Self::new(server, client))
     }
@@ -311,7 +332,7 @@ impl DbServer<Pg> {
                     .args(["-c", "max_connections=200"]);
                 cmd
             },
-            move |port| psql_query(&ready_psql, port, "SELECT 1").is_ok(),
+            move |port| Pg::query(&ready_psql, port, "SELECT 1").is_ok(),
         )?;
         Ok(Self::new(server, psql))
     }
@@ -630,35 +651,6 @@ fn run_logged(mut cmd: Command, dir: &Path, what: &str) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn mariadb_query(client: &Path, port: u16, sql: &str) -> Result<String> {
-    let mut cmd = Command::new(client);
-    cmd.arg("--no-defaults")
-        .args(["--protocol=tcp", "--host=127.0.0.1"])
-        .arg(format!("--port={port}"))
-        .arg(format!("--user={USER}"))
-        .arg(format!("--password={PASSWORD}"))
-        .arg(format!("--connect-timeout={CONNECT_TIMEOUT_SECS}"))
-        .args(["--batch", "--skip-column-names", "--execute", sql, "mysql"]);
-    client_output(cmd, "mariadb")
-}
-
-fn psql_query(psql: &Path, port: u16, sql: &str) -> Result<String> {
-    let mut cmd = Command::new(psql);
-    cmd.env("PGPASSWORD", PASSWORD)
-        .env("PGCONNECT_TIMEOUT", CONNECT_TIMEOUT_SECS)
-        .args([
-            "--no-psqlrc",
-            "--no-password",
-            "--no-align",
-            "--tuples-only",
-        ])
-        .args(["--set", "ON_ERROR_STOP=1"])
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--username", USER, "--dbname", "postgres"])
-        .args(["--command", sql]);
-    client_output(cmd, "psql")
 }
 
 fn client_output(mut cmd: Command, what: &str) -> Result<String> {

@@ -539,21 +539,10 @@ fn post_json(
     (code.to_owned(), body.to_owned())
 }
 
-/// A GET over HTTPS with a client certificate; the status code.
-fn get_with_cert(
-    port: u16,
-    ca: &Path,
-    cert: &Path,
-    key: &Path,
-    path: &str,
-    version: bool,
-) -> String {
-    curl_with_cert(port, ca, cert, key, path, version, &[])
-}
-
-/// [`get_with_cert`] of `/api/v1/systems/` with the version header.
+/// A GET of `/api/v1/systems/` over HTTPS with a client certificate and the
+/// version header; the status code.
 fn systems_with_cert(port: u16, ca: &Path, cert: &Path, key: &Path) -> String {
-    get_with_cert(port, ca, cert, key, "/api/v1/systems/", true)
+    curl_with_cert(port, ca, cert, key, "/api/v1/systems/", true, &[])
 }
 
 /// curl over HTTPS with a client certificate, the version header when
@@ -679,7 +668,15 @@ fn check_enrollment(dir: &Path, url: &str) {
     let key = work.join("js1.key");
     assert_eq!(systems_with_cert(s.https_port, &ca, &cert, &key), "200");
     assert_eq!(
-        get_with_cert(s.https_port, &ca, &cert, &key, "/api/v1/systems/", false),
+        curl_with_cert(
+            s.https_port,
+            &ca,
+            &cert,
+            &key,
+            "/api/v1/systems/",
+            false,
+            &[]
+        ),
         "426"
     );
     let code = curl_with_cert(
