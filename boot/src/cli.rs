@@ -423,8 +423,15 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     }
 
     if !cli.no_tftp {
-        let server =
+        let mut server =
             mprov_tftp::Server::new(mprov_tftp::TftpConfig::new(&cli.tftp_root), &mut registry);
+        if let Some(events_tx) = events_tx.clone() {
+            server = server.on_sent(move |sent| {
+                if events_tx.try_send(events::from_tftp(sent)).is_err() {
+                    tracing::warn!("the boot event queue is full; a TFTP report is dropped");
+                }
+            });
+        }
         let socket = UdpSocket::bind(cli.tftp)
             .await
             .with_context(|| format!("TFTP: cannot bind {}", cli.tftp))?;

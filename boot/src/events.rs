@@ -1,6 +1,7 @@
 //! The job server's part of the boot timeline: the DHCP server tells a
 //! channel of every reply it sent ([`mprov_dhcp::server::Sent`], made a
-//! report by [`from_dhcp`]), the file server of every finished download
+//! report by [`from_dhcp`]), the TFTP server of every boot file it sent
+//! whole ([`from_tftp`]), the file server of every finished download
 //! of an image's kernel or agent initramfs ([`from_download`]), and one task
 //! posts them to the control service's `POST /api/v1/boot/events` with the
 //! job server's own client (its certificate over HTTPS, as renewed).
@@ -59,10 +60,7 @@ pub fn from_download(download: &Download) -> Option<BootEventReport> {
     } else {
         return None;
     };
-    let ip = download.client.map(|ip| match ip {
-        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
-        v4 => v4,
-    });
+    let ip = download.client.map(unmapped);
     Some(BootEventReport {
         phase,
         mac: None,
@@ -73,6 +71,28 @@ pub fn from_download(download: &Download) -> Option<BootEventReport> {
             .trim_start_matches("provisioning: ")
             .to_owned(),
     })
+}
+
+/// The report of a boot file (an iPXE binary) the TFTP server sent whole.
+/// The node is named by the address that fetched it: the control service
+/// finds the lease.
+pub fn from_tftp(sent: &mprov_tftp::Sent) -> BootEventReport {
+    BootEventReport {
+        phase: BootPhase::BootFileSent,
+        mac: None,
+        system: None,
+        ip: Some(unmapped(sent.peer.ip())),
+        detail: format!("{} over TFTP ({} bytes)", sent.file, sent.bytes),
+    }
+}
+
+/// An IPv4 client as IPv4 (a dual-stack socket sees it IPv4-mapped), as
+/// the DHCP leases it was given name it.
+fn unmapped(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+        v4 => v4,
+    }
 }
 
 /// Turns the DHCP server's replies into reports on `tx` until `rx` closes.
@@ -161,6 +181,20 @@ mod tests {
             BootPhase::ProxyAnswered
         );
         assert_eq!(from_dhcp(&sent(ReplyKind::Nak, false)), None);
+    }
+
+    #[test]
+    fn boot_files_sent_over_tftp_become_timeline_events() {
+        let sent = mprov_tftp::Sent {
+            peer: "[::ffff:10.0.0.50]:1234".parse().unwrap(),
+            file: "snponly.efi".into(),
+            bytes: 2048,
+        };
+        let event = from_tftp(&sent);
+        assert_eq!(event.phase, BootPhase::BootFileSent);
+        assert_eq!(event.ip, Some("10.0.0.50".parse().unwrap()));
+        assert_eq!((event.mac, event.system), (None, None));
+        assert_eq!(event.detail, "snponly.efi over TFTP (2048 bytes)");
     }
 
     #[test]

@@ -627,6 +627,57 @@ impl LabNet {
     pub fn name(&self) -> &str {
         self.ns.name()
     }
+
+    /// A client on the bridge: a namespace of its own joined to `br0` by a
+    /// veth pair, its end with `mac`, no address until [`LabClient::dhcp`].
+    pub fn client(&self, mac: &str) -> Result<LabClient> {
+        let ns = Netns::new("labcl")?;
+        let pair = crate::netns::veth(&self.ns, &ns)?;
+        self.ns.ip(&["link", "set", &pair.a, "master", "br0"])?;
+        ns.set_mac(&pair.b, mac)?;
+        Ok(LabClient { ns, dev: pair.b })
+    }
+}
+
+/// A client namespace on the lab bridge (see [`LabNet::client`]).
+#[derive(Debug)]
+pub struct LabClient {
+    /// Its namespace.
+    pub ns: Netns,
+    /// Its interface on the bridge.
+    pub dev: String,
+}
+
+impl LabClient {
+    /// Takes a lease with busybox udhcpc (which sets the address and
+    /// route); the address leased.
+    pub fn dhcp(&self) -> Result<String> {
+        let dir = tempfile::tempdir()?;
+        let script = dir.path().join("udhcpc.sh");
+        fs::write(
+            &script,
+            "#!/bin/sh
+case \"$1\" in bound|renew)
+  ip addr add \"$ip/$mask\" dev \"$interface\"
+  echo \"LEASE $ip\";;
+esac
+exit 0
+",
+        )?;
+        run(Command::new("chmod").arg("0755").arg(&script))?;
+        let out = run(self
+            .ns
+            .command("busybox")
+            .args([
+                "udhcpc", "-i", &self.dev, "-n", "-q", "-f", "-t", "10", "-T", "2", "-s",
+            ])
+            .arg(&script))
+        .context("busybox udhcpc on the lab bridge (install busybox-static)")?;
+        out.lines()
+            .find_map(|l| l.strip_prefix("LEASE "))
+            .map(|ip| ip.trim().to_owned())
+            .with_context(|| format!("udhcpc got no lease: {out}"))
+    }
 }
 
 /// How a job server learns its boot config.

@@ -402,9 +402,11 @@ impl Stack {
                 "/api/v1/images/",
                 Some(&serde_json::json!({
                     "slug": image.slug,
-                    // The console on the serial port (the tests read it), and the
-                    // lab root's copy of its identity on the second one.
-                    "install_kernel_cmdline": format!("console=ttyS0 quiet {}", lab::EXPORT_ARG),
+                    // The console on the serial port (the tests read it), the
+                    // lab root's copy of its identity on the second one, and no
+                    // IO-APIC timer check: under TCG on a loaded host the kernel
+                    // can find the timer "not working" and panic (seen on OVMF).
+                    "install_kernel_cmdline": format!("console=ttyS0 quiet no_timer_check {}", lab::EXPORT_ARG),
                     "jobservers": names
                 })),
             )
@@ -454,20 +456,57 @@ impl Stack {
         serde_json::from_value(items).context("reading the boot timeline")
     }
 
+    /// The boot events of a MAC the inventory does not know, as the API
+    /// serves them (`?mac=`).
+    pub fn timeline_of_mac(&self, mac: &str) -> Result<Vec<BootEvent>> {
+        let reply = self
+            .control
+            .api("GET", &format!("{EVENTS_PATH}?mac={mac}"), None)?;
+        let items = reply.get("items").cloned().unwrap_or(reply);
+        serde_json::from_value(items).context("reading the boot timeline")
+    }
+
     /// Powers on a VM for `node` on `machine` (on a new tap of the bridge).
     pub fn power_on(&self, node: &Node, machine: Machine) -> Result<Vm> {
+        Vm::boot_sized(&self.vm_spec(node, machine)?, DEBIAN_VM_MIB)
+    }
+
+    /// Powers on a SeaBIOS + iPXE VM for `node` with `disk` (a raw image,
+    /// see [`crate::vm::local_disk`]) as its local disk, booted after the
+    /// network.
+    pub fn power_on_with_disk(&self, node: &Node, disk: &Path) -> Result<Vm> {
+        Vm::boot_with_disk(&self.vm_spec(node, Machine::BiosIpxe)?, 512, disk)
+    }
+
+    /// Boots the image's kernel and agent initramfs directly (QEMU
+    /// `-kernel`, no firmware, no DHCP boot) with `cmdline`, on a new tap of
+    /// the bridge with `node`'s MAC: a boot that did not come through
+    /// `/ipxe/`, such as a replayed command line.
+    pub fn boot_direct(&self, node: &Node, cmdline: &str) -> Result<Vm> {
         let tap = self.net.tap()?;
-        Vm::boot_sized(
-            &VmSpec {
-                netns: self.net.name().to_owned(),
-                tap,
-                mac: node.mac.clone(),
-                firmware: machine.firmware(),
-                nic: machine.nic().to_owned(),
-                run_dir: self.run.join(format!("vm-{}", node.hostname)),
+        Vm::boot_kernel_on(
+            &crate::vm::DirectBoot {
+                kernel: self.image.file(ImageFile::Kernel),
+                initrd: self.image.file(ImageFile::Initramfs),
+                append: cmdline.to_owned(),
+                nics: vec![("virtio-net-pci".to_owned(), node.mac.clone())],
+                run_dir: self.run.join(format!("vm-{}-direct", node.hostname)),
             },
-            DEBIAN_VM_MIB,
+            self.net.name(),
+            &tap,
+            1024,
         )
+    }
+
+    fn vm_spec(&self, node: &Node, machine: Machine) -> Result<VmSpec> {
+        Ok(VmSpec {
+            netns: self.net.name().to_owned(),
+            tap: self.net.tap()?,
+            mac: node.mac.clone(),
+            firmware: machine.firmware(),
+            nic: machine.nic().to_owned(),
+            run_dir: self.run.join(format!("vm-{}", node.hostname)),
+        })
     }
 
     /// The CA fingerprint the control service logged at start, as `/ipxe/`

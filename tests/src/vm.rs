@@ -164,6 +164,44 @@ pub fn busybox_initramfs(kernel: &Kernel, init: &str, out: &Path) -> Result<()> 
     Ok(())
 }
 
+/// What the lab's local disk ([`local_disk`]) prints on the serial port
+/// when the firmware boots it.
+pub const LOCAL_DISK_MARKER: &str = "MPROV-LAB-LOCAL-DISK: booted from the local disk";
+
+/// Writes a raw disk image of 64 KiB whose boot sector prints
+/// [`LOCAL_DISK_MARKER`] on COM1 and halts: proof that the firmware booted
+/// the local disk (a VM has no other).
+pub fn local_disk(path: &Path) -> Result<()> {
+    // 16-bit real mode at 0000:7C00.
+    let mut sector: Vec<u8> = vec![
+        0xFA, // cli
+        0xFC, // cld
+        0x31, 0xC0, // xor ax, ax
+        0x8E, 0xD8, // mov ds, ax
+        0xBE, 0x17, 0x7C, // mov si, 0x7c17 (the message, below)
+        0xBA, 0xF8, 0x03, // mov dx, 0x3f8 (COM1)
+        0xAC, // next: lodsb
+        0x84, 0xC0, // test al, al
+        0x74, 0x03, // jz done
+        0xEE, // out dx, al
+        0xEB, 0xF8, // jmp next
+        0xF4, // done: hlt
+        0xEB, 0xFD, // jmp done
+    ];
+    ensure!(
+        sector.len() == 0x17,
+        "the boot code's length moved its message"
+    );
+    sector.extend_from_slice(b"\r\n");
+    sector.extend_from_slice(LOCAL_DISK_MARKER.as_bytes());
+    sector.extend_from_slice(b"\r\n\0");
+    ensure!(sector.len() <= 510, "the boot sector is too long");
+    sector.resize(510, 0);
+    sector.extend_from_slice(&[0x55, 0xAA]);
+    sector.resize(64 * 1024, 0);
+    fs::write(path, sector).with_context(|| format!("writing {}", path.display()))
+}
+
 /// Which firmware a VM starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Firmware {
@@ -246,6 +284,20 @@ impl Vm {
     /// Starts QEMU (TCG) with `memory_mib` of RAM network-booting from
     /// `spec.tap`.
     pub fn boot_sized(spec: &VmSpec, memory_mib: u32) -> Result<Vm> {
+        Vm::boot_machine(spec, memory_mib, None)
+    }
+
+    /// Like [`Vm::boot_sized`] (SeaBIOS only), with `disk` (a raw image) as
+    /// the local disk the firmware boots after the network.
+    pub fn boot_with_disk(spec: &VmSpec, memory_mib: u32, disk: &Path) -> Result<Vm> {
+        ensure!(
+            spec.firmware == Firmware::Bios,
+            "a local disk is for SeaBIOS VMs"
+        );
+        Vm::boot_machine(spec, memory_mib, Some(disk))
+    }
+
+    fn boot_machine(spec: &VmSpec, memory_mib: u32, disk: Option<&Path>) -> Result<Vm> {
         fs::create_dir_all(&spec.run_dir)?;
         let serial = spec.run_dir.join("serial.log");
         let mut cmd = Command::new("ip");
@@ -277,21 +329,57 @@ impl Vm {
             "-device",
             &format!("{},netdev=n0,mac={},bootindex=1", spec.nic, spec.mac),
         ]);
+        if let Some(disk) = disk {
+            cmd.arg("-drive").arg(format!(
+                "if=none,id=disk0,format=raw,file={}",
+                disk.display()
+            ));
+            cmd.args(["-device", "ide-hd,drive=disk0,bootindex=2"]);
+        }
         Vm::spawn(cmd, &spec.run_dir, serial)
     }
 
     /// Starts QEMU (TCG, SeaBIOS) loading `spec.kernel` and `spec.initrd`
     /// itself. Needs no root.
     pub fn boot_kernel(spec: &DirectBoot) -> Result<Vm> {
+        Vm::direct(spec, None, 512)
+    }
+
+    /// Like [`Vm::boot_kernel`] with `memory_mib` of RAM, but the first NIC
+    /// is on the tap device `tap` (made beforehand, on a bridge) inside the
+    /// network namespace `netns`: a direct kernel boot on a real network.
+    pub fn boot_kernel_on(
+        spec: &DirectBoot,
+        netns: &str,
+        tap: &str,
+        memory_mib: u32,
+    ) -> Result<Vm> {
+        Vm::direct(spec, Some((netns, tap)), memory_mib)
+    }
+
+    fn direct(spec: &DirectBoot, tap: Option<(&str, &str)>, memory_mib: u32) -> Result<Vm> {
         fs::create_dir_all(&spec.run_dir)?;
         let serial = spec.run_dir.join("serial.log");
-        let mut cmd = Command::new("qemu-system-x86_64");
-        qemu(&mut cmd, &serial, 512);
+        let mut cmd = match tap {
+            Some((netns, _)) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", netns, "qemu-system-x86_64"]);
+                cmd
+            }
+            None => Command::new("qemu-system-x86_64"),
+        };
+        qemu(&mut cmd, &serial, memory_mib);
         cmd.args(["-machine", "pc", "-kernel"]).arg(&spec.kernel);
         cmd.arg("-initrd").arg(&spec.initrd);
         cmd.arg("-append").arg(&spec.append);
         for (i, (model, mac)) in spec.nics.iter().enumerate() {
-            cmd.args(["-netdev", &format!("hubport,id=n{i},hubid=0")]);
+            let netdev = match tap {
+                Some((_, tap)) if i == 0 => {
+                    format!("tap,id=n{i},ifname={tap},script=no,downscript=no")
+                }
+                _ => format!("hubport,id=n{i},hubid=0"),
+            };
+            cmd.args(["-netdev", &netdev]);
             // No option ROM: nothing boots from the network here.
             cmd.args([
                 "-device",

@@ -11,10 +11,14 @@ mod outage;
 use anyhow::{Context, Result};
 use mprov_tests::db::{MariaDb, Postgres};
 
+#[path = "lab/decisions.rs"]
+mod decisions;
 #[path = "lab/e2e.rs"]
 mod e2e;
 #[path = "lab/netboot.rs"]
 mod netboot;
+#[path = "lab/seam.rs"]
+mod seam;
 
 /// Runs `future` to completion on a fresh current-thread runtime.
 fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {

@@ -45,7 +45,7 @@ mod root;
 pub mod server;
 mod transfer;
 
-pub use server::{RunError, Server, TftpConfig};
+pub use server::{RunError, Sent, Server, TftpConfig};
 
 /// Fuzz entry point: parses `data` and checks that whatever parses also
 /// encodes and parses back to the same packet, and that negotiating a parsed

@@ -143,17 +143,41 @@ pub enum RunError {
     LocalAddr(#[source] io::Error),
 }
 
+/// A transfer whose last block the client acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    /// The client.
+    pub peer: SocketAddr,
+    /// The file name as the client asked for it.
+    pub file: String,
+    /// The file's size.
+    pub bytes: u64,
+}
+
+/// What hears of every completed transfer (see [`Server::on_sent`]).
+type OnSent = Box<dyn Fn(&Sent) + Send + Sync>;
+
 /// State shared by the listener and every transfer.
-#[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) config: TftpConfig,
     pub(crate) metrics: Metrics,
+    pub(crate) on_sent: Option<OnSent>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("config", &self.config)
+            .field("metrics", &self.metrics)
+            .field("on_sent", &self.on_sent.is_some())
+            .finish()
+    }
 }
 
 /// A TFTP server for one listening socket.
 #[derive(Debug)]
 pub struct Server {
-    inner: Arc<Inner>,
+    inner: Inner,
 }
 
 impl Server {
@@ -161,8 +185,19 @@ impl Server {
     pub fn new(config: TftpConfig, registry: &mut Registry) -> Self {
         let metrics = Metrics::register(registry);
         Server {
-            inner: Arc::new(Inner { config, metrics }),
+            inner: Inner {
+                config,
+                metrics,
+                on_sent: None,
+            },
         }
+    }
+
+    /// Calls `f` with every completed transfer, on the transfer's task (so
+    /// `f` must not block: the job server hands it to a queue).
+    pub fn on_sent(mut self, f: impl Fn(&Sent) + Send + Sync + 'static) -> Self {
+        self.inner.on_sent = Some(Box::new(f));
+        self
     }
 
     /// Serves requests arriving on `socket` until `shutdown` is cancelled,
@@ -172,6 +207,20 @@ impl Server {
     /// IP (on a wildcard listener: the address the request was sent to) and
     /// an ephemeral port (the RFC 1350 transfer ID).
     pub async fn run(self, socket: UdpSocket, shutdown: CancellationToken) -> Result<(), RunError> {
+        let this = RunningServer {
+            inner: Arc::new(self.inner),
+        };
+        this.run(socket, shutdown).await
+    }
+}
+
+/// A server while it runs: its state shared with the transfers.
+struct RunningServer {
+    inner: Arc<Inner>,
+}
+
+impl RunningServer {
+    async fn run(self, socket: UdpSocket, shutdown: CancellationToken) -> Result<(), RunError> {
         let local = socket.local_addr().map_err(RunError::LocalAddr)?;
         // A wildcard listener learns each request's destination, so that
         // the transfer replies from the address the node asked.

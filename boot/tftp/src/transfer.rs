@@ -133,6 +133,15 @@ pub(crate) async fn run(
     let file = req.filename.as_str();
     match result {
         Ok(Outcome::Completed { bytes }) => {
+            // Told before it is counted: whoever sees the count sees the
+            // report too.
+            if let Some(on_sent) = &inner.on_sent {
+                on_sent(&crate::server::Sent {
+                    peer,
+                    file: file.to_owned(),
+                    bytes,
+                });
+            }
             metrics.completed.inc();
             tracing::info!(%peer, file, bytes, elapsed = ?start.elapsed(), "tftp: sent");
         }

@@ -43,12 +43,21 @@ impl TestContext {
     }
 
     async fn start_at(bind: &str, configure: impl FnOnce(&mut TftpConfig)) -> Result<Self> {
+        Self::start_hooked(bind, configure, |server| server).await
+    }
+
+    /// Like [`TestContext::start_at`], `hook` adding to the server.
+    async fn start_hooked(
+        bind: &str,
+        configure: impl FnOnce(&mut TftpConfig),
+        hook: impl FnOnce(Server) -> Server,
+    ) -> Result<Self> {
         let root = tempfile::tempdir()?;
         let out = tempfile::tempdir()?;
         let mut config = TftpConfig::new(root.path());
         configure(&mut config);
         let mut registry = Registry::default();
-        let server = Server::new(config, &mut registry);
+        let server = hook(Server::new(config, &mut registry));
         let socket = UdpSocket::bind(bind).await?;
         let addr = socket.local_addr()?;
         let host = if addr.ip().is_unspecified() {
@@ -566,6 +575,53 @@ async fn size_probe_abort_is_not_a_failure() -> Result<()> {
     ctx.wait_metric("tftp_transfers_aborted_total", 1.0).await?;
     ctx.wait_metric("tftp_transfers_active", 0.0).await?;
     ensure!(ctx.metric("tftp_transfers_failed_total") == 0.0);
+    ctx.cleanup().await
+}
+
+/// `on_sent` hears of each transfer a client completed (the job server puts
+/// it on the boot timeline), with the client's address and the size, and
+/// not of a size probe the client aborted after the OACK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completed_transfers_are_told_and_size_probes_are_not() -> Result<()> {
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::<mprov_tftp::Sent>::new()));
+    let heard = std::sync::Arc::clone(&sent);
+    let ctx = TestContext::start_hooked(
+        "127.0.0.1:0",
+        |_| {},
+        move |server| {
+            server.on_sent(move |s| {
+                heard
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(s.clone());
+            })
+        },
+    )
+    .await?;
+    let data = random_bytes(300_000, 9);
+    ctx.write("snponly.efi", &data)?;
+    let mut client = RawClient::new(ctx.addr).await?;
+    client.rrq("snponly.efi", &[("tsize", "0")]).await?;
+    let (_, tid) = client.recv().await?;
+    let abort = Packet::Error {
+        code: ErrorCode::OptionRefused,
+        message: "User aborted".into(),
+    };
+    client.send_to(&abort, tid).await?;
+    ctx.wait_metric("tftp_transfers_aborted_total", 1.0).await?;
+    let local = ctx.out("snponly.efi");
+    let output = ctx.atftp(&["blksize 1468"], "snponly.efi", &local).await?;
+    check_fetched(&output, &local, &data)?;
+    ctx.wait_metric("tftp_transfers_completed_total", 1.0)
+        .await?;
+    let told = sent.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    ensure!(told.len() == 1, "one completed transfer told: {told:?}");
+    ensure!(
+        told[0].file == "snponly.efi"
+            && told[0].bytes == data.len() as u64
+            && told[0].peer.ip() == ctx.host,
+        "{told:?}"
+    );
     ctx.cleanup().await
 }
 

@@ -28,7 +28,7 @@ pub(crate) const HEALTHY: &[BootPhase] = &[
     BootPhase::Ready,
 ];
 
-fn phases(events: &[BootEvent]) -> Vec<&'static str> {
+pub(crate) fn phases(events: &[BootEvent]) -> Vec<&'static str> {
     events.iter().map(|e| e.phase.as_str()).collect()
 }
 
