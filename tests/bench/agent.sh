@@ -18,6 +18,8 @@
 #
 # Usage: tests/bench/agent.sh [RUNS] [SIZE_MIB]   (defaults 3 and 512)
 #        AGENT_BIN=... JOBSERVER_BIN=... tests/bench/agent.sh   (no build)
+#        AGENT_BASE_BIN=... adds that agent (e.g. main's) as a fourth
+#        contender in the same runs, to measure a change.
 set -euo pipefail
 
 # `cargo xtask bench --smoke` (MPROV_BENCH_SMOKE=1): one run on 16 MiB with a
@@ -97,6 +99,10 @@ record() { T[$1]="${T[$1]:-} $2"; }
 for run in $(seq 1 "$RUNS"); do
   fresh
   record ours "$(timed "$AGENT" fetch --size "$SIZE" --sha256 "$SUM" --into "$UNPACK/u" "$URL")"
+  if [ -n "${AGENT_BASE_BIN:-}" ]; then
+    fresh
+    record base "$(timed "$AGENT_BASE_BIN" fetch --size "$SIZE" --sha256 "$SUM" --into "$UNPACK/u" "$URL")"
+  fi
   fresh
   record plain "$(timed sh -c "zstd -q -dc '$IMAGE' | tar --numeric-owner -xpf - -C '$UNPACK/u'")"
   fresh
@@ -113,4 +119,7 @@ echo "image: $(mib "$SIZE") MiB compressed, $FILES entries; $RUNS run(s); $(npro
 echo "ours   mprov-agent fetch (verified)           : $(stats ${T[ours]}), $(rate ${T[ours]}) MiB/s"
 echo "plain  zstd -dc FILE | tar x (no net, no hash): $(stats ${T[plain]}), $(rate ${T[plain]}) MiB/s"
 echo "shell  curl | tee >(sha256sum) | zstd -d | tar x: $(stats ${T[shell]}), $(rate ${T[shell]}) MiB/s"
+if [ -n "${AGENT_BASE_BIN:-}" ]; then
+  echo "base   $AGENT_BASE_BIN fetch (verified): $(stats ${T[base]}), $(rate ${T[base]}) MiB/s; ours vs base: $(echo "scale=2; $(best ${T[base]}) / $(best ${T[ours]})" | bc)x"
+fi
 echo "ours vs shell: $(echo "scale=2; $(best ${T[shell]}) / $(best ${T[ours]})" | bc)x (goal 2.0x); ours vs plain: $(echo "scale=2; $(best ${T[plain]}) / $(best ${T[ours]})" | bc)x"

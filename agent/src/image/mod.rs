@@ -2,9 +2,10 @@
 //! boot manifest, hashed, decompressed and unpacked into the staging area in
 //! one pass, and handed on only once verified.
 //!
-//! Three threads share the work: reqwest's own (the socket), the feeder
-//! (the body, its sha256 and zstd; [`mprov_unpack::ReadAhead`]) and the
-//! caller's (the shared unpacker, [`mprov_unpack::unpack`], creating the
+//! Threads share the work, each a few chunks ahead of the next
+//! ([`mprov_unpack::ReadAhead`], bounded): reqwest's own (the socket), the
+//! body's reader (its sha256), zstd's, and the caller's (the shared
+//! unpacker, [`mprov_unpack::unpack`], with its writer threads creating the
 //! files). The decisions (resume, wait, next source, give up) are the pure
 //! [`plan::Plan`]'s; reply heads are classified by the pure
 //! [`reply::classify`].
@@ -18,7 +19,7 @@
 pub mod plan;
 pub mod reply;
 
-use std::io::{self, BufReader, Read};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -184,9 +185,15 @@ pub fn fetch(
                 observe,
                 next_progress: PROGRESS_STEP,
             };
-            let decoder = zstd::Decoder::with_buffer(BufReader::with_capacity(1 << 17, stream))
+            let (body, fetcher) = ReadAhead::new(stream);
+            scope.spawn(fetcher);
+            // The body's chunks are zstd's buffer: no copy between.
+            let decoder = zstd::Decoder::with_buffer(body)
                 .map_err(|err| mprov_unpack::UnpackError::Read { err })?;
-            let (mut reader, feeder) = ReadAhead::new(Pipeline { decoder });
+            let (mut reader, feeder) = ReadAhead::new(Pipeline {
+                decoder,
+                outcome: &outcome,
+            });
             scope.spawn(feeder);
             let result = mprov_unpack::unpack(&mut reader, staging, options);
             // Read the stream to its end either way: the tar end marker
@@ -520,7 +527,9 @@ impl Read for Stream<'_> {
 /// read and hashed, so a source that sent wrong bytes is told apart from a
 /// published image that is broken.
 struct Pipeline<'a> {
-    decoder: zstd::Decoder<'static, BufReader<Stream<'a>>>,
+    decoder: zstd::Decoder<'static, ReadAhead>,
+    /// The stream's outcome: whether it gave the source up.
+    outcome: &'a Mutex<Outcome>,
 }
 
 impl Read for Pipeline<'_> {
@@ -533,15 +542,12 @@ impl Read for Pipeline<'_> {
             }
             Ok(n) => Ok(n),
             Err(err) => {
-                let stream_failed = {
-                    let inner = self.decoder.get_mut().get_ref();
-                    inner
-                        .outcome
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .failure
-                        .is_some()
-                };
+                let stream_failed = self
+                    .outcome
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .failure
+                    .is_some();
                 if !stream_failed {
                     io::copy(self.decoder.get_mut(), &mut io::sink())?;
                 }

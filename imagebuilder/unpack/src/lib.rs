@@ -31,9 +31,9 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{PermissionsExt, lchown, symlink};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt, lchown, symlink};
 use std::path::{Component, Path, PathBuf};
 
 use nix::sys::stat::{Mode, SFlag, lutimes, makedev, mknod};
@@ -102,11 +102,84 @@ pub enum UnpackError {
 }
 
 /// Unpacks the tar stream `reader` into `root`, which must exist.
+///
+/// Regular files of up to [`JOB_MAX`] bytes are written by a few writer
+/// threads (one per CPU beyond the first, at most [`MAX_WRITERS`]) while
+/// this thread reads on: creating files is the kernel's work and the
+/// bottleneck of an unpack, and files do not depend on each other. The
+/// result is the sequential one: this thread decides every path (and
+/// resolves every parent), writes everything else itself, and waits for the
+/// writers to finish before it removes anything, links
+/// to a file, or touches a path one of them may still be writing. A file is
+/// handed to a writer without a look at its path only when its parent is a
+/// directory this stream created and the name is new to the stream; anything
+/// else is looked up first, as a sequential unpack does.
 pub fn unpack<R: Read>(
     reader: R,
     root: &Path,
     options: UnpackOptions,
 ) -> Result<Unpacked, UnpackError> {
+    let writers = std::thread::available_parallelism()
+        .map(|n| n.get().saturating_sub(1).min(MAX_WRITERS))
+        .unwrap_or(0);
+    unpack_with(reader, root, options, writers)
+}
+
+/// [`unpack`] with `writers` writer threads (none: all in this thread).
+fn unpack_with<R: Read>(
+    reader: R,
+    root: &Path,
+    options: UnpackOptions,
+    writers: usize,
+) -> Result<Unpacked, UnpackError> {
+    let (done, dirs) = if writers == 0 {
+        unpack_entries(reader, root, options, None)?
+    } else {
+        let pool = Writers::new(writers);
+        let result = std::thread::scope(|scope| {
+            for _ in 0..writers {
+                scope.spawn(|| pool.work());
+            }
+            let result = unpack_entries(reader, root, options, Some(&pool));
+            if result.is_err() {
+                // What is still queued is of no use.
+                pool.abandon();
+            }
+            // The writers end once the queue is empty and closed.
+            pool.close();
+            result
+        });
+        // A writer's error comes first: its file came earlier in the stream
+        // than whatever this thread stopped at.
+        if let Some(err) = pool.take_error() {
+            return Err(err);
+        }
+        result?
+    };
+    // Deepest first, so setting a child's time does not touch its parent's.
+    let mut dirs = dirs;
+    dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
+    for (dir, mtime) in dirs {
+        set_mtime(&dir, mtime).map_err(|err| create_err(dir.clone(), err))?;
+    }
+    Ok(done)
+}
+
+/// Writer threads at most.
+pub const MAX_WRITERS: usize = 4;
+/// The largest file handed to a writer (bigger ones are written in place,
+/// streamed, so memory stays bounded: the queue holds at most 16 files of
+/// this size per writer).
+pub const JOB_MAX: u64 = 1024 * 1024;
+
+/// The entries of the stream, in order; the directories (and their mtimes)
+/// left for the caller to date once every file is written.
+fn unpack_entries<R: Read>(
+    reader: R,
+    root: &Path,
+    options: UnpackOptions,
+    pool: Option<&Writers>,
+) -> Result<(Unpacked, Vec<(PathBuf, u64)>), UnpackError> {
     let mut archive = tar::Archive::new(reader);
     let mut done = Unpacked::default();
     // Paths this stream wrote: an opaque whiteout keeps them.
@@ -118,17 +191,27 @@ pub fn unpack<R: Read>(
     // component on its way exists, so nothing new can appear there without
     // a removal first); then the cache is emptied.
     let mut parents: HashMap<PathBuf, PathBuf> = HashMap::new();
+    // Directories this stream created, and every path it created or handed
+    // to a writer: a new name in a new directory cannot exist yet, so it
+    // needs no look-up (the common case of a fresh root). Emptied (for
+    // directories) on every removal.
+    let mut fresh: HashSet<PathBuf> = HashSet::new();
+    let mut created: HashSet<PathBuf> = HashSet::new();
     let read_err = |err| UnpackError::Read { err };
-    // One buffer for every file's data: far fewer writes than `io::copy`'s
-    // 8 KiB, on a stream of mostly small files.
+    // One buffer for the data of files written in place: far fewer writes
+    // than `io::copy`'s 8 KiB.
     let mut buf = vec![0u8; COPY_BUF];
     for entry in archive.entries().map_err(read_err)? {
+        if pool.is_some_and(Writers::failed) {
+            // The caller reports the writer's error.
+            break;
+        }
         let mut entry = entry.map_err(read_err)?;
         let raw = entry.path_bytes().into_owned();
-        let shown = String::from_utf8_lossy(&raw).into_owned();
         let rel = confine(&raw).ok_or_else(|| UnpackError::PathEscapes {
-            path: shown.clone(),
+            path: String::from_utf8_lossy(&raw).into_owned(),
         })?;
+        let shown = || String::from_utf8_lossy(&raw).into_owned();
         let kind = entry.header().entry_type();
         let xattrs = pax_xattrs(&mut entry).map_err(read_err)?;
         if rel.as_os_str().is_empty() {
@@ -144,18 +227,18 @@ pub fn unpack<R: Read>(
         let parent = match parents.get(parent_rel) {
             Some(parent) => parent.clone(),
             None => {
-                let parent = resolve(root, parent_rel, true)
+                let parent = resolve_noting(root, parent_rel, &mut fresh, &mut created)
                     .map_err(|err| create_err(root.join(&rel), err))?
-                    .ok_or_else(|| UnpackError::PathEscapes {
-                        path: shown.clone(),
-                    })?;
+                    .ok_or_else(|| UnpackError::PathEscapes { path: shown() })?;
                 parents.insert(parent_rel.to_path_buf(), parent.clone());
                 parent
             }
         };
 
         if options.whiteouts && name.as_bytes().starts_with(WHITEOUT.as_bytes()) {
+            drain(pool);
             parents.clear();
+            fresh.clear();
             if name == OPAQUE {
                 clear_lower(&parent, &ours).map_err(|err| create_err(parent.clone(), err))?;
             } else {
@@ -167,11 +250,26 @@ pub fn unpack<R: Read>(
         }
 
         let dest = parent.join(&name);
-        ours.insert(dest.clone());
-        let existing = fs::symlink_metadata(&dest).ok();
+        if options.whiteouts {
+            ours.insert(dest.clone());
+        }
+        // Is something there already? Not if the parent is new and the name
+        // new to the stream; otherwise look, after the writers are done
+        // with the name.
+        let new_name = created.insert(dest.clone());
+        let existing = if new_name && fresh.contains(&parent) {
+            None
+        } else {
+            if !new_name {
+                drain(pool);
+            }
+            fs::symlink_metadata(&dest).ok()
+        };
         let keep_dir = kind.is_dir() && existing.as_ref().is_some_and(|m| m.is_dir());
         if existing.is_some() && !keep_dir {
+            drain(pool);
             parents.clear();
+            fresh.clear();
             remove_any(&dest).map_err(|err| create_err(dest.clone(), err))?;
         }
         let header = entry.header().clone();
@@ -180,31 +278,48 @@ pub fn unpack<R: Read>(
             EntryType::Directory => {
                 if !keep_dir {
                     fs::create_dir(&dest).map_err(c)?;
+                    fresh.insert(dest.clone());
                 }
             }
+            EntryType::Regular | EntryType::Continuous
+                if pool.is_some() && header.size().is_ok_and(|n| n <= JOB_MAX) =>
+            {
+                let mut data = Vec::with_capacity(header.size().unwrap_or(0) as usize);
+                entry.read_to_end(&mut data).map_err(read_err)?;
+                let meta = FileMeta::of(&header, xattrs, &dest, options)?;
+                if let Some(writers) = pool {
+                    writers.send(FileJob { dest, data, meta });
+                }
+                done.entries += 1;
+                continue;
+            }
             EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
-                let mut file = File::create(&dest).map_err(c)?;
+                let meta = FileMeta::of(&header, xattrs, &dest, options)?;
+                let mut file = create_file(&dest).map_err(c)?;
                 if kind == EntryType::GNUSparse {
                     copy_sparse(&mut entry, &mut file).map_err(c)?;
                 } else {
                     copy_data(&mut entry, &mut file, &mut buf).map_err(c)?;
                 }
-                // Through the open file: no path lookups.
-                apply_file_meta(&header, &xattrs, &file, &dest, options)?;
+                meta.apply(&file).map_err(c)?;
                 done.entries += 1;
                 continue;
             }
             EntryType::Symlink => {
                 let target = entry
                     .link_name_bytes()
-                    .ok_or_else(|| read_err(io::Error::other(format!("{shown}: no link target"))))?
+                    .ok_or_else(|| {
+                        read_err(io::Error::other(format!("{}: no link target", shown())))
+                    })?
                     .into_owned();
                 symlink(OsStr::from_bytes(&target), &dest).map_err(c)?;
             }
             EntryType::Link => {
                 let target = entry
                     .link_name_bytes()
-                    .ok_or_else(|| read_err(io::Error::other(format!("{shown}: no link target"))))?
+                    .ok_or_else(|| {
+                        read_err(io::Error::other(format!("{}: no link target", shown())))
+                    })?
                     .into_owned();
                 let target_rel = confine(&target).ok_or_else(|| UnpackError::PathEscapes {
                     path: String::from_utf8_lossy(&target).into_owned(),
@@ -214,6 +329,8 @@ pub fn unpack<R: Read>(
                     .ok_or_else(|| UnpackError::PathEscapes {
                         path: String::from_utf8_lossy(&target).into_owned(),
                     })?;
+                // The file linked to may still be with a writer.
+                drain(pool);
                 fs::hard_link(&source, &dest).map_err(c)?;
                 // A hard link shares its inode's metadata: nothing to apply.
                 done.entries += 1;
@@ -237,7 +354,7 @@ pub fn unpack<R: Read>(
             }
             other => {
                 return Err(UnpackError::Unsupported {
-                    path: shown,
+                    path: shown(),
                     kind: other,
                 });
             }
@@ -248,12 +365,191 @@ pub fn unpack<R: Read>(
         }
         done.entries += 1;
     }
-    // Deepest first, so setting a child's time does not touch its parent's.
-    dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
-    for (dir, mtime) in dirs {
-        set_mtime(&dir, mtime).map_err(|err| create_err(dir.clone(), err))?;
+    drain(pool);
+    Ok((done, dirs))
+}
+
+/// Waits for the writers, if any, to finish what they were given.
+fn drain(pool: Option<&Writers>) {
+    if let Some(writers) = pool {
+        writers.drain();
     }
-    Ok(done)
+}
+
+/// A regular file's metadata, read from its header before it is handed on.
+#[derive(Debug)]
+struct FileMeta {
+    /// Owner and group to set (when preserving owners).
+    owner: Option<(u32, u32)>,
+    /// Permission bits, setuid and the like included.
+    mode: u32,
+    /// Modification (and access) time.
+    mtime: u64,
+    /// `SCHILY.xattr.*` records.
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl FileMeta {
+    fn of(
+        header: &tar::Header,
+        xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+        path: &Path,
+        options: UnpackOptions,
+    ) -> Result<FileMeta, UnpackError> {
+        Ok(FileMeta {
+            owner: if options.preserve_owner {
+                Some(owner(header, path)?)
+            } else {
+                None
+            },
+            mode: header.mode().map_err(|err| UnpackError::Read { err })? & 0o7777,
+            mtime: header.mtime().unwrap_or(0),
+            xattrs,
+        })
+    }
+
+    /// Sets it on the open file, in the order that keeps it (owner first: a
+    /// `chown` clears setuid bits and file capabilities), through the
+    /// descriptor: no path lookups.
+    fn apply(&self, file: &File) -> io::Result<()> {
+        if let Some((uid, gid)) = self.owner {
+            std::os::unix::fs::fchown(file, Some(uid), Some(gid))?;
+        }
+        file.set_permissions(fs::Permissions::from_mode(self.mode))?;
+        for (name, value) in &self.xattrs {
+            xattr::FileExt::set_xattr(file, OsStr::from_bytes(name), value)?;
+        }
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.mtime);
+        file.set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
+    }
+}
+
+/// Creates a regular file that must not exist yet (never following a
+/// symlink), private until its mode is set.
+fn create_file(path: &Path) -> io::Result<File> {
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// A regular file for a writer thread.
+#[derive(Debug)]
+struct FileJob {
+    dest: PathBuf,
+    data: Vec<u8>,
+    meta: FileMeta,
+}
+
+impl FileJob {
+    fn write(&self) -> Result<(), UnpackError> {
+        let c = |err| create_err(self.dest.clone(), err);
+        let mut file = create_file(&self.dest).map_err(c)?;
+        file.write_all(&self.data).map_err(c)?;
+        self.meta.apply(&file).map_err(c)
+    }
+}
+
+/// The writer threads' shared state: a bounded queue of files, how many are
+/// not yet written, and the first error.
+#[derive(Debug)]
+struct Writers {
+    queue: std::sync::Mutex<Option<std::sync::mpsc::SyncSender<FileJob>>>,
+    jobs: std::sync::Mutex<std::sync::mpsc::Receiver<FileJob>>,
+    pending: std::sync::Mutex<usize>,
+    idle: std::sync::Condvar,
+    error: std::sync::Mutex<Option<UnpackError>>,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl Writers {
+    /// Files queued per writer at most.
+    const DEPTH: usize = 16;
+
+    fn new(writers: usize) -> Writers {
+        let (tx, rx) = std::sync::mpsc::sync_channel(Self::DEPTH * writers);
+        Writers {
+            queue: std::sync::Mutex::new(Some(tx)),
+            jobs: std::sync::Mutex::new(rx),
+            pending: std::sync::Mutex::new(0),
+            idle: std::sync::Condvar::new(),
+            error: std::sync::Mutex::new(None),
+            failed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        mutex.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a writer failed (its error is kept for [`Writers::take_error`]).
+    fn failed(&self) -> bool {
+        self.failed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Queues a file (waiting while the queue is full).
+    fn send(&self, job: FileJob) {
+        *Self::lock(&self.pending) += 1;
+        let sent = Self::lock(&self.queue)
+            .as_ref()
+            .map(|tx| tx.clone())
+            .map(|tx| tx.send(job));
+        if !matches!(sent, Some(Ok(()))) {
+            self.finished();
+        }
+    }
+
+    fn finished(&self) {
+        let mut pending = Self::lock(&self.pending);
+        *pending = pending.saturating_sub(1);
+        if *pending == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Waits until every queued file is written (or failed).
+    fn drain(&self) {
+        let mut pending = Self::lock(&self.pending);
+        while *pending > 0 {
+            pending = self.idle.wait(pending).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// The unpack failed: queued files are dropped unwritten.
+    fn abandon(&self) {
+        self.failed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// No more files: the writers stop once the queue is empty.
+    fn close(&self) {
+        Self::lock(&self.queue).take();
+    }
+
+    fn take_error(&self) -> Option<UnpackError> {
+        Self::lock(&self.error).take()
+    }
+
+    /// A writer thread's loop: writes queued files until the queue closes.
+    /// After a failure the rest are dropped unwritten.
+    fn work(&self) {
+        loop {
+            let job = Self::lock(&self.jobs).recv();
+            let Ok(job) = job else {
+                return;
+            };
+            if !self.failed()
+                && let Err(err) = job.write()
+            {
+                Self::lock(&self.error).get_or_insert(err);
+                self.failed
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
+            drop(job);
+            self.finished();
+        }
+    }
 }
 
 /// A reader fed by another thread, a few chunks ahead: decompression (and,
@@ -262,6 +558,9 @@ pub fn unpack<R: Read>(
 /// x` overlaps two processes).
 pub struct ReadAhead {
     chunks: std::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    /// Read chunks go back to the feeder to be filled again: no allocation
+    /// (and, with musl, no `mmap` and page faults) per chunk.
+    spare: std::sync::mpsc::Sender<Vec<u8>>,
     current: io::Cursor<Vec<u8>>,
 }
 
@@ -275,9 +574,16 @@ impl ReadAhead {
     /// end, an error, or the reader is dropped (run it on another thread).
     pub fn new<R: Read + Send>(mut source: R) -> (Self, impl FnOnce() + Send) {
         let (tx, chunks) = std::sync::mpsc::sync_channel(Self::DEPTH);
+        let (spare, spares) = std::sync::mpsc::channel::<Vec<u8>>();
         let feeder = move || {
             loop {
-                let mut chunk = vec![0u8; Self::CHUNK];
+                let mut chunk = match spares.try_recv() {
+                    Ok(mut chunk) => {
+                        chunk.resize(Self::CHUNK, 0);
+                        chunk
+                    }
+                    Err(_) => vec![0u8; Self::CHUNK],
+                };
                 let mut filled = 0;
                 let result = loop {
                     match source.read(&mut chunk[filled..]) {
@@ -309,6 +615,7 @@ impl ReadAhead {
         };
         let reader = Self {
             chunks,
+            spare,
             current: io::Cursor::new(Vec::new()),
         };
         (reader, feeder)
@@ -328,17 +635,38 @@ impl std::fmt::Debug for ReadAhead {
 
 impl Read for ReadAhead {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            let n = self.current.read(buf)?;
-            if n > 0 || buf.is_empty() {
-                return Ok(n);
-            }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let available = self.fill_buf()?;
+        let n = available.len().min(buf.len());
+        buf[..n].copy_from_slice(&available[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+/// Its chunks as the buffer: a reader that wants one (zstd's decoder) needs
+/// no copy of its own.
+impl BufRead for ReadAhead {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        while self.current.position() >= self.current.get_ref().len() as u64 {
             match self.chunks.recv() {
-                Ok(chunk) => self.current = io::Cursor::new(chunk?),
+                Ok(chunk) => {
+                    let used = std::mem::replace(&mut self.current, io::Cursor::new(chunk?));
+                    // The feeder may be gone: then the chunk is just freed.
+                    let _ = self.spare.send(used.into_inner());
+                }
                 // The feeder is done: end of stream.
-                Err(_) => return Ok(0),
+                Err(_) => break,
             }
         }
+        let at = usize::try_from(self.current.position()).unwrap_or(usize::MAX);
+        Ok(self.current.get_ref().get(at..).unwrap_or(&[]))
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.current.consume(n);
     }
 }
 
@@ -365,6 +693,26 @@ pub fn confine(raw: &[u8]) -> Option<PathBuf> {
 /// if `follow_last`. Missing directories on the way are created (0755) when
 /// `follow_last` is set (an entry's parent). `None` if the symlinks loop.
 fn resolve(root: &Path, rel: &Path, follow_last: bool) -> io::Result<Option<PathBuf>> {
+    resolve_in(root, rel, follow_last, None)
+}
+
+/// [`resolve`] for an entry's parent, adding the directories it creates to
+/// `fresh` and `created`.
+fn resolve_noting(
+    root: &Path,
+    rel: &Path,
+    fresh: &mut HashSet<PathBuf>,
+    created: &mut HashSet<PathBuf>,
+) -> io::Result<Option<PathBuf>> {
+    resolve_in(root, rel, true, Some((fresh, created)))
+}
+
+fn resolve_in(
+    root: &Path,
+    rel: &Path,
+    follow_last: bool,
+    mut noted: Option<(&mut HashSet<PathBuf>, &mut HashSet<PathBuf>)>,
+) -> io::Result<Option<PathBuf>> {
     // The components still to walk, last first.
     let mut todo: Vec<PathBuf> = rel
         .components()
@@ -404,6 +752,10 @@ fn resolve(root: &Path, rel: &Path, follow_last: bool) -> io::Result<Option<Path
             Err(err) if err.kind() == io::ErrorKind::NotFound && follow_last => {
                 fs::create_dir(&here)?;
                 fs::set_permissions(&here, fs::Permissions::from_mode(0o755))?;
+                if let Some((fresh, created)) = noted.as_mut() {
+                    created.insert(here.clone());
+                    fresh.insert(here);
+                }
                 at.push(part);
             }
             Err(err) if err.kind() == io::ErrorKind::NotFound && last => at.push(part),
@@ -490,31 +842,6 @@ fn owner(header: &tar::Header, path: &Path) -> Result<(u32, u32), UnpackError> {
     let uid = u32::try_from(uid).map_err(|_| c(io::Error::other("uid out of range")))?;
     let gid = u32::try_from(gid).map_err(|_| c(io::Error::other("gid out of range")))?;
     Ok((uid, gid))
-}
-
-/// [`apply_meta`] for a regular file still open: the same metadata in the
-/// same order, set through the descriptor.
-fn apply_file_meta(
-    header: &tar::Header,
-    xattrs: &[(Vec<u8>, Vec<u8>)],
-    file: &File,
-    path: &Path,
-    options: UnpackOptions,
-) -> Result<(), UnpackError> {
-    let c = |err| create_err(path.to_path_buf(), err);
-    if options.preserve_owner {
-        let (uid, gid) = owner(header, path)?;
-        std::os::unix::fs::fchown(file, Some(uid), Some(gid)).map_err(c)?;
-    }
-    let mode = header.mode().map_err(|err| UnpackError::Read { err })? & 0o7777;
-    file.set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(c)?;
-    for (name, value) in xattrs {
-        xattr::FileExt::set_xattr(file, OsStr::from_bytes(name), value).map_err(c)?;
-    }
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(header.mtime().unwrap_or(0));
-    file.set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
-        .map_err(c)
 }
 
 /// Owner, mode, xattrs and (except for directories) mtime from the entry.
@@ -649,6 +976,203 @@ mod tests {
         let clamped = root.join(outside.strip_prefix("/").map_err(io::Error::other)?);
         assert_eq!(fs::read(clamped.join("y"))?, b"y");
         assert_eq!(fs::read_link(root.join("a"))?, outside);
+        Ok(())
+    }
+
+    /// Every path under `root` with what it is: mode, mtime (of a
+    /// directory only if the archive set it), kind, content or link target,
+    /// and for a file the first path (by name) sharing its inode.
+    fn snapshot(root: &Path) -> io::Result<Vec<String>> {
+        use std::os::unix::fs::MetadataExt;
+        let mut found = Vec::new();
+        let mut todo = vec![root.to_path_buf()];
+        while let Some(dir) = todo.pop() {
+            for entry in fs::read_dir(&dir)? {
+                let path = entry?.path();
+                let meta = fs::symlink_metadata(&path)?;
+                if meta.is_dir() {
+                    todo.push(path.clone());
+                }
+                let rel = path.strip_prefix(root).map_err(io::Error::other)?;
+                found.push((rel.display().to_string(), path.clone(), meta));
+            }
+        }
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut inodes: HashMap<u64, String> = HashMap::new();
+        let mut out = Vec::new();
+        for (rel, path, meta) in &found {
+            let what = if meta.is_dir() {
+                if meta.mtime() == 7 {
+                    "dir 7".to_owned()
+                } else {
+                    "dir (implicit)".to_owned()
+                }
+            } else if meta.file_type().is_symlink() {
+                format!("-> {}", fs::read_link(path)?.display())
+            } else {
+                let first = inodes.entry(meta.ino()).or_insert_with(|| rel.clone());
+                format!(
+                    "{} file {:?} (inode of {first})",
+                    meta.mtime(),
+                    fs::read(path)?
+                )
+            };
+            out.push(format!("{rel} {:o} {what}", meta.mode() & 0o7777));
+        }
+        Ok(out)
+    }
+
+    /// The writer threads give the sequential result, entry for entry, on a
+    /// stream that reuses names: a file written twice, a file replaced by a
+    /// directory and back, a directory with files replaced by a file, a
+    /// symlink replaced by a file with an entry under its name after, hard
+    /// links to files just handed to a writer; and many small files in many
+    /// directories, so the writers are busy.
+    #[test]
+    fn writer_threads_unpack_what_one_thread_does() -> io::Result<()> {
+        let mut tar = tar::Builder::new(Vec::new());
+        let header = |kind: EntryType, size: u64, mode: u32, mtime: u64| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_mode(mode);
+            h.set_size(size);
+            h.set_mtime(mtime);
+            h
+        };
+        let dir = |tar: &mut tar::Builder<Vec<u8>>, name: &str| {
+            tar.append_data(
+                &mut header(EntryType::Directory, 0, 0o755, 7),
+                name,
+                io::empty(),
+            )
+        };
+        let file = |tar: &mut tar::Builder<Vec<u8>>, name: &str, data: &[u8], mode: u32| {
+            tar.append_data(
+                &mut header(
+                    EntryType::Regular,
+                    data.len() as u64,
+                    mode,
+                    1000 + data.len() as u64,
+                ),
+                name,
+                data,
+            )
+        };
+        let link = |tar: &mut tar::Builder<Vec<u8>>, kind: EntryType, name: &str, target: &str| {
+            tar.append_link(&mut header(kind, 0, 0o777, 9), name, target)
+        };
+        for d in 0..20 {
+            dir(&mut tar, &format!("d{d}/"))?;
+            for f in 0..30 {
+                let data = format!("{d}-{f}").repeat(f + 1);
+                file(
+                    &mut tar,
+                    &format!("d{d}/f{f}"),
+                    data.as_bytes(),
+                    0o640 + (f as u32 % 2),
+                )?;
+            }
+            link(
+                &mut tar,
+                EntryType::Link,
+                &format!("d{d}/hard"),
+                &format!("d{d}/f29"),
+            )?;
+        }
+        // A file beyond what goes to a writer, in a new directory.
+        dir(&mut tar, "big/")?;
+        file(
+            &mut tar,
+            "big/blob",
+            &vec![3u8; JOB_MAX as usize + 5],
+            0o600,
+        )?;
+        // The same name twice: the second wins.
+        file(&mut tar, "d1/f3", b"second", 0o600)?;
+        // A file, then a directory of that name, then a file again.
+        file(&mut tar, "d2/x", b"file", 0o644)?;
+        dir(&mut tar, "d2/x/")?;
+        file(&mut tar, "d2/x/inner", b"inner", 0o644)?;
+        file(&mut tar, "d2/x", b"file again", 0o644)?;
+        // A directory full of files replaced by a file.
+        file(&mut tar, "d3", b"no longer a directory", 0o644)?;
+        // A symlink, a file through it, the symlink replaced by a file.
+        link(&mut tar, EntryType::Symlink, "d4/l", "../d5")?;
+        file(&mut tar, "d4/l/through", b"through the link", 0o644)?;
+        file(&mut tar, "d4/l", b"not a link", 0o644)?;
+        // A hard link to a file just written, and to one rewritten.
+        file(&mut tar, "d6/new", b"new", 0o644)?;
+        link(&mut tar, EntryType::Link, "d6/new-link", "d6/new")?;
+        link(&mut tar, EntryType::Link, "d6/second-link", "d1/f3")?;
+        // Directories named after a file inside them (made on the way).
+        file(&mut tar, "late/inner/f", b"early", 0o644)?;
+        dir(&mut tar, "late/inner/")?;
+        dir(&mut tar, "late/")?;
+        let stream = tar.into_inner()?;
+
+        let work = tempfile::tempdir()?;
+        let mut snapshots = Vec::new();
+        for writers in [0, 1, 3] {
+            let root = work.path().join(format!("w{writers}"));
+            fs::create_dir(&root)?;
+            let done = unpack_with(&stream[..], &root, UnpackOptions::default(), writers)
+                .map_err(io::Error::other)?;
+            snapshots.push((writers, done, snapshot(&root)?));
+        }
+        let (_, first_done, first) = &snapshots[0];
+        assert!(
+            first
+                .iter()
+                .any(|l| l.starts_with("d1/f3 600 ") && l.contains("115, 101, 99, 111, 110, 100"))
+        );
+        assert!(first.iter().any(|l| l.starts_with("d3 644 ")), "{first:#?}");
+        assert!(
+            first.iter().any(|l| l == "late/inner 755 dir 7"),
+            "{first:#?}"
+        );
+        assert!(
+            first.iter().any(|l| l.starts_with("d2/x 644 ")),
+            "{first:#?}"
+        );
+        assert!(
+            first.iter().any(|l| l.starts_with("d5/through 644 ")),
+            "{first:#?}"
+        );
+        assert!(
+            first
+                .iter()
+                .any(|l| l.starts_with("d6/second-link ") && l.contains("inode of d1/f3")),
+            "{first:#?}"
+        );
+        for (writers, done, snap) in &snapshots[1..] {
+            assert_eq!(done, first_done, "{writers} writers");
+            assert!(
+                snap == first,
+                "{writers} writers:\n{snap:#?}\nvs one thread:\n{first:#?}"
+            );
+        }
+        Ok(())
+    }
+
+    /// A writer's failure is the unpack's error, and nothing hangs.
+    #[test]
+    fn a_writers_failure_is_reported() -> io::Result<()> {
+        let mut tar = tar::Builder::new(Vec::new());
+        for f in 0..200 {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(EntryType::Regular);
+            h.set_mode(0o644);
+            h.set_size(1);
+            tar.append_data(&mut h, format!("f{f}"), &b"x"[..])?;
+        }
+        let stream = tar.into_inner()?;
+        let work = tempfile::tempdir()?;
+        // A root that is not a directory: every file fails.
+        let root = work.path().join("not-a-dir");
+        fs::write(&root, "")?;
+        let err = unpack_with(&stream[..], &root, UnpackOptions::default(), 2)
+            .expect_err("a root that is a file");
+        assert!(matches!(err, UnpackError::Create { .. }), "{err:?}");
         Ok(())
     }
 
