@@ -914,6 +914,11 @@ impl LabControl {
         fs::read_to_string(self.home.join("serve.log")).unwrap_or_default()
     }
 
+    /// Its process id, while it runs (its signing helper is a child of it).
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().and_then(Process::id)
+    }
+
     /// The HTTP base URL.
     pub fn url(&self) -> String {
         format!("http://{SERVER_IP}:{CONTROL_PORT}")

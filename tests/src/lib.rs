@@ -19,6 +19,7 @@ pub mod enroll_bench;
 pub mod inventory_bench;
 pub mod lab;
 pub mod netboot;
+pub mod netboot_bench;
 pub mod netns;
 mod process;
 pub mod vm;

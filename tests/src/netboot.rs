@@ -95,6 +95,8 @@ pub struct Booted {
 /// up, or the kernel panicked.
 const DEAD_ENDS: &[&str] = &[
     "No bootable device",
+    // The busybox smoke root (`lab::busybox_image`).
+    "LAB-SMOKE: mprov-agent ready failed",
     "BdsDxe: No bootable option",
     "Kernel panic - not syncing",
 ];
@@ -105,7 +107,7 @@ pub fn dead_end(console: &str) -> Option<&'static str> {
 }
 
 /// Waits for the ready marker, failing early at a dead end.
-fn wait_ready(vm: &mut Vm) -> Result<String> {
+pub fn wait_ready(vm: &mut Vm) -> Result<String> {
     let deadline = Instant::now() + BOOT_TIMEOUT;
     loop {
         match vm.wait_for(READY_MARKER, Duration::from_secs(2)) {
@@ -223,6 +225,11 @@ impl IncumbentLab {
             image: image.clone(),
             run: run.to_owned(),
         })
+    }
+
+    /// The serving process (the job server), for counting its CPU time.
+    pub fn server_pids(&self) -> Vec<u32> {
+        vec![self.jobserver.pid]
     }
 
     /// Boots `mac` the incumbent `way` to ready; the VM powers off after.
@@ -412,6 +419,16 @@ impl Stack {
             )
             .with_context(|| format!("registering the image {}", image.slug))?;
         publish_checksum(&self.control, image)
+    }
+
+    /// The serving processes (the control service, whose signing helper is
+    /// its child, and the job servers), for counting their CPU time.
+    pub fn server_pids(&self) -> Vec<u32> {
+        self.control
+            .pid()
+            .into_iter()
+            .chain(self.jobservers.iter().map(|js| js.pid))
+            .collect()
     }
 
     /// Registers a node booting the lab image from the network.
@@ -661,126 +678,6 @@ pub fn in_order(events: &[BootEvent], phases: &[BootPhase]) -> Result<()> {
             let got: Vec<&str> = events.iter().map(|e| e.phase.as_str()).collect();
             format!("no {} (in order) in the timeline {got:?}", want.as_str())
         })?;
-    }
-    Ok(())
-}
-
-/// `cargo xtask bench netboot [--smoke]`: time to ready of the same Debian
-/// root on the same VM (SeaBIOS + iPXE, virtio, 3 GiB, TCG), our stack
-/// against the two incumbents, in one run. `--smoke` boots each way once.
-pub fn run(smoke: bool) -> Result<()> {
-    let bins = Binaries::in_dir(crate::control::build(
-        &["mprov-control", "mprov-boot", "mprov-image"],
-        true,
-    )?);
-    let agent = crate::agent::build_static()?;
-    let image = lab::debian_image(&bins, &agent.path)?;
-    let rounds = if smoke { 1 } else { 3 };
-    let tmp = tempfile::tempdir()?;
-    let mut results: Vec<(Way, Vec<Duration>, Option<String>)> = Vec::new();
-
-    {
-        let lab = IncumbentLab::start(
-            &bins,
-            &image,
-            &tmp.path().join("incumbents"),
-            &["52:54:00:99:01:01"],
-        )?;
-        for way in [Way::Cpio, Way::Stream] {
-            let mut times = Vec::new();
-            let mut failure = None;
-            for _ in 0..rounds {
-                match lab.boot(way, Machine::BiosIpxe, "52:54:00:99:01:01") {
-                    Ok(mut booted) => {
-                        eprintln!("{}: ready after {:.1?}", way.name(), booted.ready_after);
-                        times.push(booted.ready_after);
-                        booted.vm.wait_exit(Duration::from_secs(120))?;
-                    }
-                    Err(err) => {
-                        failure = Some(format!("{err:#}"));
-                        break;
-                    }
-                }
-            }
-            results.push((way, times, failure));
-        }
-    }
-    {
-        let mut times = Vec::new();
-        let mut failure = None;
-        match Stack::start(
-            &bins,
-            &image,
-            &tmp.path().join("mprov"),
-            &StackOptions::default(),
-        ) {
-            Ok(stack) => {
-                for round in 0..rounds {
-                    let node = stack.register(
-                        &format!("bench{:02}", round + 1),
-                        &format!("52:54:00:99:02:{:02x}", round + 1),
-                        &format!("10.99.0.{}", 31 + round),
-                        true,
-                    );
-                    match node.and_then(|n| stack.boot(&n, Machine::BiosIpxe, |_| {})) {
-                        Ok(booted) => {
-                            eprintln!(
-                                "{}: ready after {:.1?}",
-                                Way::Mprov.name(),
-                                booted.ready_after
-                            );
-                            times.push(booted.ready_after);
-                        }
-                        Err(err) => {
-                            failure = Some(format!("{err:#}"));
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(err) => failure = Some(format!("{err:#}")),
-        }
-        results.push((Way::Mprov, times, failure));
-    }
-
-    let median = |t: &[Duration]| -> Option<Duration> {
-        let mut t = t.to_vec();
-        t.sort();
-        t.get(t.len() / 2).copied()
-    };
-    println!(
-        "\nnetboot time to ready (SeaBIOS + iPXE, virtio, TCG, {rounds} round(s) each, median):"
-    );
-    let cpio = results
-        .iter()
-        .find(|r| r.0 == Way::Cpio)
-        .and_then(|r| median(&r.1));
-    let mut failed = Vec::new();
-    for (way, times, failure) in &results {
-        match (median(times), failure) {
-            (Some(m), None) => {
-                let ratio = cpio.map(|c| m.as_secs_f64() / c.as_secs_f64());
-                println!(
-                    "  {:<52} {:>6.1} s  {}",
-                    way.name(),
-                    m.as_secs_f64(),
-                    ratio
-                        .map(|r| format!("{r:.2}x the cpio way"))
-                        .unwrap_or_default()
-                );
-            }
-            (_, failure) => {
-                println!(
-                    "  {:<52} did not reach ready: {}",
-                    way.name(),
-                    failure.as_deref().map(|f| tail(f, 12)).unwrap_or_default()
-                );
-                failed.push(way.name());
-            }
-        }
-    }
-    if !failed.is_empty() {
-        bail!("did not reach ready: {}", failed.join(", "));
     }
     Ok(())
 }

@@ -45,6 +45,10 @@ pub const RUST_BENCHES: &[RustBench] = &[
         name: "enroll",
         run: crate::enroll_bench::run,
     },
+    RustBench {
+        name: "netboot",
+        run: crate::netboot_bench::run,
+    },
 ];
 
 /// One benchmark found.
