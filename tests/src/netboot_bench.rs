@@ -66,19 +66,23 @@ pub fn run(smoke: bool) -> Result<()> {
     let agent = crate::agent::build_static()?;
     which("perf", "linux-perf")?;
     let tmp = tempfile::tempdir()?;
-    if smoke {
-        let image = lab::busybox_image(&bins, &agent.path, &tmp.path().join("images"))?;
-        let stack = Stack::start(
+    let our_stack = |image: &lab::Image| {
+        Stack::start(
             &bins,
-            &image,
+            image,
             &tmp.path().join("mprov"),
             &StackOptions::default(),
-        )?;
-        let mut series = Series {
-            way: Way::Mprov,
-            boots: Vec::new(),
-            failure: None,
-        };
+        )
+    };
+    let series = |way: Way| Series {
+        way,
+        boots: Vec::new(),
+        failure: None,
+    };
+    if smoke {
+        let image = lab::busybox_image(&bins, &agent.path, &tmp.path().join("images"))?;
+        let stack = our_stack(&image)?;
+        let mut series = series(Way::Mprov);
         boot_ours(&stack, 0, tmp.path(), &mut series)?;
         return report(&[series], 1, "busybox smoke root (figures mean nothing)");
     }
@@ -95,19 +99,10 @@ pub fn run(smoke: bool) -> Result<()> {
         &tmp.path().join("incumbents"),
         &[INCUMBENT_MAC],
     )?;
-    let stack = Stack::start(
-        &bins,
-        &image,
-        &tmp.path().join("mprov"),
-        &StackOptions::default(),
-    )?;
+    let stack = our_stack(&image)?;
     let mut all: Vec<Series> = [Way::Cpio, Way::Stream, Way::Mprov]
         .into_iter()
-        .map(|way| Series {
-            way,
-            boots: Vec::new(),
-            failure: None,
-        })
+        .map(series)
         .collect();
     for round in 0..rounds {
         for series in &mut all {
