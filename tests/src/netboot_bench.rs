@@ -369,9 +369,20 @@ impl CpuCounter {
             perf,
             out: out.to_owned(),
         };
-        // perf writes its header once it has attached.
+        // perf has attached once it holds its counters' descriptors
+        // (`anon_inode:[perf_event]`); in CSV mode it writes nothing before
+        // it stops, so the output file cannot tell.
+        let fds = PathBuf::from(format!("/proc/{}/fd", counter.perf.id()));
+        let attached = || {
+            fs::read_dir(&fds).is_ok_and(|dir| {
+                dir.flatten().any(|fd| {
+                    fs::read_link(fd.path())
+                        .is_ok_and(|target| target.to_string_lossy().contains("perf_event"))
+                })
+            })
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while fs::metadata(out).map(|m| m.len()).unwrap_or(0) == 0 {
+        while !attached() {
             if let Some(status) = counter.perf.try_wait()? {
                 bail!("perf stat exited with {status} before counting");
             }

@@ -54,7 +54,11 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
     let der = rustls::pki_types::CertificateDer::from_pem_slice(&cert).unwrap();
     let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
     let serial = hex::encode(parsed.raw_serial());
-    assert!(enrollment::revoke_serial(db, &serial, "test").await.unwrap());
+    assert!(
+        enrollment::revoke_serial(db, &serial, "test")
+            .await
+            .unwrap()
+    );
     let (u, dd) = (url.clone(), d.clone());
     tokio::task::spawn_blocking(move || {
         let log = dd.join("js-3.log");

@@ -453,12 +453,9 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
     let mut violations = Vec::new();
     let mut checked = 0;
     for mode in ["all", "nodes", "off"] {
-        let state: AppState = Arc::new(
-            with_mode(&c, mode).with_signer(
-                mprov_control::pki::SignerClient::in_process(&tls.path().join("tls"), "mpcc")
-                    .unwrap(),
-            ),
-        );
+        let state: AppState = Arc::new(with_mode(&c, mode).with_signer(
+            mprov_control::pki::SignerClient::in_process(&tls.path().join("tls"), "mpcc").unwrap(),
+        ));
         let app = http::router(state);
         let identities: Vec<(Who, Cred)> = if mode == "all" {
             vec![

@@ -84,7 +84,11 @@ fn as_node(
 }
 
 /// The timeline once it holds `phase` (reports may trail the console).
-fn timeline_with(stack: &Stack, node: &Node, phase: BootPhase) -> Result<Vec<BootEvent>> {
+pub(crate) fn timeline_with(
+    stack: &Stack,
+    node: &Node,
+    phase: BootPhase,
+) -> Result<Vec<BootEvent>> {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let events = stack.timeline(node)?;
