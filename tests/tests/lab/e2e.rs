@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use mprov_api::boot::{BootEvent, BootPhase};
 use mprov_tests::lab::{CONTROL_HTTPS_PORT, READY_MARKER, SERVER_IP};
-use mprov_tests::netboot::{Machine, Node, Stack, StackOptions, in_order, tail};
+use mprov_tests::netboot::{Booted, Machine, Node, Stack, StackOptions, in_order, tail};
 
 use crate::netboot::{VM_TURN, image};
 
@@ -107,6 +107,65 @@ pub(crate) fn timeline_with(
     }
 }
 
+/// What every boot to ready shows: multi-user under the node's name on the
+/// console, the agent's steps, and a timeline holding `want` in order, each
+/// step from its source (js1 for the firmware's DHCP and downloads, the
+/// control service for the script, the node for its own steps).
+pub(crate) fn ready_with_timeline(
+    stack: &Stack,
+    node: &Node,
+    booted: &Booted,
+    want: &[BootPhase],
+) -> Result<Vec<BootEvent>> {
+    ensure!(
+        booted
+            .console
+            .contains(&format!("{READY_MARKER}: {} multi-user", node.hostname)),
+        "multi-user under the node's own host name on the console:\n{}",
+        tail(&booted.console, 60)
+    );
+    for step in [
+        "step 2: enrolled; mTLS from now on",
+        "step 3: verified",
+        "step 5: switch_root into",
+    ] {
+        ensure!(
+            booted.console.contains(step),
+            "{step:?} on the console:\n{}",
+            tail(&booted.console, 80)
+        );
+    }
+    let events = timeline_with(stack, node, BootPhase::Ready)?;
+    in_order(&events, want).with_context(|| stack.where_it_stopped(node))?;
+    let source = |p: BootPhase| {
+        events
+            .iter()
+            .find(|e| e.phase == p)
+            .map(|e| e.source.clone())
+            .unwrap_or_default()
+    };
+    for phase in [
+        BootPhase::DhcpAcked,
+        BootPhase::KernelFetched,
+        BootPhase::InitramfsFetched,
+    ] {
+        ensure!(
+            source(phase).contains("js1"),
+            "{} comes from the job server js1: {events:#?}",
+            phase.as_str()
+        );
+    }
+    ensure!(source(BootPhase::ScriptServed) == "control", "{events:#?}");
+    for phase in [BootPhase::Enrolled, BootPhase::Verified, BootPhase::Ready] {
+        ensure!(
+            source(phase).contains(&node.hostname),
+            "{} comes from the node itself: {events:#?}",
+            phase.as_str()
+        );
+    }
+    Ok(events)
+}
+
 /// SeaBIOS + iPXE ROM, on the real Debian root, through our stack only:
 /// `mprov-control serve` and `mprov-jobserver` (enrolled with a one-time
 /// token, following the control service over HTTPS) in a lab namespace, the
@@ -145,60 +204,14 @@ fn vm_is_provisioned_by_our_stack_from_power_on_to_ready() -> Result<()> {
         );
     })?;
     eprintln!("n01: {READY_MARKER} after {:.0?}", started.elapsed());
-    ensure!(
-        booted
-            .console
-            .contains(&format!("{READY_MARKER}: {} multi-user", node.hostname)),
-        "multi-user under the node's own host name on the console:\n{}",
-        tail(&booted.console, 60)
-    );
-    for step in [
-        "step 2: enrolled; mTLS from now on",
-        "step 3: verified",
-        "step 5: switch_root into",
-    ] {
-        ensure!(
-            booted.console.contains(step),
-            "{step:?} on the console:\n{}",
-            tail(&booted.console, 80)
-        );
-    }
-
-    // The timeline: complete, in order, each step from its source.
-    let events = timeline_with(&stack, &node, BootPhase::Ready)?;
-    in_order(&events, HEALTHY).with_context(|| stack.where_it_stopped(&node))?;
+    // Console and timeline: complete, in order, each step from its source.
+    let events = ready_with_timeline(&stack, &node, &booted, HEALTHY)?;
     ensure!(
         !events
             .iter()
             .any(|e| matches!(e.phase, BootPhase::Failed | BootPhase::ChecksumMismatch)),
         "a healthy boot reported a failure: {events:#?}"
     );
-    let source = |p: BootPhase| {
-        events
-            .iter()
-            .find(|e| e.phase == p)
-            .map(|e| e.source.clone())
-            .unwrap_or_default()
-    };
-    for phase in [
-        BootPhase::DhcpAcked,
-        BootPhase::KernelFetched,
-        BootPhase::InitramfsFetched,
-    ] {
-        ensure!(
-            source(phase).contains("js1"),
-            "{} comes from the job server js1: {events:#?}",
-            phase.as_str()
-        );
-    }
-    ensure!(source(BootPhase::ScriptServed) == "control", "{events:#?}");
-    for phase in [BootPhase::Enrolled, BootPhase::Verified, BootPhase::Ready] {
-        ensure!(
-            source(phase).contains(&node.hostname),
-            "{} comes from the node itself: {events:#?}",
-            phase.as_str()
-        );
-    }
     // Nothing of n01 landed on n02's timeline.
     ensure!(
         stack.timeline(&other)?.is_empty(),

@@ -18,10 +18,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, ensure};
 use mprov_api::boot::{BootEvent, BootPhase};
-use mprov_tests::lab::{READY_MARKER, SECOND_SERVER_IP, SERVER_IP};
-use mprov_tests::netboot::{Booted, Machine, Node, Stack, StackOptions, in_order, tail};
+use mprov_tests::lab::{SECOND_SERVER_IP, SERVER_IP};
+use mprov_tests::netboot::{Machine, Stack, StackOptions, in_order, tail};
 
-use crate::e2e::{HEALTHY, phases, timeline_with};
+use crate::e2e::{HEALTHY, phases, ready_with_timeline};
 use crate::netboot::{VM_TURN, image};
 
 /// A two-job-server stack: js1 (DHCP, TFTP, HTTP) on [`SERVER_IP`], js2
@@ -38,65 +38,6 @@ fn two_jobservers(run: &std::path::Path, corrupt_first: bool) -> Result<Stack> {
             corrupt_first,
         },
     )
-}
-
-/// What every boot to ready shows: multi-user under the node's name on the
-/// console, the agent's steps, and a timeline holding `want` in order, each
-/// step from its source (js1 for the firmware's DHCP and downloads, the
-/// control service for the script, the node for its own steps).
-fn ready_with_timeline(
-    stack: &Stack,
-    node: &Node,
-    booted: &Booted,
-    want: &[BootPhase],
-) -> Result<Vec<BootEvent>> {
-    ensure!(
-        booted
-            .console
-            .contains(&format!("{READY_MARKER}: {} multi-user", node.hostname)),
-        "multi-user under the node's own host name on the console:\n{}",
-        tail(&booted.console, 60)
-    );
-    for step in [
-        "step 2: enrolled; mTLS from now on",
-        "step 3: verified",
-        "step 5: switch_root into",
-    ] {
-        ensure!(
-            booted.console.contains(step),
-            "{step:?} on the console:\n{}",
-            tail(&booted.console, 80)
-        );
-    }
-    let events = timeline_with(stack, node, BootPhase::Ready)?;
-    in_order(&events, want).with_context(|| stack.where_it_stopped(node))?;
-    let source = |p: BootPhase| {
-        events
-            .iter()
-            .find(|e| e.phase == p)
-            .map(|e| e.source.clone())
-            .unwrap_or_default()
-    };
-    for phase in [
-        BootPhase::DhcpAcked,
-        BootPhase::KernelFetched,
-        BootPhase::InitramfsFetched,
-    ] {
-        ensure!(
-            source(phase).contains("js1"),
-            "{} comes from the job server js1: {events:#?}",
-            phase.as_str()
-        );
-    }
-    ensure!(source(BootPhase::ScriptServed) == "control", "{events:#?}");
-    for phase in [BootPhase::Enrolled, BootPhase::Verified, BootPhase::Ready] {
-        ensure!(
-            source(phase).contains(&node.hostname),
-            "{} comes from the node itself: {events:#?}",
-            phase.as_str()
-        );
-    }
-    Ok(events)
 }
 
 /// The events of `phase`, in order.
