@@ -119,7 +119,7 @@ async fn rows(db: &Db) -> Rows {
     out
 }
 
-/// Every object of every kind, through the API (crud.rs's reading path,
+/// Every object of every kind, through the API (db::crud's reading path,
 /// not the backup's): each kind's full list, page by page.
 async fn objects(c: &Ctx) -> BTreeMap<String, Vec<Value>> {
     let mut out = BTreeMap::new();
