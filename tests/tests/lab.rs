@@ -19,6 +19,8 @@ mod e2e;
 mod netboot;
 #[path = "lab/seam.rs"]
 mod seam;
+#[path = "lab/uefi.rs"]
+mod uefi;
 
 /// Runs `future` to completion on a fresh current-thread runtime.
 fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {

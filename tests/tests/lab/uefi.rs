@@ -1,10 +1,3 @@
-//! NOT IN THE BUILD YET (not registered in `tests/lab.rs`): never seen
-//! passing. Its first run on a loaded host panicked in the kernel's IO-APIC
-//! timer check under TCG on OVMF, after iPXE-EFI had fetched the kernel and
-//! initramfs from our stack (`no_timer_check` is now on the lab image's
-//! command line); register it (`#[path = "lab/uefi.rs"] mod uefi;`) once it
-//! has passed.
-//!
 //! The two UEFI ways of reaching our stack, each to ready on the real Debian
 //! root, each sharing its boot with a job-server fault (a real-root boot
 //! takes minutes under TCG, so every boot carries two assertions):
