@@ -26,7 +26,7 @@ use crate::KillOnDrop;
 use anyhow::{Context as _, Result, bail, ensure};
 use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 use dhcproto::{Decodable, Encodable};
-use mprov_tests::netns::{Netns, veth};
+use mprov_tests::netns::{Netns, parse_env, veth, write_script};
 
 const METRICS: &str = "http://127.0.0.1:9102/metrics";
 
@@ -122,12 +122,6 @@ fn plain(text: &str) -> String {
     out
 }
 
-fn set_executable(path: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
-    Ok(())
-}
-
 /// busybox udhcpc on `dev` in `ns`: `tries` DISCOVERs `pause` seconds apart
 /// (so `tries = 2` is the first try and its first retry); the variables its
 /// script saw on `bound`, or the reason it failed.
@@ -139,8 +133,7 @@ fn udhcpc(
     pause: u32,
 ) -> Result<HashMap<String, String>> {
     let script = dir.join("udhcpc.sh");
-    std::fs::write(&script, "#!/bin/sh\n[ \"$1\" = bound ] && env\nexit 0\n")?;
-    set_executable(&script)?;
+    write_script(&script, "#!/bin/sh\n[ \"$1\" = bound ] && env\nexit 0\n")?;
     let out = ns
         .command("udhcpc")
         .args(["-q", "-n", "-f", "-i", dev])
@@ -164,74 +157,7 @@ fn udhcpc(
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect())
-}
-
-/// ISC dhclient on `dev` in `ns` until its script sees BOUND (bounded: 20 s);
-/// the variables it saw.
-fn dhclient(ns: &Netns, dev: &str, dir: &Path) -> Result<HashMap<String, String>> {
-    let script = dir.join("dhclient.sh");
-    let env_out = dir.join("dhclient.env");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\n[ \"$reason\" = BOUND ] && env > {0}.tmp && mv {0}.tmp {0}\nexit 0\n",
-            env_out.display()
-        ),
-    )?;
-    set_executable(&script)?;
-    let child = KillOnDrop(
-        ns.command("dhclient")
-            .args(["-1", "-d", "-4", "-sf"])
-            .arg(&script)
-            .arg("-lf")
-            .arg(dir.join("dhclient.leases"))
-            .arg("-pf")
-            .arg(dir.join("dhclient.pid"))
-            .arg(dev)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting dhclient")?,
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !env_out.exists() {
-        if Instant::now() > deadline {
-            bail!("dhclient got no lease in time");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    drop(child);
-    Ok(std::fs::read_to_string(&env_out)?
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect())
-}
-
-/// A UDP socket inside `ns` bound to `addr` on `dev` (a helper thread enters
-/// the namespace; the socket stays in it).
-fn bind_in(ns: &Netns, addr: SocketAddr, dev: &str) -> Result<UdpSocket> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let path = ns.path();
-    let dev = dev.to_owned();
-    std::thread::spawn(move || -> Result<UdpSocket> {
-        let file = std::fs::File::open(&path)?;
-        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-        s.set_reuse_address(true)?;
-        s.set_broadcast(true)?;
-        s.bind_device(Some(dev.as_bytes()))?;
-        s.bind(&addr.into())?;
-        Ok(s.into())
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("bind thread panicked"))?
+    Ok(parse_env(&String::from_utf8_lossy(&out.stdout)))
 }
 
 /// Every DHCP reply `socket` receives until it has been quiet for `quiet`.
@@ -367,7 +293,7 @@ fn jobserver_pool_survives_a_discover_flood() -> Result<()> {
     // bursts of 50 so the server's socket buffer holds every burst.
     client.set_mac(&v.b, "02:00:5e:79:00:02")?;
     client.add_addr(&v.b, "10.79.0.250/24")?;
-    let socket = bind_in(&client, SocketAddr::from(([0, 0, 0, 0], 68)), &v.b)?;
+    let socket = client.bind_udp(SocketAddr::from(([0, 0, 0, 0], 68)), &v.b)?;
     let to = SocketAddr::from(([255, 255, 255, 255], 67));
     let macs = flood_macs(1000);
     let mut offers = Vec::new();
@@ -484,7 +410,7 @@ fn jobserver_http_boot_url_from_the_boot_config() -> Result<()> {
         ],
     )?;
     client.add_addr(&v.b, "10.79.2.250/24")?;
-    let socket = bind_in(&client, SocketAddr::from(([0, 0, 0, 0], 68)), &v.b)?;
+    let socket = client.bind_udp(SocketAddr::from(([0, 0, 0, 0], 68)), &v.b)?;
     let http = Message::from_bytes(include_bytes!(
         "../../dhcp/src/testdata/uefi-http-discover.bin"
     ))?;
@@ -575,7 +501,7 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
     assert!(ip.starts_with("10.79.1.5") || ip == "10.79.1.60", "{u:?}");
     client.ip(&["addr", "flush", "dev", &v.b])?;
     client.set_mac(&v.b, "02:00:5e:79:01:02")?;
-    let d = dhclient(&client, &v.b, dir.path())?;
+    let d = client.dhclient(&v.b, dir.path(), Duration::from_secs(20))?;
     let ip = d.get("new_ip_address").context("dhclient: no ip")?.clone();
     assert!(ip.starts_with("10.79.1.5") || ip == "10.79.1.60", "{d:?}");
     let m = metrics(&server)?;
@@ -597,7 +523,7 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
         71, 4, 0x80, 0x00, 0x00, 0x00, 255,
     ]));
     client.add_addr(&v.b, &format!("{ciaddr}/24"))?;
-    let socket = bind_in(&client, SocketAddr::from((ciaddr, 68)), &v.b)?;
+    let socket = client.bind_udp(SocketAddr::from((ciaddr, 68)), &v.b)?;
     socket.send_to(&req.to_vec()?, SocketAddr::from(([10, 79, 1, 2], 4011)))?;
     let ack = replies(&socket, Duration::from_millis(1000))?
         .into_iter()
