@@ -18,7 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -210,6 +210,78 @@ fn string_opt(m: &Message, code: OptionCode) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// A namespace for one VM: tap device `tap0` holding `addrs` (CIDR), up.
+fn tap_netns(prefix: &str, addrs: &[&str]) -> Result<Netns> {
+    let ns = Netns::new(prefix)?;
+    ns.ip(&["tuntap", "add", "dev", "tap0", "mode", "tap"])?;
+    for addr in addrs {
+        ns.add_addr("tap0", addr)?;
+    }
+    ns.up("tap0")?;
+    Ok(ns)
+}
+
+/// The folder `root` a VM boots from: Debian's `snponly.efi`, `boot.ipxe`
+/// holding `script`, and the file `(name, text)` that only a booted script
+/// asks for.
+fn boot_root(root: &Path, script: &str, (name, text): (&str, &str)) -> Result<PathBuf> {
+    std::fs::create_dir_all(root)?;
+    std::fs::copy("/usr/lib/ipxe/snponly.efi", root.join("snponly.efi"))
+        .context("/usr/lib/ipxe/snponly.efi is missing: install ipxe")?;
+    std::fs::write(root.join("boot.ipxe"), script)?;
+    std::fs::write(root.join(name), text)?;
+    Ok(root.to_owned())
+}
+
+/// A site's own DHCP server beside the job server: busybox udhcpd on
+/// `iface` in `ns` (its files in `dir`), leasing `first..=last` on a /24,
+/// with the extra `udhcpd.conf` lines `more`.
+fn site_udhcpd(
+    ns: &Netns,
+    dir: &Path,
+    iface: &str,
+    (first, last): (&str, &str),
+    more: &str,
+) -> Result<KillOnDrop> {
+    let conf = dir.join("udhcpd.conf");
+    let leases = dir.join("udhcpd.leases");
+    std::fs::write(
+        &conf,
+        format!(
+            "start {first}\nend {last}\ninterface {iface}\nlease_file {}\nopt subnet 255.255.255.0\n{more}",
+            leases.display()
+        ),
+    )?;
+    std::fs::write(&leases, "")?;
+    Ok(KillOnDrop(
+        ns.command("busybox")
+            .args(["udhcpd", "-f"])
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting busybox udhcpd")?,
+    ))
+}
+
+/// Polls `done` every `pause` until it holds, for at most 300 s (a VM's
+/// boot under TCG); then fails with `failure`'s text.
+fn wait_until(
+    pause: Duration,
+    done: impl Fn() -> bool,
+    failure: impl FnOnce() -> String,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !done() {
+        if Instant::now() > deadline {
+            bail!(failure());
+        }
+        std::thread::sleep(pause);
+    }
+    Ok(())
 }
 
 /// A small deterministic generator (xorshift) for the flood's MACs: random
@@ -444,27 +516,13 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
     server.add_addr(&v.a, "10.79.1.2/24")?;
     let dir = tempfile::tempdir()?;
     // The site's own DHCP server: busybox udhcpd, on the same link.
-    let conf = dir.path().join("udhcpd.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "start 10.79.1.50\nend 10.79.1.60\ninterface {}\nlease_file {}\nopt subnet 255.255.255.0\nopt router 10.79.1.254\n",
-            v.a,
-            dir.path().join("udhcpd.leases").display()
-        ),
+    let _site = site_udhcpd(
+        &server,
+        dir.path(),
+        &v.a,
+        ("10.79.1.50", "10.79.1.60"),
+        "opt router 10.79.1.254\n",
     )?;
-    std::fs::write(dir.path().join("udhcpd.leases"), "")?;
-    let _site = KillOnDrop(
-        server
-            .command("busybox")
-            .args(["udhcpd", "-f"])
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting busybox udhcpd")?,
-    );
     // The script URL the control service hands out, as the contract builds it.
     let snapshot = serde_json::json!({
         "revision": 1,
@@ -562,40 +620,14 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
 #[test]
 fn jobserver_proxy_dhcp_boots_ovmf_and_ipxe_through_port_4011() -> Result<()> {
     use mprov_tests::vm::{Firmware, Vm, VmSpec};
-    let ns = Netns::new("jspq")?;
-    ns.ip(&["tuntap", "add", "dev", "tap0", "mode", "tap"])?;
-    ns.add_addr("tap0", "10.79.5.1/24")?;
-    ns.add_addr("tap0", "10.79.5.2/24")?;
-    ns.up("tap0")?;
+    let ns = tap_netns("jspq", &["10.79.5.1/24", "10.79.5.2/24"])?;
     let dir = tempfile::tempdir()?;
-    let root = dir.path().join("tftp");
-    std::fs::create_dir_all(&root)?;
-    std::fs::copy("/usr/lib/ipxe/snponly.efi", root.join("snponly.efi"))
-        .context("/usr/lib/ipxe/snponly.efi is missing: install ipxe")?;
-    std::fs::write(
-        root.join("boot.ipxe"),
+    let root = boot_root(
+        &dir.path().join("tftp"),
         "#!ipxe\nimgfetch tftp://10.79.5.2/proxy-ok.txt\n",
+        ("proxy-ok.txt", "booted through proxyDHCP\n"),
     )?;
-    std::fs::write(root.join("proxy-ok.txt"), "booted through proxyDHCP\n")?;
-    let conf = dir.path().join("udhcpd.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "start 10.79.5.50\nend 10.79.5.60\ninterface tap0\nlease_file {}\nopt subnet 255.255.255.0\n",
-            dir.path().join("udhcpd.leases").display()
-        ),
-    )?;
-    std::fs::write(dir.path().join("udhcpd.leases"), "")?;
-    let _site = KillOnDrop(
-        ns.command("busybox")
-            .args(["udhcpd", "-f"])
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting busybox udhcpd")?,
-    );
+    let _site = site_udhcpd(&ns, dir.path(), "tap0", ("10.79.5.50", "10.79.5.60"), "")?;
     let snapshot = r#"{"revision": 1, "networks": [{"slug": "prov", "subnet": "10.79.5.0", "prefix": 24, "dhcp": true}],
         "boot": {"ipxe_script_url": "tftp://10.79.5.2/boot.ipxe"}}"#;
     let root_arg = root.to_string_lossy().into_owned();
@@ -628,18 +660,18 @@ fn jobserver_proxy_dhcp_boots_ovmf_and_ipxe_through_port_4011() -> Result<()> {
         nic: "virtio-net-pci,romfile=".into(),
         run_dir: dir.path().join("vm"),
     })?;
-    let deadline = Instant::now() + Duration::from_secs(300);
     // The file field, as the log writes it.
-    while !log.text().contains("\"proxy-ok.txt\"") {
-        if Instant::now() > deadline {
-            bail!(
+    wait_until(
+        Duration::from_millis(200),
+        || log.text().contains("\"proxy-ok.txt\""),
+        || {
+            format!(
                 "the VM did not run the script from proxyDHCP; console:\n{}\njob server log:\n{}",
                 vm.console(),
                 log.text()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+            )
+        },
+    )?;
     let m = metrics(&ns)?;
     let text = plain(&log.text());
     // Port 4011 answered twice: OVMF (its boot file) and then iPXE (its
@@ -700,20 +732,13 @@ fn jobserver_proxy_dhcp_boots_ovmf_and_ipxe_through_port_4011() -> Result<()> {
 /// from our image server, which fetches a file only a booted script asks for.
 #[test]
 fn jobserver_boots_ovmf_over_uefi_http_boot() -> Result<()> {
-    let ns = Netns::new("jshv")?;
-    ns.ip(&["tuntap", "add", "dev", "tap0", "mode", "tap"])?;
-    ns.add_addr("tap0", "10.79.6.1/24")?;
-    ns.up("tap0")?;
+    let ns = tap_netns("jshv", &["10.79.6.1/24"])?;
     let dir = tempfile::tempdir()?;
-    let root = dir.path().join("boot");
-    std::fs::create_dir_all(&root)?;
-    std::fs::copy("/usr/lib/ipxe/snponly.efi", root.join("snponly.efi"))
-        .context("/usr/lib/ipxe/snponly.efi is missing: install ipxe")?;
-    std::fs::write(
-        root.join("boot.ipxe"),
+    let root = boot_root(
+        &dir.path().join("boot"),
         "#!ipxe\nimgfetch http://10.79.6.1:8081/boot/http-ok.txt && echo HTTP-BOOT-SCRIPT-OK\n",
+        ("http-ok.txt", "booted through UEFI HTTP boot\n"),
     )?;
-    std::fs::write(root.join("http-ok.txt"), "booted through UEFI HTTP boot\n")?;
     let export = dir.path().join("export");
     std::fs::create_dir_all(&export)?;
     let snapshot = r#"{"revision": 1, "networks": [{"slug": "prov", "subnet": "10.79.6.0", "prefix": 24,
@@ -777,17 +802,17 @@ fn jobserver_boots_ovmf_over_uefi_http_boot() -> Result<()> {
             .spawn()
             .context("starting qemu-system-x86_64 (install qemu-system-x86)")?,
     );
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !console().contains("HTTP-BOOT-SCRIPT-OK") {
-        if Instant::now() > deadline {
-            bail!(
+    wait_until(
+        Duration::from_millis(500),
+        || console().contains("HTTP-BOOT-SCRIPT-OK"),
+        || {
+            format!(
                 "OVMF did not HTTP-boot our iPXE and its script; console:\n{}\njob server log:\n{}",
                 console(),
                 log.text()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+            )
+        },
+    )?;
     let text = console();
     assert!(text.contains(">>Start HTTP Boot over IPv4"), "{text}");
     // OVMF names the URL our DHCP server gave it.
