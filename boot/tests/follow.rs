@@ -19,19 +19,7 @@ mod renew;
 #[path = "jobserver/tftp.rs"]
 mod tftp;
 
-/// A child process (a job server, a client) killed by its PID and reaped on
-/// drop.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +30,8 @@ use mprov_control::db::{Db, Val};
 use mprov_control::http;
 use mprov_control::pki::{SignerClient, https};
 use mprov_control::secrets::{self, SecretBox};
+use mprov_tests::KillOnDrop;
+use mprov_tests::lab::{FollowerFiles, follower_command};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -51,22 +41,16 @@ use tokio_util::sync::CancellationToken;
 /// `dir`, enrolling with `token` when given and serving metrics on
 /// `metrics`; its log goes to `log`.
 fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>, metrics: &str) -> KillOnDrop {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
-    cmd.env_clear()
-        .args(["--control-url", url, "--name", "js1"])
-        .arg("--ca-file")
-        .arg(dir.join("tls/ca.crt"))
-        .arg("--state-dir")
-        .arg(dir.join("js"))
-        .arg("--enroll-token-file")
-        .arg(dir.join("no-token-file"))
-        .arg("--apikey-file")
-        .arg(dir.join("no-apikey-file"))
-        .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
-        .args(["--metrics", metrics, "--log", "info"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
+    let files = FollowerFiles {
+        ca: &dir.join("tls/ca.crt"),
+        apikey: &dir.join("no-apikey-file"),
+        enroll_token: &dir.join("no-token-file"),
+        state: &dir.join("js"),
+    };
+    let exe = Path::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
+    let mut cmd = follower_command(exe, url, files, log).unwrap();
+    cmd.args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
+        .args(["--metrics", metrics]);
     if let Some(t) = token {
         cmd.args(["--enroll-token", t]);
     }
