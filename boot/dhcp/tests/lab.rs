@@ -275,14 +275,9 @@ impl TestClient {
         mtype: MessageType,
         opts: Vec<DhcpOption>,
     ) -> Result<Option<Message>> {
-        let mut m = Message::new_with_id(
-            xid,
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::UNSPECIFIED,
-            &mac,
-        );
+        // A client's message: no addresses yet, `mac` as the hardware address.
+        let mut m = Message::default();
+        m.set_xid(xid).set_chaddr(&mac);
         m.opts_mut().insert(DhcpOption::MessageType(mtype));
         for o in opts {
             m.opts_mut().insert(o);
