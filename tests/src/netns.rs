@@ -6,7 +6,9 @@
 //! ([`Netns::dhclient`]), a client's hook script ([`write_script`]) and what
 //! it saw ([`parse_env`]).
 //!
-//! Everything goes through `ip` (iproute2), so no unsafe code is needed here.
+//! Namespaces, links and addresses go through `ip` (iproute2), and a socket
+//! is bound inside through `setns` on a thread of its own, so no unsafe code
+//! is needed here.
 //! Names are unique per process and per call (`<prefix>-<pid>-<n>`), so tests
 //! run in parallel; a namespace is deleted on `Drop`, which also destroys the
 //! veth ends inside it. Addresses are only ever added inside namespaces this
