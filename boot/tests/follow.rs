@@ -20,6 +20,7 @@ mod renew;
 mod tftp;
 
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,7 @@ use mprov_control::pki::{SignerClient, https};
 use mprov_control::secrets::{self, SecretBox};
 use mprov_tests::KillOnDrop;
 use mprov_tests::lab::{FollowerFiles, follower_command};
+use mprov_tests::netns::Netns;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -55,6 +57,58 @@ fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>, metrics: &s
         cmd.args(["--enroll-token", t]);
     }
     KillOnDrop(cmd.spawn().expect("start mprov-jobserver"))
+}
+
+/// `mprov-jobserver` in `ns` serving the boot config file `config` (no
+/// control service), standard output dropped, its log (at `info`) in `log`.
+/// The caller adds the servers it runs and spawns it.
+fn standalone_jobserver(ns: &Netns, config: &Path, log: &Path) -> anyhow::Result<Command> {
+    let mut cmd = ns.command(env!("CARGO_BIN_EXE_mprov-jobserver"));
+    cmd.arg("--boot-config")
+        .arg(config)
+        .args(["--log", "info"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log)?);
+    Ok(cmd)
+}
+
+/// `text` without its ANSI colour sequences (ESC [ ... letter), as the job
+/// server's log has them.
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A new API key named `name`, straight in the database (not revoked,
+/// created 2026-01-01).
+async fn insert_api_key(db: &Db, name: &str) -> secrets::NewApiKey {
+    let key = secrets::new_api_key();
+    let mut sql = db.sql();
+    sql.push("INSERT INTO api_keys (name, prefix, hash, revoked, created_at, updated_at) VALUES ");
+    let stamp = Val::Text(Some("2026-01-01T00:00:00Z".into()));
+    sql.bind_list([
+        Val::Text(Some(name.into())),
+        Val::Text(Some(key.prefix.clone())),
+        Val::Text(Some(key.hash.clone())),
+        Val::Bool(Some(false)),
+        stamp.clone(),
+        stamp,
+    ]);
+    sql.query().execute(db.pool()).await.unwrap();
+    key
 }
 
 /// Polls (bounded by `limit`) until the log holds `what`; the log.
@@ -194,19 +248,7 @@ async fn follows_changes_and_survives_an_outage() {
     );
     // An API key for the job server, straight in the database.
     let db = Db::open(&url).await.unwrap();
-    let key = secrets::new_api_key();
-    let mut sql = db.sql();
-    sql.push("INSERT INTO api_keys (name, prefix, hash, revoked, created_at, updated_at) VALUES ");
-    let now = Val::Text(Some("2026-01-01T00:00:00Z".into()));
-    sql.bind_list([
-        Val::Text(Some("js".into())),
-        Val::Text(Some(key.prefix.clone())),
-        Val::Text(Some(key.hash.clone())),
-        Val::Bool(Some(false)),
-        now.clone(),
-        now,
-    ]);
-    sql.query().execute(db.pool()).await.unwrap();
+    let key = insert_api_key(&db, "js").await;
     db.pool().close().await;
 
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -19,10 +19,10 @@
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::KillOnDrop;
+use crate::{KillOnDrop, plain, standalone_jobserver};
 use anyhow::{Context as _, Result, bail, ensure};
 use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 use dhcproto::{Decodable, Encodable};
@@ -48,16 +48,11 @@ fn start_with_tftp(
     let config = dir.join("boot.json");
     std::fs::write(&config, snapshot)?;
     let log = Log(dir.join("jobserver.log"));
-    let mut cmd: Command = ns.command(env!("CARGO_BIN_EXE_mprov-jobserver"));
-    cmd.arg("--boot-config")
-        .arg(&config)
-        .arg("--state-dir")
+    let mut cmd = standalone_jobserver(ns, &config, &log.0)?;
+    cmd.arg("--state-dir")
         .arg(dir.join("state"))
-        .args(["--no-dns", "--log", "info"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log.0)?);
+        .arg("--no-dns")
+        .args(extra);
     let child = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
     log.wait_for("DHCP on")?;
     Ok((child, log))
@@ -102,24 +97,6 @@ fn metric(text: &str, name: &str) -> Option<f64> {
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
-}
-
-/// `text` without its ANSI colour sequences (ESC [ ... letter).
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// busybox udhcpc on `dev` in `ns`: `tries` DISCOVERs `pause` seconds apart
@@ -210,6 +187,29 @@ fn string_opt(m: &Message, code: OptionCode) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// Sends the captured OVMF-style UEFI HTTP boot DISCOVER from `socket` to
+/// `to` and checks the answer (within `wait`): the boot file `url`, class
+/// `HTTPClient`.
+fn http_boot_answered(socket: &UdpSocket, to: SocketAddr, wait: Duration, url: &str) -> Result<()> {
+    let http = Message::from_bytes(include_bytes!(
+        "../../dhcp/src/testdata/uefi-http-discover.bin"
+    ))?;
+    socket.send_to(&http.to_vec()?, to)?;
+    let answer = replies(socket, wait)?
+        .into_iter()
+        .find(|m| m.xid() == http.xid() && m.chaddr()[..6] == http.chaddr()[..6])
+        .context("no answer to the HTTP boot DISCOVER")?;
+    assert_eq!(
+        string_opt(&answer, OptionCode::BootfileName).as_deref(),
+        Some(url)
+    );
+    assert_eq!(
+        string_opt(&answer, OptionCode::ClassIdentifier).as_deref(),
+        Some("HTTPClient")
+    );
+    Ok(())
 }
 
 /// A namespace for one VM: tap device `tap0` holding `addrs` (CIDR), up.
@@ -437,23 +437,12 @@ fn jobserver_pool_survives_a_discover_flood() -> Result<()> {
 
     // UEFI HTTP boot, from the flag: a captured HTTP boot DISCOVER.
     client.add_addr(&v.b, "10.79.0.250/24")?;
-    let http = Message::from_bytes(include_bytes!(
-        "../../dhcp/src/testdata/uefi-http-discover.bin"
-    ))?;
-    socket.send_to(&http.to_vec()?, to)?;
-    let answer = replies(&socket, Duration::from_millis(500))?
-        .into_iter()
-        .find(|m| m.xid() == http.xid() && m.chaddr()[..6] == http.chaddr()[..6])
-        .context("no answer to the HTTP boot DISCOVER")?;
-    assert_eq!(
-        string_opt(&answer, OptionCode::BootfileName).as_deref(),
-        Some("http://10.79.0.1:8081/boot/snponly.efi")
-    );
-    assert_eq!(
-        string_opt(&answer, OptionCode::ClassIdentifier).as_deref(),
-        Some("HTTPClient")
-    );
-    Ok(())
+    http_boot_answered(
+        &socket,
+        to,
+        Duration::from_millis(500),
+        "http://10.79.0.1:8081/boot/snponly.efi",
+    )
 }
 
 #[test]
@@ -483,26 +472,12 @@ fn jobserver_http_boot_url_from_the_boot_config() -> Result<()> {
     )?;
     client.add_addr(&v.b, "10.79.2.250/24")?;
     let socket = client.bind_udp(SocketAddr::from(([0, 0, 0, 0], 68)), &v.b)?;
-    let http = Message::from_bytes(include_bytes!(
-        "../../dhcp/src/testdata/uefi-http-discover.bin"
-    ))?;
-    socket.send_to(
-        &http.to_vec()?,
+    http_boot_answered(
+        &socket,
         SocketAddr::from(([255, 255, 255, 255], 67)),
-    )?;
-    let answer = replies(&socket, Duration::from_millis(1000))?
-        .into_iter()
-        .find(|m| m.xid() == http.xid())
-        .context("no answer to the HTTP boot DISCOVER")?;
-    assert_eq!(
-        string_opt(&answer, OptionCode::BootfileName).as_deref(),
-        Some("http://10.79.2.5/efi/boot.efi")
-    );
-    assert_eq!(
-        string_opt(&answer, OptionCode::ClassIdentifier).as_deref(),
-        Some("HTTPClient")
-    );
-    Ok(())
+        Duration::from_millis(1000),
+        "http://10.79.2.5/efi/boot.efi",
+    )
 }
 
 #[test]
