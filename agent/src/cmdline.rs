@@ -197,6 +197,21 @@ pub enum ParamError {
     TooLong(usize),
 }
 
+/// The checks of a free-form value, in this order: not empty, at most `max`
+/// bytes, every byte `allowed`.
+fn check_bytes(value: &[u8], max: usize, allowed: impl Fn(u8) -> bool) -> Result<(), ParamError> {
+    if value.is_empty() {
+        return Err(ParamError::Empty);
+    }
+    if value.len() > max {
+        return Err(ParamError::TooLong(max));
+    }
+    match value.iter().find(|&&b| !allowed(b)) {
+        Some(&bad) => Err(ParamError::InvalidCharacter(bad)),
+        None => Ok(()),
+    }
+}
+
 /// The one-time enrollment nonce. A secret until used: its `Debug` and
 /// `Display` show only [`Nonce::redacted`].
 #[derive(Clone, PartialEq, Eq)]
@@ -205,18 +220,9 @@ pub struct Nonce(String);
 impl Nonce {
     /// Letters, digits and `-._~` (URL-safe as is), 1 to [`MAX_NONCE_LEN`] bytes.
     pub fn parse(value: &[u8]) -> Result<Nonce, ParamError> {
-        if value.is_empty() {
-            return Err(ParamError::Empty);
-        }
-        if value.len() > MAX_NONCE_LEN {
-            return Err(ParamError::TooLong(MAX_NONCE_LEN));
-        }
-        if let Some(&bad) = value
-            .iter()
-            .find(|&&b| !(b.is_ascii_alphanumeric() || b"-._~".contains(&b)))
-        {
-            return Err(ParamError::InvalidCharacter(bad));
-        }
+        check_bytes(value, MAX_NONCE_LEN, |b| {
+            b.is_ascii_alphanumeric() || b"-._~".contains(&b)
+        })?;
         Ok(Nonce(String::from_utf8_lossy(value).into_owned()))
     }
 
@@ -304,18 +310,9 @@ pub struct ControlUrl(String);
 impl ControlUrl {
     /// Checks the value; see the type's documentation.
     pub fn parse(value: &[u8]) -> Result<ControlUrl, ParamError> {
-        if value.is_empty() {
-            return Err(ParamError::Empty);
-        }
-        if value.len() > MAX_URL_LEN {
-            return Err(ParamError::TooLong(MAX_URL_LEN));
-        }
-        if let Some(&bad) = value
-            .iter()
-            .find(|&&b| !b.is_ascii_graphic() || b == b'"' || b == b'\\')
-        {
-            return Err(ParamError::InvalidCharacter(bad));
-        }
+        check_bytes(value, MAX_URL_LEN, |b| {
+            b.is_ascii_graphic() && b != b'"' && b != b'\\'
+        })?;
         let rest = value
             .strip_prefix(b"http://")
             .or_else(|| value.strip_prefix(b"https://"))
