@@ -197,6 +197,40 @@ pub enum ParamError {
     TooLong(usize),
 }
 
+/// The checks of a free-form value, in this order: not empty, at most `max`
+/// bytes, every byte `allowed`.
+fn check_bytes(value: &[u8], max: usize, allowed: impl Fn(u8) -> bool) -> Result<(), ParamError> {
+    if value.is_empty() {
+        return Err(ParamError::Empty);
+    }
+    if value.len() > max {
+        return Err(ParamError::TooLong(max));
+    }
+    match value.iter().find(|&&b| !allowed(b)) {
+        Some(&bad) => Err(ParamError::InvalidCharacter(bad)),
+        None => Ok(()),
+    }
+}
+
+/// The checks of a fixed-size value: not empty, then exactly `len` bytes
+/// (`wrong` if not).
+fn check_len(value: &[u8], len: usize, wrong: ParamError) -> Result<(), ParamError> {
+    if value.is_empty() {
+        return Err(ParamError::Empty);
+    }
+    if value.len() != len {
+        return Err(wrong);
+    }
+    Ok(())
+}
+
+/// The byte two hexadecimal digits (either case) spell; `bad` if they are
+/// not digits.
+fn hex_pair(high: u8, low: u8, bad: ParamError) -> Result<u8, ParamError> {
+    let hex = |b: u8| (b as char).to_digit(16).ok_or(bad);
+    u8::try_from(hex(high)? << 4 | hex(low)?).map_err(|_| bad)
+}
+
 /// The one-time enrollment nonce. A secret until used: its `Debug` and
 /// `Display` show only [`Nonce::redacted`].
 #[derive(Clone, PartialEq, Eq)]
@@ -205,18 +239,9 @@ pub struct Nonce(String);
 impl Nonce {
     /// Letters, digits and `-._~` (URL-safe as is), 1 to [`MAX_NONCE_LEN`] bytes.
     pub fn parse(value: &[u8]) -> Result<Nonce, ParamError> {
-        if value.is_empty() {
-            return Err(ParamError::Empty);
-        }
-        if value.len() > MAX_NONCE_LEN {
-            return Err(ParamError::TooLong(MAX_NONCE_LEN));
-        }
-        if let Some(&bad) = value
-            .iter()
-            .find(|&&b| !(b.is_ascii_alphanumeric() || b"-._~".contains(&b)))
-        {
-            return Err(ParamError::InvalidCharacter(bad));
-        }
+        check_bytes(value, MAX_NONCE_LEN, |b| {
+            b.is_ascii_alphanumeric() || b"-._~".contains(&b)
+        })?;
         Ok(Nonce(String::from_utf8_lossy(value).into_owned()))
     }
 
@@ -261,17 +286,10 @@ pub struct CaFingerprint([u8; 32]);
 impl CaFingerprint {
     /// Exactly 64 hexadecimal digits, either case.
     pub fn parse(value: &[u8]) -> Result<CaFingerprint, ParamError> {
-        if value.is_empty() {
-            return Err(ParamError::Empty);
-        }
-        if value.len() != 64 {
-            return Err(ParamError::BadFingerprint);
-        }
+        check_len(value, 64, ParamError::BadFingerprint)?;
         let mut digest = [0; 32];
         for (byte, pair) in digest.iter_mut().zip(value.chunks_exact(2)) {
-            let hex = |b: u8| (b as char).to_digit(16).ok_or(ParamError::BadFingerprint);
-            *byte = u8::try_from(hex(pair[0])? << 4 | hex(pair[1])?)
-                .map_err(|_| ParamError::BadFingerprint)?;
+            *byte = hex_pair(pair[0], pair[1], ParamError::BadFingerprint)?;
         }
         Ok(CaFingerprint(digest))
     }
@@ -304,18 +322,9 @@ pub struct ControlUrl(String);
 impl ControlUrl {
     /// Checks the value; see the type's documentation.
     pub fn parse(value: &[u8]) -> Result<ControlUrl, ParamError> {
-        if value.is_empty() {
-            return Err(ParamError::Empty);
-        }
-        if value.len() > MAX_URL_LEN {
-            return Err(ParamError::TooLong(MAX_URL_LEN));
-        }
-        if let Some(&bad) = value
-            .iter()
-            .find(|&&b| !b.is_ascii_graphic() || b == b'"' || b == b'\\')
-        {
-            return Err(ParamError::InvalidCharacter(bad));
-        }
+        check_bytes(value, MAX_URL_LEN, |b| {
+            b.is_ascii_graphic() && b != b'"' && b != b'\\'
+        })?;
         let rest = value
             .strip_prefix(b"http://")
             .or_else(|| value.strip_prefix(b"https://"))
@@ -354,21 +363,14 @@ pub struct Mac(pub [u8; 6]);
 impl Mac {
     /// Six hex pairs separated by `:` or `-`, either case.
     pub fn parse(value: &[u8]) -> Result<Mac, ParamError> {
-        if value.is_empty() {
-            return Err(ParamError::Empty);
-        }
-        if value.len() != 17 {
-            return Err(ParamError::BadMac);
-        }
+        check_len(value, 17, ParamError::BadMac)?;
         let mut mac = [0u8; 6];
         for (i, byte) in mac.iter_mut().enumerate() {
             let at = i * 3;
             if i > 0 && !matches!(value[at - 1], b':' | b'-') {
                 return Err(ParamError::BadMac);
             }
-            let hex = |b: u8| (b as char).to_digit(16).ok_or(ParamError::BadMac);
-            *byte = u8::try_from(hex(value[at])? << 4 | hex(value[at + 1])?)
-                .map_err(|_| ParamError::BadMac)?;
+            *byte = hex_pair(value[at], value[at + 1], ParamError::BadMac)?;
         }
         Ok(Mac(mac))
     }

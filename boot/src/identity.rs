@@ -23,6 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use mprov_api::client::{Auth, Client};
 use mprov_api::enroll::{JobserverEnrollment, Renewal};
+use mprov_process::metrics::Prefixed;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -200,25 +201,19 @@ pub struct CertMetrics {
 impl CertMetrics {
     /// Registered into `registry` under `jobserver_cert_`.
     pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        let r = registry.sub_registry_with_prefix("jobserver_cert");
-        r.register(
-            "not_after",
-            "When the job server's certificate ends, Unix seconds",
-            m.not_after.clone(),
-        );
-        r.register(
-            "near_expiry",
-            "1 when less than a sixth of the certificate's validity is left (renewal failing)",
-            m.near_expiry.clone(),
-        );
-        r.register("renewals", "Certificate renewals done", m.renewals.clone());
-        r.register(
-            "renewal_failures",
-            "Certificate renewals that failed",
-            m.renewal_failures.clone(),
-        );
-        m
+        let mut r = Prefixed::new(registry, "jobserver_cert");
+        CertMetrics {
+            not_after: r.metric(
+                "not_after",
+                "When the job server's certificate ends, Unix seconds",
+            ),
+            near_expiry: r.metric(
+                "near_expiry",
+                "1 when less than a sixth of the certificate's validity is left (renewal failing)",
+            ),
+            renewals: r.metric("renewals", "Certificate renewals done"),
+            renewal_failures: r.metric("renewal_failures", "Certificate renewals that failed"),
+        }
     }
 }
 

@@ -19,17 +19,6 @@ mod renew;
 #[path = "jobserver/tftp.rs"]
 mod tftp;
 
-/// A child process (a job server, a client) killed by its PID and reaped on
-/// drop.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -42,6 +31,9 @@ use mprov_control::db::{Db, Val};
 use mprov_control::http;
 use mprov_control::pki::{SignerClient, https};
 use mprov_control::secrets::{self, SecretBox};
+use mprov_tests::KillOnDrop;
+use mprov_tests::lab::{FollowerFiles, follower_command};
+use mprov_tests::netns::Netns;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -51,26 +43,72 @@ use tokio_util::sync::CancellationToken;
 /// `dir`, enrolling with `token` when given and serving metrics on
 /// `metrics`; its log goes to `log`.
 fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>, metrics: &str) -> KillOnDrop {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
-    cmd.env_clear()
-        .args(["--control-url", url, "--name", "js1"])
-        .arg("--ca-file")
-        .arg(dir.join("tls/ca.crt"))
-        .arg("--state-dir")
-        .arg(dir.join("js"))
-        .arg("--enroll-token-file")
-        .arg(dir.join("no-token-file"))
-        .arg("--apikey-file")
-        .arg(dir.join("no-apikey-file"))
-        .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
-        .args(["--metrics", metrics, "--log", "info"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
+    let files = FollowerFiles {
+        ca: &dir.join("tls/ca.crt"),
+        apikey: &dir.join("no-apikey-file"),
+        enroll_token: &dir.join("no-token-file"),
+        state: &dir.join("js"),
+    };
+    let exe = Path::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
+    let mut cmd = follower_command(exe, url, files, log).unwrap();
+    cmd.args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
+        .args(["--metrics", metrics]);
     if let Some(t) = token {
         cmd.args(["--enroll-token", t]);
     }
     KillOnDrop(cmd.spawn().expect("start mprov-jobserver"))
+}
+
+/// `mprov-jobserver` in `ns` serving the boot config file `config` (no
+/// control service), standard output dropped, its log (at `info`) in `log`.
+/// The caller adds the servers it runs and spawns it.
+fn standalone_jobserver(ns: &Netns, config: &Path, log: &Path) -> anyhow::Result<Command> {
+    let mut cmd = ns.command(env!("CARGO_BIN_EXE_mprov-jobserver"));
+    cmd.arg("--boot-config")
+        .arg(config)
+        .args(["--log", "info"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log)?);
+    Ok(cmd)
+}
+
+/// `text` without its ANSI colour sequences (ESC [ ... letter), as the job
+/// server's log has them.
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A new API key named `name`, straight in the database (not revoked,
+/// created 2026-01-01).
+async fn insert_api_key(db: &Db, name: &str) -> secrets::NewApiKey {
+    let key = secrets::new_api_key();
+    let mut sql = db.sql();
+    sql.push("INSERT INTO api_keys (name, prefix, hash, revoked, created_at, updated_at) VALUES ");
+    let stamp = Val::Text(Some("2026-01-01T00:00:00Z".into()));
+    sql.bind_list([
+        Val::Text(Some(name.into())),
+        Val::Text(Some(key.prefix.clone())),
+        Val::Text(Some(key.hash.clone())),
+        Val::Bool(Some(false)),
+        stamp.clone(),
+        stamp,
+    ]);
+    sql.query().execute(db.pool()).await.unwrap();
+    key
 }
 
 /// Polls (bounded by `limit`) until the log holds `what`; the log.
@@ -210,19 +248,7 @@ async fn follows_changes_and_survives_an_outage() {
     );
     // An API key for the job server, straight in the database.
     let db = Db::open(&url).await.unwrap();
-    let key = secrets::new_api_key();
-    let mut sql = db.sql();
-    sql.push("INSERT INTO api_keys (name, prefix, hash, revoked, created_at, updated_at) VALUES ");
-    let now = Val::Text(Some("2026-01-01T00:00:00Z".into()));
-    sql.bind_list([
-        Val::Text(Some("js".into())),
-        Val::Text(Some(key.prefix.clone())),
-        Val::Text(Some(key.hash.clone())),
-        Val::Bool(Some(false)),
-        now.clone(),
-        now,
-    ]);
-    sql.query().execute(db.pool()).await.unwrap();
+    let key = insert_api_key(&db, "js").await;
     db.pool().close().await;
 
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::cpio::{Archive, Compression, Contents, EntryError, Meta, WriteError};
+use crate::cpio::{Archive, Compression, Contents, Device, EntryError, Meta, WriteError};
 use crate::modules::{ModuleError, ModuleTree, PciId, Resolution};
 
 /// The file listing the modules to load, in order, one absolute path a line
@@ -156,8 +156,8 @@ impl Builder {
         ] {
             archive.dir(dir, Meta::new(mode))?;
         }
-        archive.char_device("dev/console", 5, 1, Meta::new(0o600))?;
-        archive.char_device("dev/null", 1, 3, Meta::new(0o666))?;
+        archive.device("dev/console", Device::Char(5, 1), Meta::new(0o600))?;
+        archive.device("dev/null", Device::Char(1, 3), Meta::new(0o666))?;
 
         let mut release = None;
         let mut resolution = Resolution::default();

@@ -57,6 +57,16 @@ const S_IFBLK: u32 = 0o060_000;
 const S_IFREG: u32 = 0o100_000;
 const S_IFLNK: u32 = 0o120_000;
 
+/// A device node's type and number (`major`, `minor`), for
+/// [`Archive::device`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// A block device.
+    Block(u32, u32),
+    /// A character device.
+    Char(u32, u32),
+}
+
 /// The permission and owner of an entry. The mtime defaults to the archive's
 /// ([`Archive::with_mtime`], 0 unless set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,8 +320,7 @@ struct Entry {
 
 #[derive(Debug, Clone)]
 enum Kind {
-    BlockDevice { major: u32, minor: u32 },
-    CharDevice { major: u32, minor: u32 },
+    Device(Device),
     Directory,
     Fifo,
     File(Contents),
@@ -377,26 +386,15 @@ impl Archive {
         self.insert(name, Kind::HardLink(target.to_owned()), Meta::new(0))
     }
 
-    /// Adds a character device node (written as a header: no root needed).
-    pub fn char_device(
+    /// Adds a device node, character or block (written as a header: no
+    /// root needed).
+    pub fn device(
         &mut self,
         name: &str,
-        major: u32,
-        minor: u32,
+        device: Device,
         meta: Meta,
     ) -> Result<&mut Self, EntryError> {
-        self.insert(name, Kind::CharDevice { major, minor }, meta)
-    }
-
-    /// Adds a block device node (written as a header: no root needed).
-    pub fn block_device(
-        &mut self,
-        name: &str,
-        major: u32,
-        minor: u32,
-        meta: Meta,
-    ) -> Result<&mut Self, EntryError> {
-        self.insert(name, Kind::BlockDevice { major, minor }, meta)
+        self.insert(name, Kind::Device(device), meta)
     }
 
     /// Adds a named pipe.
@@ -553,14 +551,13 @@ impl Archive {
                 rdev: (0, 0),
             };
             match &entry.kind {
-                Kind::BlockDevice { major, minor } => {
-                    header.mode |= S_IFBLK;
-                    header.rdev = (*major, *minor);
-                    header.write(&mut w, name)?;
-                }
-                Kind::CharDevice { major, minor } => {
-                    header.mode |= S_IFCHR;
-                    header.rdev = (*major, *minor);
+                Kind::Device(device) => {
+                    let (type_bits, rdev) = match *device {
+                        Device::Block(major, minor) => (S_IFBLK, (major, minor)),
+                        Device::Char(major, minor) => (S_IFCHR, (major, minor)),
+                    };
+                    header.mode |= type_bits;
+                    header.rdev = rdev;
                     header.write(&mut w, name)?;
                 }
                 Kind::Directory => {
@@ -700,7 +697,7 @@ fn write_file<W: Write>(
 }
 
 /// The fields of a header that vary; `dev` and `check` are always 0.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Header {
     ino: u32,
     mode: u32,

@@ -35,5 +35,5 @@ pub mod cpio;
 pub mod modules;
 
 pub use builder::{BuildError, Builder, Initramfs, MODULE_LIST};
-pub use cpio::{Archive, Compression, Contents, Meta};
+pub use cpio::{Archive, Compression, Contents, Device, Meta};
 pub use modules::{ModuleTree, PciId, Resolution};

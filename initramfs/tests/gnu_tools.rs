@@ -13,7 +13,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use mprov_initramfs::{Archive, Compression, Initramfs, Meta};
+use mprov_initramfs::{Archive, Compression, Device, Initramfs, Meta};
 
 const MTIME: u32 = 1_700_000_000;
 
@@ -76,12 +76,16 @@ fn every_kind(streamed: &Path) -> Archive {
     a.file("data/suid", "x", Meta::new(0o4755)).expect("add");
     a.file("data/empty", Vec::new(), Meta::new(0o644))
         .expect("add");
-    a.char_device("dev/console", 5, 1, Meta::new(0o600))
+    a.device("dev/console", Device::Char(5, 1), Meta::new(0o600))
         .expect("add");
-    a.char_device("dev/big", 259, 65_541, Meta::new(0o640))
+    a.device("dev/big", Device::Char(259, 65_541), Meta::new(0o640))
         .expect("add");
-    a.block_device("dev/sda1", 8, 1, Meta::new(0o660).owner(0, 6))
-        .expect("add");
+    a.device(
+        "dev/sda1",
+        Device::Block(8, 1),
+        Meta::new(0o660).owner(0, 6),
+    )
+    .expect("add");
     a.fifo("run/fifo", Meta::new(0o644)).expect("add");
     a.file("links/b", "linked\n", Meta::new(0o640).owner(7, 8))
         .expect("add");

@@ -9,6 +9,9 @@
 //!   [`Signals`] (SIGTERM and SIGINT, registered before start-up) and
 //!   [`run_servers`] (bound servers run until a signal or the first failure,
 //!   then stopped together through one shutdown token).
+//! - With the `metrics` feature, for the boot services' Prometheus counters:
+//!   [`metrics::Prefixed`] (a metric registered with its name and help in one
+//!   call).
 //!
 //! The control service (its CLI, backups and CA files), the job server, the
 //! DHCP lease log and the agent use it; the agent's static binary takes it
@@ -19,6 +22,8 @@
 mod file;
 #[cfg(feature = "service")]
 pub mod logging;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(feature = "service")]
 mod run;
 

@@ -9,7 +9,9 @@
 //!   [`SERVER_IP`]/24 and an IPv6 /64 so router advertisements have a
 //!   prefix), with a tap device per VM; the servers run inside it.
 //! - [`JobServer`] and [`LabControl`]: `mprov-jobserver` and `mprov-control
-//!   serve`, started inside the namespace and stopped by their PIDs.
+//!   serve`, started inside the namespace and stopped by their PIDs;
+//!   [`follower_command`]: a job server following a control service, for
+//!   the tests that start one outside the lab's namespace.
 //! - [`cpio_initrd`] and [`busybox_stream_initrd`]: the two incumbent ways of
 //!   booting the same root, for the time-to-ready benchmark: the whole root as
 //!   one cpio initrd (as Warewulf does), and a busybox initramfs that streams
@@ -713,6 +715,49 @@ pub struct JobServerSpec {
     pub home: PathBuf,
     /// Its metrics port on the namespace's loopback (unique per job server).
     pub metrics_port: u16,
+}
+
+/// What a job server following a control service reads and writes: the
+/// files behind `--ca-file`, `--apikey-file` and `--enroll-token-file` (an
+/// absent one is fine) and its `--state-dir`.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowerFiles<'a> {
+    /// The control service's CA certificate.
+    pub ca: &'a Path,
+    /// An API key file (`export MPROV_APIKEY=...`).
+    pub apikey: &'a Path,
+    /// A one-time enrollment token file.
+    pub enroll_token: &'a Path,
+    /// Its state folder (its own certificate and key).
+    pub state: &'a Path,
+}
+
+/// `mprov-jobserver` (the binary `exe`) as job server `js1` following the
+/// control service at `url`, outside any namespace: environment cleared,
+/// `files` as its credentials and state, standard output dropped, its log
+/// (at `info`) in `log`. The caller adds the servers it runs and spawns it.
+pub fn follower_command(
+    exe: &Path,
+    url: &str,
+    files: FollowerFiles<'_>,
+    log: &Path,
+) -> Result<Command> {
+    let mut cmd = Command::new(exe);
+    cmd.env_clear()
+        .args(["--control-url", url, "--name", "js1"])
+        .arg("--ca-file")
+        .arg(files.ca)
+        .arg("--apikey-file")
+        .arg(files.apikey)
+        .arg("--enroll-token-file")
+        .arg(files.enroll_token)
+        .arg("--state-dir")
+        .arg(files.state)
+        .args(["--log", "info"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(log).with_context(|| format!("creating {}", log.display()))?);
+    Ok(cmd)
 }
 
 /// A running `mprov-jobserver` in the lab.

@@ -24,3 +24,5 @@ pub mod netns;
 mod process;
 pub mod vm;
 pub mod xtask;
+
+pub use process::KillOnDrop;

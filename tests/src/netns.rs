@@ -1,18 +1,29 @@
 //! Network namespaces for lab tests: a private network per test, joined by
 //! veth pairs, where real clients (udhcpc, dhclient, tftp, dig) talk to our
-//! servers without touching the host's network.
+//! servers without touching the host's network. The DHCP tests of
+//! `mprov-dhcp` and of the job server share what they do there: a UDP socket
+//! bound inside ([`Netns::bind_udp`]), ISC dhclient run to a lease
+//! ([`Netns::dhclient`]), a client's hook script ([`write_script`]) and what
+//! it saw ([`parse_env`]).
 //!
-//! Everything goes through `ip` (iproute2), so no unsafe code is needed here.
+//! Namespaces, links and addresses go through `ip` (iproute2), and a socket
+//! is bound inside through `setns` on a thread of its own, so no unsafe code
+//! is needed here.
 //! Names are unique per process and per call (`<prefix>-<pid>-<n>`), so tests
 //! run in parallel; a namespace is deleted on `Drop`, which also destroys the
 //! veth ends inside it. Addresses are only ever added inside namespaces this
 //! module created. Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN).
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+
+use crate::KillOnDrop;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -114,6 +125,94 @@ impl Netns {
     pub fn up(&self, dev: &str) -> Result<()> {
         self.ip(&["link", "set", "dev", dev, "up"]).map(drop)
     }
+
+    /// A UDP socket inside the namespace, bound to `addr` on `dev`: a helper
+    /// thread enters the namespace (`setns` changes only the calling thread)
+    /// and creates the socket, which stays in that namespace wherever it is
+    /// used afterwards. Broadcast is allowed, and broadcast replies leave
+    /// through `dev` without a route. The socket blocks, as a std socket
+    /// does: set it non-blocking before handing it to tokio.
+    pub fn bind_udp(&self, addr: SocketAddr, dev: &str) -> Result<UdpSocket> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let path = self.path();
+        let dev = dev.to_owned();
+        std::thread::spawn(move || -> Result<UdpSocket> {
+            let file = std::fs::File::open(&path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
+            let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+            s.set_reuse_address(true)?;
+            s.set_broadcast(true)?;
+            s.bind_device(Some(dev.as_bytes()))?;
+            s.bind(&addr.into())?;
+            Ok(s.into())
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("bind thread panicked"))?
+    }
+
+    /// Runs ISC dhclient on `dev` (its script, lease and PID files in `dir`)
+    /// until its script sees BOUND, bounded by `limit`, then kills it (by
+    /// its PID); the variables the script saw.
+    pub fn dhclient(
+        &self,
+        dev: &str,
+        dir: &Path,
+        limit: Duration,
+    ) -> Result<HashMap<String, String>> {
+        let script = dir.join("dhclient.sh");
+        let env_out = dir.join("dhclient.env");
+        write_script(
+            &script,
+            &format!(
+                "#!/bin/sh\n[ \"$reason\" = BOUND ] && env > {0}.tmp && mv {0}.tmp {0}\nexit 0\n",
+                env_out.display()
+            ),
+        )?;
+        let child = KillOnDrop(
+            self.command("dhclient")
+                .args(["-1", "-d", "-4", "-sf"])
+                .arg(&script)
+                .arg("-lf")
+                .arg(dir.join("dhclient.leases"))
+                .arg("-pf")
+                .arg(dir.join("dhclient.pid"))
+                .arg(dev)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting dhclient")?,
+        );
+        let deadline = Instant::now() + limit;
+        // Bounded polling for the script's output file.
+        while !env_out.exists() {
+            if Instant::now() > deadline {
+                bail!("dhclient got no lease in time");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(child);
+        Ok(parse_env(&std::fs::read_to_string(&env_out)?))
+    }
+}
+
+/// Writes `text` to `path` as an executable script (mode 0755): a DHCP
+/// client's hook.
+pub fn write_script(path: &Path, text: &str) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
+/// The `NAME=value` lines of `env`'s output (a DHCP client's hook ran it),
+/// as a map.
+pub fn parse_env(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
 }
 
 impl Drop for Netns {

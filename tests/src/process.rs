@@ -9,6 +9,20 @@ use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// A child process (a server, a client) killed (SIGKILL, by its PID) and
+/// reaped on drop: for tests that start a process and need it gone at once
+/// whatever happens, without the graceful stop (SIGTERM first) of the
+/// servers this crate starts.
+#[derive(Debug)]
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// How often a stop checks whether the process has exited.
 const STOP_POLL: Duration = Duration::from_millis(20);
 

@@ -5,6 +5,7 @@
 //! under the `dhcp_` prefix. An unregistered [`Metrics::default`] counts into
 //! the void, which is what unit tests want.
 
+use mprov_process::metrics::Prefixed;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -57,39 +58,31 @@ pub struct Metrics {
 impl Metrics {
     /// New metrics, registered into `registry` with the `dhcp` prefix.
     pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        let r = registry.sub_registry_with_prefix("dhcp");
-        r.register("offers", "DHCPOFFERs sent", m.offers.clone());
-        r.register("acks", "DHCPACKs sent", m.acks.clone());
-        r.register("naks", "DHCPNAKs sent", m.naks.clone());
-        r.register(
-            "pxe_acks",
-            "proxyDHCP ACKs to PXE boot server requests on port 4011",
-            m.pxe_acks.clone(),
-        );
-        r.register("drops", "Packets not answered, by reason", m.drops.clone());
-        r.register(
-            "malformed",
-            "Packets that did not decode",
-            m.malformed.clone(),
-        );
-        r.register("leases", "Bound, unexpired leases", m.leases.clone());
-        r.register(
-            "pool_exhausted",
-            "1 while the network's pool has no free address",
-            m.pool_exhausted.clone(),
-        );
-        r.register(
-            "pool_exhaustions",
-            "Episodes of the network's pool without a free address",
-            m.pool_exhaustions.clone(),
-        );
-        r.register(
-            "offers_reclaimed",
-            "Unconfirmed offers whose address was given to another client because the pool was full",
-            m.offers_reclaimed.clone(),
-        );
-        m
+        let mut r = Prefixed::new(registry, "dhcp");
+        Metrics {
+            offers: r.metric("offers", "DHCPOFFERs sent"),
+            acks: r.metric("acks", "DHCPACKs sent"),
+            naks: r.metric("naks", "DHCPNAKs sent"),
+            pxe_acks: r.metric(
+                "pxe_acks",
+                "proxyDHCP ACKs to PXE boot server requests on port 4011",
+            ),
+            drops: r.metric("drops", "Packets not answered, by reason"),
+            malformed: r.metric("malformed", "Packets that did not decode"),
+            leases: r.metric("leases", "Bound, unexpired leases"),
+            pool_exhausted: r.metric(
+                "pool_exhausted",
+                "1 while the network's pool has no free address",
+            ),
+            pool_exhaustions: r.metric(
+                "pool_exhaustions",
+                "Episodes of the network's pool without a free address",
+            ),
+            offers_reclaimed: r.metric(
+                "offers_reclaimed",
+                "Unconfirmed offers whose address was given to another client because the pool was full",
+            ),
+        }
     }
 
     /// Counts what happened to a pool.

@@ -70,6 +70,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mprov_process::metrics::Prefixed;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -395,26 +396,17 @@ pub struct RaMetrics {
 impl RaMetrics {
     /// New metrics, registered into `registry` with the `ra` prefix.
     pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        let r = registry.sub_registry_with_prefix("ra");
-        r.register("sent", "Router advertisements sent", m.sent.clone());
-        r.register(
-            "solicitations",
-            "Valid router solicitations received",
-            m.solicitations.clone(),
-        );
-        r.register("drops", "Packets not answered, by reason", m.drops.clone());
-        r.register(
-            "malformed",
-            "Invalid router solicitations",
-            m.malformed.clone(),
-        );
-        r.register(
-            "send_errors",
-            "Router advertisements the kernel refused to send",
-            m.send_errors.clone(),
-        );
-        m
+        let mut r = Prefixed::new(registry, "ra");
+        RaMetrics {
+            sent: r.metric("sent", "Router advertisements sent"),
+            solicitations: r.metric("solicitations", "Valid router solicitations received"),
+            drops: r.metric("drops", "Packets not answered, by reason"),
+            malformed: r.metric("malformed", "Invalid router solicitations"),
+            send_errors: r.metric(
+                "send_errors",
+                "Router advertisements the kernel refused to send",
+            ),
+        }
     }
 
     /// Counts a packet not answered.

@@ -9,9 +9,9 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use dhcproto::v4::{DhcpOption, Message, MessageType};
@@ -19,7 +19,8 @@ use dhcproto::{Decodable, Encodable};
 use mprov_api::boot::{BootConfig, BootHost, BootNetwork, BootServices};
 use mprov_dhcp::store::{LeaseRecord, Probe};
 use mprov_dhcp::{DhcpConfig, LeaseStore, Metrics, Server, StoreOptions};
-use mprov_tests::netns::{Netns, veth};
+use mprov_tests::KillOnDrop;
+use mprov_tests::netns::{Netns, parse_env, veth, write_script};
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -92,7 +93,8 @@ impl Lab {
         let client = Netns::new("dhcpc")?;
         let v = veth(&server_ns, &client)?;
         server_ns.add_addr(&v.a, &format!("{LAB_SERVER}/24"))?;
-        let socket = bind_in(&server_ns, SocketAddr::from(([0, 0, 0, 0], 67)), &v.a)?;
+        let socket = server_ns.bind_udp(SocketAddr::from(([0, 0, 0, 0], 67)), &v.a)?;
+        socket.set_nonblocking(true)?;
         let dir = tempfile::tempdir()?;
         let store = LeaseStore::open(&dir.path().join("leases.log"), StoreOptions::default())?;
         let (tx, rx) = watch::channel(Arc::new(snapshot(LAB_SERVER, hosts)));
@@ -123,8 +125,7 @@ impl Lab {
     /// Runs busybox udhcpc once; returns the variables its script saw on `bound`.
     async fn udhcpc(&self) -> Result<HashMap<String, String>> {
         let script = self.dir.path().join("udhcpc.sh");
-        std::fs::write(&script, "#!/bin/sh\n[ \"$1\" = bound ] && env\nexit 0\n")?;
-        set_executable(&script)?;
+        write_script(&script, "#!/bin/sh\n[ \"$1\" = bound ] && env\nexit 0\n")?;
         let mut cmd = self.client.command("udhcpc");
         cmd.args([
             "-q",
@@ -151,86 +152,13 @@ impl Lab {
 
     /// Runs ISC dhclient until its script sees BOUND, then stops it (by PID).
     async fn dhclient(&self) -> Result<HashMap<String, String>> {
-        let script = self.dir.path().join("dhclient.sh");
-        let env_out = self.dir.path().join("dhclient.env");
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\n[ \"$reason\" = BOUND ] && env > {0}.tmp && mv {0}.tmp {0}\nexit 0\n",
-                env_out.display()
-            ),
-        )?;
-        set_executable(&script)?;
-        let mut cmd = self.client.command("dhclient");
-        cmd.args(["-1", "-d", "-4", "-sf"])
-            .arg(&script)
-            .arg("-lf")
-            .arg(self.dir.path().join("dhclient.leases"))
-            .arg("-pf")
-            .arg(self.dir.path().join("dhclient.pid"))
-            .arg(&self.client_dev)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let child = KillOnDrop(cmd.spawn().context("starting dhclient")?);
-        let deadline = Instant::now() + CLIENT_LIMIT;
-        // Bounded polling for the script's output file.
-        while !env_out.exists() {
-            if Instant::now() > deadline {
-                bail!("dhclient got no lease in time");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        drop(child);
-        Ok(parse_env(&std::fs::read_to_string(&env_out)?))
+        // A blocking wait, on this worker thread only: the server runs on
+        // the other.
+        tokio::task::block_in_place(|| {
+            self.client
+                .dhclient(&self.client_dev, self.dir.path(), CLIENT_LIMIT)
+        })
     }
-}
-
-/// A child process killed (SIGKILL, by its PID) and reaped on drop.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn set_executable(path: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
-    Ok(())
-}
-
-fn parse_env(text: &str) -> HashMap<String, String> {
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-/// Binds a UDP socket inside `ns`, on `dev`: a helper thread enters the
-/// namespace (`setns` changes only the calling thread) and creates the
-/// socket, which stays in that namespace wherever it is used afterwards.
-fn bind_in(ns: &Netns, addr: SocketAddr, dev: &str) -> Result<std::net::UdpSocket> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let path = ns.path();
-    let dev = dev.to_owned();
-    std::thread::spawn(move || -> Result<std::net::UdpSocket> {
-        let file =
-            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-        s.set_reuse_address(true)?;
-        s.set_broadcast(true)?;
-        // Broadcast replies leave through this interface without a route.
-        s.bind_device(Some(dev.as_bytes()))?;
-        s.bind(&addr.into())?;
-        s.set_nonblocking(true)?;
-        Ok(s.into())
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("bind thread panicked"))?
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -347,14 +275,9 @@ impl TestClient {
         mtype: MessageType,
         opts: Vec<DhcpOption>,
     ) -> Result<Option<Message>> {
-        let mut m = Message::new_with_id(
-            xid,
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::UNSPECIFIED,
-            &mac,
-        );
+        // A client's message: no addresses yet, `mac` as the hardware address.
+        let mut m = Message::default();
+        m.set_xid(xid).set_chaddr(&mac);
         m.opts_mut().insert(DhcpOption::MessageType(mtype));
         for o in opts {
             m.opts_mut().insert(o);

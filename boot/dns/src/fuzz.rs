@@ -18,12 +18,11 @@
 //! replays the corpus in `tests/fuzz/corpus/dns_query/` through this too.
 
 use std::cell::RefCell;
-use std::net::{Ipv4Addr, Ipv6Addr};
 
 use hickory_server::net::xfer::Protocol;
 use hickory_server::proto::op::{Message, MessageType};
-use mprov_api::boot::{BootConfig, BootHost, BootNetwork};
 
+use crate::sample::snapshot;
 use crate::server::Shared;
 
 /// Fuzzing entry point: see the module comment. Panics only on a bug.
@@ -51,42 +50,6 @@ pub fn fuzz_query(data: &[u8]) {
             }
         }
     });
-}
-
-/// The zone the fuzz target and the tests answer from: `cluster.test` with
-/// three hosts, one with IPv6 and two aliases, and its reverse zones.
-pub(crate) fn snapshot() -> BootConfig {
-    let host = |name: &str, last: u8, aliases: &[&str]| BootHost {
-        mac: None,
-        ipv4: Some(Ipv4Addr::new(10, 0, 0, last)),
-        ipv6: None,
-        hostname: name.into(),
-        aliases: aliases.iter().map(|a| a.to_string()).collect(),
-        network: Some("prov".into()),
-        netboot: true,
-        bootable: true,
-    };
-    let mut c01 = host("c01", 21, &["login", "head"]);
-    c01.ipv6 = Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x21));
-    BootConfig {
-        revision: 42,
-        networks: vec![BootNetwork {
-            slug: "prov".into(),
-            subnet: Ipv4Addr::new(10, 0, 0, 0),
-            prefix: 24,
-            gateway: None,
-            nameservers: vec![],
-            domain: "cluster.test".into(),
-            pool: None,
-            dhcp: true,
-            dns: true,
-            netboot: true,
-            mtu: None,
-            http_boot_url: None,
-        }],
-        hosts: vec![c01, host("c02", 22, &[]), host("c03", 23, &[])],
-        ..Default::default()
-    }
 }
 
 /// Parses `response` and checks what every response must satisfy.

@@ -48,6 +48,7 @@ mod fast;
 mod fuzz;
 mod metrics;
 mod mmsg;
+pub mod sample;
 mod server;
 mod zones;
 

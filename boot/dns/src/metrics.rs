@@ -2,6 +2,7 @@
 //! registry under the `mprov_dns_` prefix.
 
 use hickory_server::proto::op::ResponseCode;
+use mprov_process::metrics::Prefixed;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -42,7 +43,22 @@ struct RcodeCounters {
 
 impl Metrics {
     pub(crate) fn register(registry: &mut Registry) -> Self {
-        let mut m = Self::default();
+        let mut r = Prefixed::new(registry, "mprov_dns");
+        let mut m = Metrics {
+            queries: r.metric("queries", "DNS queries handled"),
+            responses: r.metric("responses", "DNS responses sent, by rcode"),
+            forwarded: r.metric("forwarded", "DNS queries forwarded to upstream resolvers"),
+            refused: r.metric("refused", "DNS queries answered REFUSED"),
+            dropped: r.metric(
+                "dropped",
+                "DNS packets dropped without an answer, by reason",
+            ),
+            reloads: r.metric(
+                "zone_reloads",
+                "DNS zone rebuilds from a new boot config snapshot",
+            ),
+            by_rcode: RcodeCounters::default(),
+        };
         let series = |rcode| m.responses.get_or_create(&[("rcode", rcode)]).clone();
         m.by_rcode = RcodeCounters {
             noerror: series("noerror"),
@@ -53,29 +69,6 @@ impl Metrics {
             refused: series("refused"),
             other: series("other"),
         };
-        let r = registry.sub_registry_with_prefix("mprov_dns");
-        r.register("queries", "DNS queries handled", m.queries.clone());
-        r.register(
-            "responses",
-            "DNS responses sent, by rcode",
-            m.responses.clone(),
-        );
-        r.register(
-            "forwarded",
-            "DNS queries forwarded to upstream resolvers",
-            m.forwarded.clone(),
-        );
-        r.register("refused", "DNS queries answered REFUSED", m.refused.clone());
-        r.register(
-            "dropped",
-            "DNS packets dropped without an answer, by reason",
-            m.dropped.clone(),
-        );
-        r.register(
-            "zone_reloads",
-            "DNS zone rebuilds from a new boot config snapshot",
-            m.reloads.clone(),
-        );
         m
     }
 

@@ -2,13 +2,14 @@
 //! (BIND's client, which nobody here wrote); dnsmasq plays the upstream
 //! resolver for the forwarding test. All traffic stays on loopback.
 
-use std::net::{Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use mprov_api::boot::{BootConfig, BootHost, BootNetwork};
+use mprov_api::boot::BootConfig;
+use mprov_dns::sample::{host, snapshot};
 use mprov_dns::{DnsConfig, Server};
 use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, UdpSocket};
@@ -166,52 +167,6 @@ async fn dig_until(addr: SocketAddr, args: &[&str], done: impl Fn(&Dig) -> bool)
     bail!("condition never held for dig {args:?}; last: {last:?}")
 }
 
-fn network(slug: &str, subnet: [u8; 4], prefix: u8, domain: &str) -> BootNetwork {
-    BootNetwork {
-        slug: slug.into(),
-        subnet: subnet.into(),
-        prefix,
-        gateway: None,
-        nameservers: vec![],
-        domain: domain.into(),
-        pool: None,
-        dhcp: true,
-        dns: true,
-        netboot: true,
-        mtu: None,
-        http_boot_url: None,
-    }
-}
-
-fn host(name: &str, ipv4: [u8; 4], aliases: &[&str]) -> BootHost {
-    BootHost {
-        mac: None,
-        ipv4: Some(ipv4.into()),
-        ipv6: None,
-        hostname: name.into(),
-        aliases: aliases.iter().map(|a| a.to_string()).collect(),
-        network: Some("prov".into()),
-        netboot: true,
-        bootable: true,
-    }
-}
-
-/// A small cluster: three nodes on `cluster.test`, one with IPv6 and aliases.
-fn snapshot() -> BootConfig {
-    let mut c01 = host("c01", [10, 0, 0, 21], &["login", "head"]);
-    c01.ipv6 = Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x21));
-    BootConfig {
-        revision: 42,
-        networks: vec![network("prov", [10, 0, 0, 0], 24, "cluster.test")],
-        hosts: vec![
-            c01,
-            host("c02", [10, 0, 0, 22], &[]),
-            host("c03", [10, 0, 0, 23], &[]),
-        ],
-        ..Default::default()
-    }
-}
-
 #[tokio::test]
 async fn authoritative_answers() -> Result<()> {
     let ctx = TestContext::start(snapshot(), DnsConfig::default()).await?;
@@ -313,7 +268,8 @@ async fn live_update_adds_and_removes_names() -> Result<()> {
     let mut next = snapshot();
     next.revision = 43;
     next.hosts.retain(|h| h.hostname != "c03");
-    next.hosts.push(host("c04", [10, 0, 0, 24], &["new"]));
+    next.hosts
+        .push(host("c04", "prov", [10, 0, 0, 24], &["new"]));
     ctx.send(next)?;
 
     let added = dig_until(ctx.addr, &["c04.cluster.test", "A"], |d| {

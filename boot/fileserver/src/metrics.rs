@@ -15,6 +15,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use mprov_process::metrics::Prefixed;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -40,26 +41,22 @@ pub struct Metrics {
 impl Metrics {
     /// Registers the metrics under the `mprov_http_` prefix.
     pub fn register(&self, registry: &mut Registry) {
-        let registry = registry.sub_registry_with_prefix("mprov_http");
-        registry.register(
+        let mut r = Prefixed::new(registry, "mprov_http");
+        r.share(
             "served_bytes",
             "Response body bytes sent",
-            self.bytes_served.clone(),
+            &self.bytes_served,
         );
-        registry.register(
-            "requests",
-            "HTTP responses by status class",
-            self.requests.clone(),
-        );
-        registry.register(
+        r.share("requests", "HTTP responses by status class", &self.requests);
+        r.share(
             "active_streams",
             "Admitted image streams currently open",
-            self.active_streams.clone(),
+            &self.active_streams,
         );
-        registry.register(
+        r.share(
             "rejected_streams",
             "Image streams refused with 503 by admission control",
-            self.rejected_streams.clone(),
+            &self.rejected_streams,
         );
     }
 

@@ -18,15 +18,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::KillOnDrop;
+use crate::{KillOnDrop, plain, standalone_jobserver};
 use anyhow::{Context as _, Result, bail, ensure};
 use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 use dhcproto::{Decodable, Encodable};
-use mprov_tests::netns::{Netns, veth};
+use mprov_tests::netns::{Netns, parse_env, veth, write_script};
 
 const METRICS: &str = "http://127.0.0.1:9102/metrics";
 
@@ -48,16 +48,11 @@ fn start_with_tftp(
     let config = dir.join("boot.json");
     std::fs::write(&config, snapshot)?;
     let log = Log(dir.join("jobserver.log"));
-    let mut cmd: Command = ns.command(env!("CARGO_BIN_EXE_mprov-jobserver"));
-    cmd.arg("--boot-config")
-        .arg(&config)
-        .arg("--state-dir")
+    let mut cmd = standalone_jobserver(ns, &config, &log.0)?;
+    cmd.arg("--state-dir")
         .arg(dir.join("state"))
-        .args(["--no-dns", "--log", "info"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log.0)?);
+        .arg("--no-dns")
+        .args(extra);
     let child = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
     log.wait_for("DHCP on")?;
     Ok((child, log))
@@ -104,30 +99,6 @@ fn metric(text: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// `text` without its ANSI colour sequences (ESC [ ... letter).
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn set_executable(path: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
-    Ok(())
-}
-
 /// busybox udhcpc on `dev` in `ns`: `tries` DISCOVERs `pause` seconds apart
 /// (so `tries = 2` is the first try and its first retry); the variables its
 /// script saw on `bound`, or the reason it failed.
@@ -139,8 +110,7 @@ fn udhcpc(
     pause: u32,
 ) -> Result<HashMap<String, String>> {
     let script = dir.join("udhcpc.sh");
-    std::fs::write(&script, "#!/bin/sh\n[ \"$1\" = bound ] && env\nexit 0\n")?;
-    set_executable(&script)?;
+    write_script(&script, "#!/bin/sh\n[ \"$1\" = bound ] && env\nexit 0\n")?;
     let out = ns
         .command("udhcpc")
         .args(["-q", "-n", "-f", "-i", dev])
@@ -164,74 +134,7 @@ fn udhcpc(
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect())
-}
-
-/// ISC dhclient on `dev` in `ns` until its script sees BOUND (bounded: 20 s);
-/// the variables it saw.
-fn dhclient(ns: &Netns, dev: &str, dir: &Path) -> Result<HashMap<String, String>> {
-    let script = dir.join("dhclient.sh");
-    let env_out = dir.join("dhclient.env");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\n[ \"$reason\" = BOUND ] && env > {0}.tmp && mv {0}.tmp {0}\nexit 0\n",
-            env_out.display()
-        ),
-    )?;
-    set_executable(&script)?;
-    let child = KillOnDrop(
-        ns.command("dhclient")
-            .args(["-1", "-d", "-4", "-sf"])
-            .arg(&script)
-            .arg("-lf")
-            .arg(dir.join("dhclient.leases"))
-            .arg("-pf")
-            .arg(dir.join("dhclient.pid"))
-            .arg(dev)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting dhclient")?,
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !env_out.exists() {
-        if Instant::now() > deadline {
-            bail!("dhclient got no lease in time");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    drop(child);
-    Ok(std::fs::read_to_string(&env_out)?
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect())
-}
-
-/// A UDP socket inside `ns` bound to `addr` on `dev` (a helper thread enters
-/// the namespace; the socket stays in it).
-fn bind_in(ns: &Netns, addr: SocketAddr, dev: &str) -> Result<UdpSocket> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let path = ns.path();
-    let dev = dev.to_owned();
-    std::thread::spawn(move || -> Result<UdpSocket> {
-        let file = std::fs::File::open(&path)?;
-        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
-        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-        s.set_reuse_address(true)?;
-        s.set_broadcast(true)?;
-        s.bind_device(Some(dev.as_bytes()))?;
-        s.bind(&addr.into())?;
-        Ok(s.into())
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("bind thread panicked"))?
+    Ok(parse_env(&String::from_utf8_lossy(&out.stdout)))
 }
 
 /// Every DHCP reply `socket` receives until it has been quiet for `quiet`.
@@ -284,6 +187,101 @@ fn string_opt(m: &Message, code: OptionCode) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// Sends the captured OVMF-style UEFI HTTP boot DISCOVER from `socket` to
+/// `to` and checks the answer (within `wait`): the boot file `url`, class
+/// `HTTPClient`.
+fn http_boot_answered(socket: &UdpSocket, to: SocketAddr, wait: Duration, url: &str) -> Result<()> {
+    let http = Message::from_bytes(include_bytes!(
+        "../../dhcp/src/testdata/uefi-http-discover.bin"
+    ))?;
+    socket.send_to(&http.to_vec()?, to)?;
+    let answer = replies(socket, wait)?
+        .into_iter()
+        .find(|m| m.xid() == http.xid() && m.chaddr()[..6] == http.chaddr()[..6])
+        .context("no answer to the HTTP boot DISCOVER")?;
+    assert_eq!(
+        string_opt(&answer, OptionCode::BootfileName).as_deref(),
+        Some(url)
+    );
+    assert_eq!(
+        string_opt(&answer, OptionCode::ClassIdentifier).as_deref(),
+        Some("HTTPClient")
+    );
+    Ok(())
+}
+
+/// A namespace for one VM: tap device `tap0` holding `addrs` (CIDR), up.
+fn tap_netns(prefix: &str, addrs: &[&str]) -> Result<Netns> {
+    let ns = Netns::new(prefix)?;
+    ns.ip(&["tuntap", "add", "dev", "tap0", "mode", "tap"])?;
+    for addr in addrs {
+        ns.add_addr("tap0", addr)?;
+    }
+    ns.up("tap0")?;
+    Ok(ns)
+}
+
+/// The folder `root` a VM boots from: Debian's `snponly.efi`, `boot.ipxe`
+/// holding `script`, and the file `(name, text)` that only a booted script
+/// asks for.
+fn boot_root(root: &Path, script: &str, (name, text): (&str, &str)) -> Result<PathBuf> {
+    std::fs::create_dir_all(root)?;
+    std::fs::copy("/usr/lib/ipxe/snponly.efi", root.join("snponly.efi"))
+        .context("/usr/lib/ipxe/snponly.efi is missing: install ipxe")?;
+    std::fs::write(root.join("boot.ipxe"), script)?;
+    std::fs::write(root.join(name), text)?;
+    Ok(root.to_owned())
+}
+
+/// A site's own DHCP server beside the job server: busybox udhcpd on
+/// `iface` in `ns` (its files in `dir`), leasing `first..=last` on a /24,
+/// with the extra `udhcpd.conf` lines `more`.
+fn site_udhcpd(
+    ns: &Netns,
+    dir: &Path,
+    iface: &str,
+    (first, last): (&str, &str),
+    more: &str,
+) -> Result<KillOnDrop> {
+    let conf = dir.join("udhcpd.conf");
+    let leases = dir.join("udhcpd.leases");
+    std::fs::write(
+        &conf,
+        format!(
+            "start {first}\nend {last}\ninterface {iface}\nlease_file {}\nopt subnet 255.255.255.0\n{more}",
+            leases.display()
+        ),
+    )?;
+    std::fs::write(&leases, "")?;
+    Ok(KillOnDrop(
+        ns.command("busybox")
+            .args(["udhcpd", "-f"])
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting busybox udhcpd")?,
+    ))
+}
+
+/// Polls `done` every `pause` until it holds, for at most 300 s (a VM's
+/// boot under TCG); then fails with `failure`'s text.
+fn wait_until(
+    pause: Duration,
+    done: impl Fn() -> bool,
+    failure: impl FnOnce() -> String,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !done() {
+        if Instant::now() > deadline {
+            bail!(failure());
+        }
+        std::thread::sleep(pause);
+    }
+    Ok(())
 }
 
 /// A small deterministic generator (xorshift) for the flood's MACs: random
@@ -367,7 +365,7 @@ fn jobserver_pool_survives_a_discover_flood() -> Result<()> {
     // bursts of 50 so the server's socket buffer holds every burst.
     client.set_mac(&v.b, "02:00:5e:79:00:02")?;
     client.add_addr(&v.b, "10.79.0.250/24")?;
-    let socket = bind_in(&client, SocketAddr::from(([0, 0, 0, 0], 68)), &v.b)?;
+    let socket = client.bind_udp(SocketAddr::from(([0, 0, 0, 0], 68)), &v.b)?;
     let to = SocketAddr::from(([255, 255, 255, 255], 67));
     let macs = flood_macs(1000);
     let mut offers = Vec::new();
@@ -439,23 +437,12 @@ fn jobserver_pool_survives_a_discover_flood() -> Result<()> {
 
     // UEFI HTTP boot, from the flag: a captured HTTP boot DISCOVER.
     client.add_addr(&v.b, "10.79.0.250/24")?;
-    let http = Message::from_bytes(include_bytes!(
-        "../../dhcp/src/testdata/uefi-http-discover.bin"
-    ))?;
-    socket.send_to(&http.to_vec()?, to)?;
-    let answer = replies(&socket, Duration::from_millis(500))?
-        .into_iter()
-        .find(|m| m.xid() == http.xid() && m.chaddr()[..6] == http.chaddr()[..6])
-        .context("no answer to the HTTP boot DISCOVER")?;
-    assert_eq!(
-        string_opt(&answer, OptionCode::BootfileName).as_deref(),
-        Some("http://10.79.0.1:8081/boot/snponly.efi")
-    );
-    assert_eq!(
-        string_opt(&answer, OptionCode::ClassIdentifier).as_deref(),
-        Some("HTTPClient")
-    );
-    Ok(())
+    http_boot_answered(
+        &socket,
+        to,
+        Duration::from_millis(500),
+        "http://10.79.0.1:8081/boot/snponly.efi",
+    )
 }
 
 #[test]
@@ -484,27 +471,13 @@ fn jobserver_http_boot_url_from_the_boot_config() -> Result<()> {
         ],
     )?;
     client.add_addr(&v.b, "10.79.2.250/24")?;
-    let socket = bind_in(&client, SocketAddr::from(([0, 0, 0, 0], 68)), &v.b)?;
-    let http = Message::from_bytes(include_bytes!(
-        "../../dhcp/src/testdata/uefi-http-discover.bin"
-    ))?;
-    socket.send_to(
-        &http.to_vec()?,
+    let socket = client.bind_udp(SocketAddr::from(([0, 0, 0, 0], 68)), &v.b)?;
+    http_boot_answered(
+        &socket,
         SocketAddr::from(([255, 255, 255, 255], 67)),
-    )?;
-    let answer = replies(&socket, Duration::from_millis(1000))?
-        .into_iter()
-        .find(|m| m.xid() == http.xid())
-        .context("no answer to the HTTP boot DISCOVER")?;
-    assert_eq!(
-        string_opt(&answer, OptionCode::BootfileName).as_deref(),
-        Some("http://10.79.2.5/efi/boot.efi")
-    );
-    assert_eq!(
-        string_opt(&answer, OptionCode::ClassIdentifier).as_deref(),
-        Some("HTTPClient")
-    );
-    Ok(())
+        Duration::from_millis(1000),
+        "http://10.79.2.5/efi/boot.efi",
+    )
 }
 
 #[test]
@@ -518,27 +491,13 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
     server.add_addr(&v.a, "10.79.1.2/24")?;
     let dir = tempfile::tempdir()?;
     // The site's own DHCP server: busybox udhcpd, on the same link.
-    let conf = dir.path().join("udhcpd.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "start 10.79.1.50\nend 10.79.1.60\ninterface {}\nlease_file {}\nopt subnet 255.255.255.0\nopt router 10.79.1.254\n",
-            v.a,
-            dir.path().join("udhcpd.leases").display()
-        ),
+    let _site = site_udhcpd(
+        &server,
+        dir.path(),
+        &v.a,
+        ("10.79.1.50", "10.79.1.60"),
+        "opt router 10.79.1.254\n",
     )?;
-    std::fs::write(dir.path().join("udhcpd.leases"), "")?;
-    let _site = KillOnDrop(
-        server
-            .command("busybox")
-            .args(["udhcpd", "-f"])
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting busybox udhcpd")?,
-    );
     // The script URL the control service hands out, as the contract builds it.
     let snapshot = serde_json::json!({
         "revision": 1,
@@ -575,7 +534,7 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
     assert!(ip.starts_with("10.79.1.5") || ip == "10.79.1.60", "{u:?}");
     client.ip(&["addr", "flush", "dev", &v.b])?;
     client.set_mac(&v.b, "02:00:5e:79:01:02")?;
-    let d = dhclient(&client, &v.b, dir.path())?;
+    let d = client.dhclient(&v.b, dir.path(), Duration::from_secs(20))?;
     let ip = d.get("new_ip_address").context("dhclient: no ip")?.clone();
     assert!(ip.starts_with("10.79.1.5") || ip == "10.79.1.60", "{d:?}");
     let m = metrics(&server)?;
@@ -597,7 +556,7 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
         71, 4, 0x80, 0x00, 0x00, 0x00, 255,
     ]));
     client.add_addr(&v.b, &format!("{ciaddr}/24"))?;
-    let socket = bind_in(&client, SocketAddr::from((ciaddr, 68)), &v.b)?;
+    let socket = client.bind_udp(SocketAddr::from((ciaddr, 68)), &v.b)?;
     socket.send_to(&req.to_vec()?, SocketAddr::from(([10, 79, 1, 2], 4011)))?;
     let ack = replies(&socket, Duration::from_millis(1000))?
         .into_iter()
@@ -636,40 +595,14 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
 #[test]
 fn jobserver_proxy_dhcp_boots_ovmf_and_ipxe_through_port_4011() -> Result<()> {
     use mprov_tests::vm::{Firmware, Vm, VmSpec};
-    let ns = Netns::new("jspq")?;
-    ns.ip(&["tuntap", "add", "dev", "tap0", "mode", "tap"])?;
-    ns.add_addr("tap0", "10.79.5.1/24")?;
-    ns.add_addr("tap0", "10.79.5.2/24")?;
-    ns.up("tap0")?;
+    let ns = tap_netns("jspq", &["10.79.5.1/24", "10.79.5.2/24"])?;
     let dir = tempfile::tempdir()?;
-    let root = dir.path().join("tftp");
-    std::fs::create_dir_all(&root)?;
-    std::fs::copy("/usr/lib/ipxe/snponly.efi", root.join("snponly.efi"))
-        .context("/usr/lib/ipxe/snponly.efi is missing: install ipxe")?;
-    std::fs::write(
-        root.join("boot.ipxe"),
+    let root = boot_root(
+        &dir.path().join("tftp"),
         "#!ipxe\nimgfetch tftp://10.79.5.2/proxy-ok.txt\n",
+        ("proxy-ok.txt", "booted through proxyDHCP\n"),
     )?;
-    std::fs::write(root.join("proxy-ok.txt"), "booted through proxyDHCP\n")?;
-    let conf = dir.path().join("udhcpd.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "start 10.79.5.50\nend 10.79.5.60\ninterface tap0\nlease_file {}\nopt subnet 255.255.255.0\n",
-            dir.path().join("udhcpd.leases").display()
-        ),
-    )?;
-    std::fs::write(dir.path().join("udhcpd.leases"), "")?;
-    let _site = KillOnDrop(
-        ns.command("busybox")
-            .args(["udhcpd", "-f"])
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting busybox udhcpd")?,
-    );
+    let _site = site_udhcpd(&ns, dir.path(), "tap0", ("10.79.5.50", "10.79.5.60"), "")?;
     let snapshot = r#"{"revision": 1, "networks": [{"slug": "prov", "subnet": "10.79.5.0", "prefix": 24, "dhcp": true}],
         "boot": {"ipxe_script_url": "tftp://10.79.5.2/boot.ipxe"}}"#;
     let root_arg = root.to_string_lossy().into_owned();
@@ -702,18 +635,18 @@ fn jobserver_proxy_dhcp_boots_ovmf_and_ipxe_through_port_4011() -> Result<()> {
         nic: "virtio-net-pci,romfile=".into(),
         run_dir: dir.path().join("vm"),
     })?;
-    let deadline = Instant::now() + Duration::from_secs(300);
     // The file field, as the log writes it.
-    while !log.text().contains("\"proxy-ok.txt\"") {
-        if Instant::now() > deadline {
-            bail!(
+    wait_until(
+        Duration::from_millis(200),
+        || log.text().contains("\"proxy-ok.txt\""),
+        || {
+            format!(
                 "the VM did not run the script from proxyDHCP; console:\n{}\njob server log:\n{}",
                 vm.console(),
                 log.text()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+            )
+        },
+    )?;
     let m = metrics(&ns)?;
     let text = plain(&log.text());
     // Port 4011 answered twice: OVMF (its boot file) and then iPXE (its
@@ -774,20 +707,13 @@ fn jobserver_proxy_dhcp_boots_ovmf_and_ipxe_through_port_4011() -> Result<()> {
 /// from our image server, which fetches a file only a booted script asks for.
 #[test]
 fn jobserver_boots_ovmf_over_uefi_http_boot() -> Result<()> {
-    let ns = Netns::new("jshv")?;
-    ns.ip(&["tuntap", "add", "dev", "tap0", "mode", "tap"])?;
-    ns.add_addr("tap0", "10.79.6.1/24")?;
-    ns.up("tap0")?;
+    let ns = tap_netns("jshv", &["10.79.6.1/24"])?;
     let dir = tempfile::tempdir()?;
-    let root = dir.path().join("boot");
-    std::fs::create_dir_all(&root)?;
-    std::fs::copy("/usr/lib/ipxe/snponly.efi", root.join("snponly.efi"))
-        .context("/usr/lib/ipxe/snponly.efi is missing: install ipxe")?;
-    std::fs::write(
-        root.join("boot.ipxe"),
+    let root = boot_root(
+        &dir.path().join("boot"),
         "#!ipxe\nimgfetch http://10.79.6.1:8081/boot/http-ok.txt && echo HTTP-BOOT-SCRIPT-OK\n",
+        ("http-ok.txt", "booted through UEFI HTTP boot\n"),
     )?;
-    std::fs::write(root.join("http-ok.txt"), "booted through UEFI HTTP boot\n")?;
     let export = dir.path().join("export");
     std::fs::create_dir_all(&export)?;
     let snapshot = r#"{"revision": 1, "networks": [{"slug": "prov", "subnet": "10.79.6.0", "prefix": 24,
@@ -851,17 +777,17 @@ fn jobserver_boots_ovmf_over_uefi_http_boot() -> Result<()> {
             .spawn()
             .context("starting qemu-system-x86_64 (install qemu-system-x86)")?,
     );
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !console().contains("HTTP-BOOT-SCRIPT-OK") {
-        if Instant::now() > deadline {
-            bail!(
+    wait_until(
+        Duration::from_millis(500),
+        || console().contains("HTTP-BOOT-SCRIPT-OK"),
+        || {
+            format!(
                 "OVMF did not HTTP-boot our iPXE and its script; console:\n{}\njob server log:\n{}",
                 console(),
                 log.text()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+            )
+        },
+    )?;
     let text = console();
     assert!(text.contains(">>Start HTTP Boot over IPv4"), "{text}");
     // OVMF names the URL our DHCP server gave it.

@@ -4,10 +4,10 @@
 //! the metrics listener counts the refusal, and the provisioning log names
 //! the node. curl is the client, in a namespace of its own (loopback only).
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use crate::KillOnDrop;
+use crate::{KillOnDrop, standalone_jobserver};
 use anyhow::{Context as _, Result, bail, ensure};
 use mprov_api::boot::ImageFile;
 use mprov_tests::netns::Netns;
@@ -89,18 +89,12 @@ fn jobserver_admits_image_streams_as_configured() -> Result<()> {
     )?;
 
     let log_path = dir.path().join("jobserver.log");
-    let mut cmd: Command = ns.command(env!("CARGO_BIN_EXE_mprov-jobserver"));
-    cmd.arg("--boot-config")
-        .arg(&snapshot)
-        .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-ra"])
+    let mut cmd = standalone_jobserver(&ns, &snapshot, &log_path)?;
+    cmd.args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-ra"])
         .args(["--http", "127.0.0.1:8081", "--metrics", "127.0.0.1:9102"])
         .args(["--http-max-streams", "1", "--http-stream-mib", "1"])
         .arg("--export")
-        .arg(&export)
-        .args(["--log", "info"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path)?);
+        .arg(&export);
     let server = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
     wait_for("the image server", || {

@@ -3,10 +3,10 @@
 //! boot config's networks), and on no other: rdisc6 (ndisc6) in a client
 //! namespace on each side checks.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use crate::KillOnDrop;
+use crate::{KillOnDrop, standalone_jobserver};
 use anyhow::{Context as _, Result};
 use mprov_tests::netns::{Netns, veth};
 
@@ -68,14 +68,9 @@ fn jobserver_advertises_on_provisioning_interfaces_only() -> Result<()> {
         r#"{"revision": 1, "networks": [{"slug": "prov", "subnet": "10.78.0.0", "prefix": 24, "domain": "lab", "dhcp": true}]}"#,
     )?;
     let log_path = dir.path().join("jobserver.log");
-    let mut cmd: Command = server.command(env!("CARGO_BIN_EXE_mprov-jobserver"));
-    cmd.arg("--boot-config")
-        .arg(&snapshot)
-        .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http"])
-        .args(["--metrics", "127.0.0.1:0", "--log", "info"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path)?);
+    let mut cmd = standalone_jobserver(&server, &snapshot, &log_path)?;
+    cmd.args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http"])
+        .args(["--metrics", "127.0.0.1:0"]);
     let child = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
 

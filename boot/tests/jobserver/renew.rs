@@ -10,12 +10,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mprov_api::client::{Auth, Client};
-use mprov_control::db::Val;
-use mprov_control::secrets;
 use rustls::pki_types::pem::PemObject as _;
 use serde_json::json;
 
-use crate::{TlsControl, jobserver, wait_log};
+use crate::{TlsControl, insert_api_key, jobserver, plain, wait_log};
 
 const VALIDITY: u64 = 120;
 
@@ -80,19 +78,7 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
     let (url, token, db) = (control.url.clone(), control.token.clone(), &control.db);
     let tls_dir = d.join("tls");
     // An API key, to change the inventory as an admin would.
-    let key = secrets::new_api_key();
-    let mut sql = db.sql();
-    sql.push("INSERT INTO api_keys (name, prefix, hash, revoked, created_at, updated_at) VALUES ");
-    let stamp = Val::Text(Some("2026-01-01T00:00:00Z".into()));
-    sql.bind_list([
-        Val::Text(Some("admin".into())),
-        Val::Text(Some(key.prefix.clone())),
-        Val::Text(Some(key.hash.clone())),
-        Val::Bool(Some(false)),
-        stamp.clone(),
-        stamp,
-    ]);
-    sql.query().execute(db.pool()).await.unwrap();
+    let key = insert_api_key(db, "admin").await;
     let admin = Client::builder(&url, Auth::ApiKey(key.key.clone()))
         .ca_certificates_pem(control.ca_pem.clone().into_bytes())
         .build()
@@ -230,22 +216,4 @@ fn job_metrics(port: u16) -> String {
         .output()
         .expect("running curl");
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `text` without ANSI colour sequences (`ESC [ ... m`).
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }

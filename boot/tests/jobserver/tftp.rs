@@ -3,10 +3,10 @@
 //! windowsize at all, and atftp at windowsize 1) and atftp's windowed modes
 //! fetch a 3 MiB file byte for byte, and `/metrics` counts every transfer.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::KillOnDrop;
+use crate::{KillOnDrop, standalone_jobserver};
 use anyhow::{Context as _, Result, bail, ensure};
 use mprov_tests::netns::Netns;
 
@@ -43,17 +43,11 @@ fn jobserver_tftp_serves_lock_step_and_windowed_clients() -> Result<()> {
     let log = dir.path().join("jobserver.log");
     let snapshot = dir.path().join("boot.json");
     std::fs::write(&snapshot, r#"{"revision": 1}"#)?;
-    let mut cmd: Command = ns.command(env!("CARGO_BIN_EXE_mprov-jobserver"));
-    cmd.arg("--boot-config")
-        .arg(&snapshot)
-        .args(["--no-dhcp", "--no-dns", "--no-http", "--no-ra"])
+    let mut cmd = standalone_jobserver(&ns, &snapshot, &log)?;
+    cmd.args(["--no-dhcp", "--no-dns", "--no-http", "--no-ra"])
         .args(["--tftp", "127.0.0.1:69", "--metrics", "127.0.0.1:9102"])
         .arg("--tftp-root")
-        .arg(&root)
-        .args(["--log", "info"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?);
+        .arg(&root);
     let _js = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !std::fs::read_to_string(&log)?.contains("tftp: listening") {

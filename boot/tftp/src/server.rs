@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mprov_process::metrics::Prefixed;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -94,44 +95,31 @@ pub(crate) struct Metrics {
 
 impl Metrics {
     fn register(registry: &mut Registry) -> Self {
-        let m = Metrics::default();
-        let r = registry.sub_registry_with_prefix("tftp");
-        r.register(
-            "transfers_started",
-            "Read requests accepted",
-            m.started.clone(),
-        );
-        r.register(
-            "transfers_completed",
-            "Transfers whose last block was acknowledged",
-            m.completed.clone(),
-        );
-        r.register(
-            "transfers_failed",
-            "Transfers that ended in an error or a timeout",
-            m.failed.clone(),
-        );
-        r.register(
-            "transfers_aborted",
-            "Transfers the client ended after the option acknowledgement (UEFI size probes)",
-            m.aborted.clone(),
-        );
-        r.register(
-            "requests_busy",
-            "Read requests refused because max_transfers were running",
-            m.busy.clone(),
-        );
-        r.register(
-            "bytes_sent",
-            "DATA payload bytes sent, retransmissions included",
-            m.bytes_sent.clone(),
-        );
-        r.register(
-            "transfers_active",
-            "Transfers running now",
-            m.active.clone(),
-        );
-        m
+        let mut r = Prefixed::new(registry, "tftp");
+        Metrics {
+            started: r.metric("transfers_started", "Read requests accepted"),
+            completed: r.metric(
+                "transfers_completed",
+                "Transfers whose last block was acknowledged",
+            ),
+            failed: r.metric(
+                "transfers_failed",
+                "Transfers that ended in an error or a timeout",
+            ),
+            aborted: r.metric(
+                "transfers_aborted",
+                "Transfers the client ended after the option acknowledgement (UEFI size probes)",
+            ),
+            busy: r.metric(
+                "requests_busy",
+                "Read requests refused because max_transfers were running",
+            ),
+            bytes_sent: r.metric(
+                "bytes_sent",
+                "DATA payload bytes sent, retransmissions included",
+            ),
+            active: r.metric("transfers_active", "Transfers running now"),
+        }
     }
 }
 

@@ -684,15 +684,19 @@ async fn malformed_packets_do_not_stop_the_server() -> Result<()> {
     let ctx = TestContext::start(|_| {}).await?;
     ctx.write("f", b"still here")?;
     let socket = UdpSocket::bind("127.0.0.1:0").await?;
-    for junk in [
-        &b""[..],
-        b"\0",
-        b"\0\x01no-nul",
-        b"\0\x09",
-        b"\0\x04\0\x01",
-        b"\0\x05\0\0x\0",
-    ] {
-        socket.send_to(junk, ctx.addr).await?;
+    let junk: [(&str, &[u8]); 6] = [
+        ("an empty datagram", b""),
+        ("half an opcode", b"\0"),
+        ("a read request without its NUL", b"\0\x01no-nul"),
+        ("an unknown opcode", b"\0\x09"),
+        ("an ACK outside any transfer", b"\0\x04\0\x01"),
+        ("an ERROR outside any transfer", b"\0\x05\0\0x\0"),
+    ];
+    for (what, packet) in junk {
+        socket
+            .send_to(packet, ctx.addr)
+            .await
+            .with_context(|| format!("sending {what}"))?;
     }
     let local = ctx.out("f");
     check_fetched(

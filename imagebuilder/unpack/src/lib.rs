@@ -212,6 +212,12 @@ fn unpack_entries<R: Read>(
             path: String::from_utf8_lossy(&raw).into_owned(),
         })?;
         let shown = || String::from_utf8_lossy(&raw).into_owned();
+        // A link entry's target, which it must have.
+        let link_target = |target: Option<&[u8]>| {
+            target
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| read_err(io::Error::other(format!("{}: no link target", shown()))))
+        };
         let kind = entry.header().entry_type();
         let xattrs = pax_xattrs(&mut entry).map_err(read_err)?;
         if rel.as_os_str().is_empty() {
@@ -306,21 +312,11 @@ fn unpack_entries<R: Read>(
                 continue;
             }
             EntryType::Symlink => {
-                let target = entry
-                    .link_name_bytes()
-                    .ok_or_else(|| {
-                        read_err(io::Error::other(format!("{}: no link target", shown())))
-                    })?
-                    .into_owned();
+                let target = link_target(entry.link_name_bytes().as_deref())?;
                 symlink(OsStr::from_bytes(&target), &dest).map_err(c)?;
             }
             EntryType::Link => {
-                let target = entry
-                    .link_name_bytes()
-                    .ok_or_else(|| {
-                        read_err(io::Error::other(format!("{}: no link target", shown())))
-                    })?
-                    .into_owned();
+                let target = link_target(entry.link_name_bytes().as_deref())?;
                 let target_rel = confine(&target).ok_or_else(|| UnpackError::PathEscapes {
                     path: String::from_utf8_lossy(&target).into_owned(),
                 })?;

@@ -6,13 +6,8 @@ use super::*;
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Parsed {
     name: String,
-    ino: u32,
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    nlink: u32,
-    mtime: u32,
-    rdev: (u32, u32),
+    /// Its header's fields, as the writer holds them.
+    header: Header,
     data: Vec<u8>,
     /// Where its header starts.
     offset: usize,
@@ -49,15 +44,19 @@ fn parse(bytes: &[u8]) -> Vec<Parsed> {
                 .all(|b| *b == 0),
             "name padding is zeros"
         );
-        out.push(Parsed {
-            name: name.clone(),
+        let header = Header {
             ino: field(bytes, at, 0),
             mode: field(bytes, at, 1),
             uid: field(bytes, at, 2),
             gid: field(bytes, at, 3),
             nlink: field(bytes, at, 4),
             mtime: field(bytes, at, 5),
+            filesize: filesize as u32,
             rdev: (field(bytes, at, 9), field(bytes, at, 10)),
+        };
+        out.push(Parsed {
+            name: name.clone(),
+            header,
             data,
             offset: at,
         });
@@ -113,7 +112,7 @@ fn same_entries_in_any_order_give_the_same_bytes() {
                 0 => archive.file("etc/motd", "hello", Meta::new(0o644)),
                 1 => archive.dir("etc", Meta::new(0o755)),
                 2 => archive.symlink("bin/sh", "busybox", (0, 0)),
-                3 => archive.char_device("dev/null", 1, 3, Meta::new(0o666)),
+                3 => archive.device("dev/null", Device::Char(1, 3), Meta::new(0o666)),
                 _ => archive.hard_link("etc/motd.link", "etc/motd"),
             }
             .expect("add");
@@ -138,7 +137,7 @@ fn same_entries_in_any_order_give_the_same_bytes() {
         ]
     );
     // Inode numbers follow the name order; the hard link shares its target's.
-    let inos: Vec<u32> = entries.iter().map(|e| e.ino).collect();
+    let inos: Vec<u32> = entries.iter().map(|e| e.header.ino).collect();
     assert_eq!(inos, [1, 2, 3, 4, 5, 6, 6, 0]);
 }
 
@@ -152,15 +151,21 @@ fn missing_parents_are_root_owned_0755_directories() {
     let entries = parse(&archive.to_bytes(Compression::None).expect("write"));
     assert_eq!(names(&entries), ["a", "a/b", "a/b/c", "a/d", TRAILER]);
     let a = &entries[0];
-    assert_eq!((a.mode, a.uid, a.gid, a.mtime), (0o040_755, 0, 0, 1234));
+    assert_eq!(
+        (a.header.mode, a.header.uid, a.header.gid, a.header.mtime),
+        (0o040_755, 0, 0, 1234)
+    );
     // `a` has two subdirectories, `a/b` none.
-    assert_eq!((entries[0].nlink, entries[1].nlink), (4, 2));
+    assert_eq!((entries[0].header.nlink, entries[1].header.nlink), (4, 2));
     let c = &entries[2];
     assert_eq!(
-        (c.mode, c.uid, c.gid, c.mtime),
+        (c.header.mode, c.header.uid, c.header.gid, c.header.mtime),
         (0o100_600, 1000, 100, 1234)
     );
-    assert_eq!((entries[3].mode, entries[3].mtime), (0o040_700, 7));
+    assert_eq!(
+        (entries[3].header.mode, entries[3].header.mtime),
+        (0o040_700, 7)
+    );
 }
 
 #[test]
@@ -176,27 +181,35 @@ fn hard_links_share_the_inode_and_the_last_name_carries_the_data() {
     assert_eq!(names(&entries), ["a", "m", "n", "z", TRAILER]);
     let (a, m, n, z) = (&entries[0], &entries[1], &entries[2], &entries[3]);
     for link in [a, m, z] {
-        assert_eq!(link.ino, a.ino);
-        assert_eq!(link.nlink, 3);
+        assert_eq!(link.header.ino, a.header.ino);
+        assert_eq!(link.header.nlink, 3);
         assert_eq!(
-            (link.mode, link.uid, link.gid, link.mtime),
+            (
+                link.header.mode,
+                link.header.uid,
+                link.header.gid,
+                link.header.mtime
+            ),
             (0o100_640, 5, 6, 99)
         );
     }
     assert!(a.data.is_empty() && m.data.is_empty());
     assert_eq!(z.data, b"shared data");
-    assert_ne!(n.ino, a.ino);
-    assert_eq!((n.nlink, n.data.as_slice()), (1, b"alone".as_slice()));
+    assert_ne!(n.header.ino, a.header.ino);
+    assert_eq!(
+        (n.header.nlink, n.data.as_slice()),
+        (1, b"alone".as_slice())
+    );
 }
 
 #[test]
 fn every_kind_has_its_type_bits_and_device_numbers() {
     let mut archive = Archive::new();
     archive
-        .block_device("b", 8, 1, Meta::new(0o660).owner(0, 6))
+        .device("b", Device::Block(8, 1), Meta::new(0o660).owner(0, 6))
         .expect("add");
     archive
-        .char_device("c", 5, 1, Meta::new(0o600))
+        .device("c", Device::Char(5, 1), Meta::new(0o600))
         .expect("add");
     archive.dir("d", Meta::new(0o1777)).expect("add");
     archive
@@ -210,7 +223,14 @@ fn every_kind_has_its_type_bits_and_device_numbers() {
     type Row<'a> = (&'a str, u32, (u32, u32), &'a [u8]);
     let got: Vec<Row<'_>> = entries
         .iter()
-        .map(|e| (e.name.as_str(), e.mode, e.rdev, e.data.as_slice()))
+        .map(|e| {
+            (
+                e.name.as_str(),
+                e.header.mode,
+                e.header.rdev,
+                e.data.as_slice(),
+            )
+        })
         .collect();
     assert_eq!(
         got,
@@ -224,7 +244,7 @@ fn every_kind_has_its_type_bits_and_device_numbers() {
             (TRAILER, 0, (0, 0), b""),
         ]
     );
-    assert_eq!((entries[5].uid, entries[5].gid), (1, 2));
+    assert_eq!((entries[5].header.uid, entries[5].header.gid), (1, 2));
 }
 
 #[test]

@@ -618,13 +618,13 @@ fn collect_refs(
         children,
         aliases: BTreeMap::new(),
     };
-    // First the `use` items, which also bring names in; then every path.
-    let mut uses = UseCollector::default();
+    let mut found = RefCollector::default();
     for item in items {
-        uses.visit_item(item);
+        found.visit_item(item);
     }
+    // First the `use` items, which also bring names in; then every path.
     let mut refs = Vec::new();
-    for (segments, binding, line) in &uses.found {
+    for (segments, binding, line) in &found.uses {
         if let Some(target) = resolver.resolve(segments, true) {
             if let Some(binding) = binding {
                 resolver.aliases.insert(binding.clone(), target.clone());
@@ -639,11 +639,7 @@ fn collect_refs(
             ));
         }
     }
-    let mut paths = PathCollector::default();
-    for item in items {
-        paths.visit_item(item);
-    }
-    for (segments, line) in paths.found {
+    for (segments, line) in found.paths {
         if let Some(target) = resolver.resolve(&segments, false) {
             refs.push((
                 target,
@@ -659,14 +655,19 @@ fn collect_refs(
     refs
 }
 
-/// The leaves of `use` trees: full path, the name bound (none for globs
-/// and `_`), line.
+/// What the items of one module name, outside `#[cfg(test)]` functions and
+/// impls (child modules are read on their own).
 #[derive(Default)]
-struct UseCollector {
-    found: Vec<(Vec<String>, Option<String>, usize)>,
+struct RefCollector {
+    /// The leaves of `use` trees: full path, the name bound (none for globs
+    /// and `_`), line.
+    uses: Vec<(Vec<String>, Option<String>, usize)>,
+    /// Every path outside `use` items (of one segment too: it may be an
+    /// alias), with its line.
+    paths: Vec<(Vec<String>, usize)>,
 }
 
-impl UseCollector {
+impl RefCollector {
     fn tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
         match tree {
             syn::UseTree::Path(p) => {
@@ -678,11 +679,11 @@ impl UseCollector {
                 let line = n.ident.span().start().line;
                 if n.ident == "self" {
                     let bound = prefix.last().cloned();
-                    self.found.push((prefix.clone(), bound, line));
+                    self.uses.push((prefix.clone(), bound, line));
                 } else {
                     let mut path = prefix.clone();
                     path.push(n.ident.to_string());
-                    self.found.push((path, Some(n.ident.to_string()), line));
+                    self.uses.push((path, Some(n.ident.to_string()), line));
                 }
             }
             syn::UseTree::Rename(r) => {
@@ -692,11 +693,11 @@ impl UseCollector {
                     path.push(r.ident.to_string());
                 }
                 let bound = (r.rename != "_").then(|| r.rename.to_string());
-                self.found.push((path, bound, line));
+                self.uses.push((path, bound, line));
             }
             syn::UseTree::Glob(g) => {
                 let line = g.star_token.spans[0].start().line;
-                self.found.push((prefix.clone(), None, line));
+                self.uses.push((prefix.clone(), None, line));
             }
             syn::UseTree::Group(g) => {
                 for tree in &g.items {
@@ -707,48 +708,19 @@ impl UseCollector {
     }
 }
 
-impl<'ast> Visit<'ast> for UseCollector {
+impl<'ast> Visit<'ast> for RefCollector {
     fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
         if !is_cfg_test(&item.attrs) {
             self.tree(&mut Vec::new(), &item.tree);
         }
     }
 
-    fn visit_item_mod(&mut self, _: &'ast syn::ItemMod) {
-        // Child modules are read on their own.
-    }
-
-    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
-        if !is_cfg_test(&item.attrs) {
-            syn::visit::visit_item_fn(self, item);
-        }
-    }
-
-    fn visit_item_impl(&mut self, item: &'ast syn::ItemImpl) {
-        if !is_cfg_test(&item.attrs) {
-            syn::visit::visit_item_impl(self, item);
-        }
-    }
-}
-
-/// Every path of two segments or more outside `use` items (a single
-/// segment may still be an alias, so those are kept too), with its line.
-#[derive(Default)]
-struct PathCollector {
-    found: Vec<(Vec<String>, usize)>,
-}
-
-impl<'ast> Visit<'ast> for PathCollector {
     fn visit_path(&mut self, path: &'ast syn::Path) {
         if let Some(first) = path.segments.first() {
             let segments = path.segments.iter().map(|s| s.ident.to_string()).collect();
-            self.found.push((segments, first.ident.span().start().line));
+            self.paths.push((segments, first.ident.span().start().line));
         }
         syn::visit::visit_path(self, path);
-    }
-
-    fn visit_item_use(&mut self, _: &'ast syn::ItemUse) {
-        // Collected by `UseCollector`.
     }
 
     fn visit_item_mod(&mut self, _: &'ast syn::ItemMod) {

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use mprov_tests::db::{DbServer, Flavor, MariaDb, Postgres};
+use mprov_tests::lab::{FollowerFiles, follower_command};
 use serde_json::{Value, json};
 
 /// curl's bound on one request: well past the service's 5 s pool wait and
@@ -126,24 +127,17 @@ impl Install {
             .trim_start_matches("export MPROV_APIKEY=")
             .to_owned();
         let dns_port = free_udp_port()?;
-        let jobserver = Command::new(bin.join("mprov-jobserver"))
-            .env_clear()
-            .args(["--control-url", &http, "--name", "js1"])
-            .arg("--apikey-file")
-            .arg(&apikey_file)
-            .arg("--enroll-token-file")
-            .arg(h.join("no-token"))
-            .arg("--ca-file")
-            .arg(h.join("no-ca.crt"))
-            .arg("--state-dir")
-            .arg(h.join("js"))
+        let files = FollowerFiles {
+            ca: &h.join("no-ca.crt"),
+            apikey: &apikey_file,
+            enroll_token: &h.join("no-token"),
+            state: &h.join("js"),
+        };
+        let exe = bin.join("mprov-jobserver");
+        let jobserver = follower_command(&exe, &http, files, &h.join("jobserver.log"))?
             .args(["--no-dhcp", "--no-tftp", "--no-http", "--no-ra"])
             .args(["--dns", &format!("127.0.0.1:{dns_port}")])
             .args(["--metrics", &format!("127.0.0.1:{}", free_tcp_port()?)])
-            .args(["--log", "info"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(h.join("jobserver.log"))?)
             .spawn()
             .context("starting mprov-jobserver")?;
         Ok(Install {

@@ -1,16 +1,15 @@
 //! Tests of the fast path, mostly against hickory's catalog on the same
-//! zone (`crate::fuzz::snapshot`), starting from queries `dig` 9.18 sent
+//! zone (`crate::sample::snapshot`), starting from queries `dig` 9.18 sent
 //! (captured with a UDP/TCP listener on loopback, kept in `src/testdata/`).
-
-use std::net::Ipv4Addr;
 
 use hickory_server::net::xfer::Protocol;
 use hickory_server::proto::op::{Message, ResponseCode};
 use hickory_server::proto::rr::RecordType;
-use mprov_api::boot::{BootConfig, BootHost};
+use mprov_api::boot::BootConfig;
 
 use super::*;
-use crate::fuzz::{assert_same_meaning, checked, snapshot};
+use crate::fuzz::{assert_same_meaning, checked};
+use crate::sample::{host, snapshot};
 use crate::server::{Responses, Shared};
 
 /// The captured queries: file, whether TCP (length-prefixed as captured).
@@ -315,16 +314,8 @@ fn big_answers_truncate_over_udp() {
     let mut config: BootConfig = snapshot();
     let long = "a".repeat(60);
     for i in 0..10 {
-        config.hosts.push(BootHost {
-            mac: None,
-            ipv4: Some(Ipv4Addr::new(10, 0, 0, 99)),
-            ipv6: None,
-            hostname: format!("{long}{i}"),
-            aliases: vec![],
-            network: Some("prov".into()),
-            netboot: true,
-            bootable: true,
-        });
+        let name = format!("{long}{i}");
+        config.hosts.push(host(&name, "prov", [10, 0, 0, 99], &[]));
     }
     let shared = Shared::fixture(&config);
     let name = "99.0.0.10.in-addr.arpa";

@@ -127,44 +127,18 @@ pub(super) fn precheck(packet: &[u8]) -> Result<(), &'static str> {
     }
 }
 
-/// Serialises a response, truncating to `max_size` (RFC 1035 §4.2.1, RFC
-/// 6891 §6.2.5 for EDNS). An encoding failure becomes a bare SERVFAIL, as in
-/// hickory's own server.
-fn encode<'a>(
-    response: MessageResponse<
-        '_,
-        'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-        impl Iterator<Item = &'a Record> + Send + 'a,
-    >,
-    protocol: Protocol,
-) -> Result<(ResponseInfo, Vec<u8>), NetError> {
-    let id = response.metadata().id;
-    let max_size = match (protocol, response.edns()) {
-        (Protocol::Udp, Some(edns)) => edns.max_payload().max(512),
-        (Protocol::Udp, None) => 512,
-        _ => u16::MAX,
+/// A bare SERVFAIL answer to query `id`: what goes out when a response
+/// cannot be encoded, as in hickory's own server.
+fn servfail(id: u16) -> Result<(ResponseInfo, Vec<u8>), NetError> {
+    let mut metadata = Metadata::new(id, MessageType::Response, OpCode::Query);
+    metadata.response_code = ResponseCode::ServFail;
+    let header = Header {
+        metadata,
+        counts: HeaderCounts::default(),
     };
-    let mut bytes = Vec::with_capacity(512);
-    let mut encoder = BinEncoder::new(&mut bytes);
-    encoder.set_max_size(max_size);
-    match response.destructive_emit(&mut encoder) {
-        Ok(info) => Ok((info, bytes)),
-        Err(error) => {
-            warn!(%error, "cannot encode DNS response; sending SERVFAIL");
-            let mut metadata = Metadata::new(id, MessageType::Response, OpCode::Query);
-            metadata.response_code = ResponseCode::ServFail;
-            let header = Header {
-                metadata,
-                counts: HeaderCounts::default(),
-            };
-            let mut bytes = Vec::with_capacity(12);
-            header.emit(&mut BinEncoder::new(&mut bytes))?;
-            Ok((ResponseInfo::from(header), bytes))
-        }
-    }
+    let mut bytes = Vec::with_capacity(12);
+    header.emit(&mut BinEncoder::new(&mut bytes))?;
+    Ok((ResponseInfo::from(header), bytes))
 }
 
 /// Where one transport puts an encoded response: the part of a
@@ -179,7 +153,8 @@ pub(super) trait Deliver: Clone + Send + Sync + Unpin + 'static {
 }
 
 /// The catalog's [`ResponseHandler`]: encodes each response within its
-/// transport's limit, then hands the bytes to `D`.
+/// transport's limit (RFC 1035 §4.2.1, RFC 6891 §6.2.5 for EDNS), a bare
+/// SERVFAIL where that fails, then hands the bytes to `D`.
 #[derive(Clone)]
 pub(super) struct Responder<D>(pub(super) D);
 
@@ -196,7 +171,25 @@ impl<D: Deliver> ResponseHandler for Responder<D> {
             impl Iterator<Item = &'a Record> + Send + 'a,
         >,
     ) -> Result<ResponseInfo, NetError> {
-        let (info, bytes) = encode(response, self.0.protocol())?;
+        let id = response.metadata().id;
+        let max_size = match (self.0.protocol(), response.edns()) {
+            (Protocol::Udp, Some(edns)) => edns.max_payload().max(512),
+            (Protocol::Udp, None) => 512,
+            _ => u16::MAX,
+        };
+        let mut bytes = Vec::with_capacity(512);
+        let emitted = {
+            let mut encoder = BinEncoder::new(&mut bytes);
+            encoder.set_max_size(max_size);
+            response.destructive_emit(&mut encoder)
+        };
+        let (info, bytes) = match emitted {
+            Ok(info) => (info, bytes),
+            Err(error) => {
+                warn!(%error, "cannot encode DNS response; sending SERVFAIL");
+                servfail(id)?
+            }
+        };
         self.0.deliver(bytes).await?;
         Ok(info)
     }

@@ -2,39 +2,10 @@
 
 use std::net::Ipv6Addr;
 
-use mprov_api::boot::{BootHost, BootNetwork};
+use mprov_api::boot::BootNetwork;
 
 use super::*;
-
-fn network(slug: &str, subnet: [u8; 4], prefix: u8, domain: &str, dns: bool) -> BootNetwork {
-    BootNetwork {
-        slug: slug.into(),
-        subnet: subnet.into(),
-        prefix,
-        gateway: None,
-        nameservers: vec![],
-        domain: domain.into(),
-        pool: None,
-        dhcp: false,
-        dns,
-        netboot: true,
-        mtu: None,
-        http_boot_url: None,
-    }
-}
-
-fn host(name: &str, net: &str, v4: Option<[u8; 4]>, aliases: &[&str]) -> BootHost {
-    BootHost {
-        mac: None,
-        ipv4: v4.map(Into::into),
-        ipv6: None,
-        hostname: name.into(),
-        aliases: aliases.iter().map(|a| a.to_string()).collect(),
-        network: Some(net.into()),
-        netboot: true,
-        bootable: false,
-    }
-}
+use crate::sample::{host, network};
 
 /// Renders a zone set as sorted `name type rdata` lines.
 fn dump(set: &ZoneRecords) -> Vec<String> {
@@ -52,19 +23,22 @@ fn dump(set: &ZoneRecords) -> Vec<String> {
 
 #[test]
 fn builds_forward_reverse_and_aliases() {
-    let mut c01 = host("c01", "prov", Some([10, 0, 0, 21]), &["login", "c01"]);
+    let mut c01 = host("c01", "prov", [10, 0, 0, 21], &["login", "c01"]);
     c01.ipv6 = Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x21));
     let config = BootConfig {
         revision: 7,
         networks: vec![
-            network("prov", [10, 0, 0, 0], 22, "cluster.test", true),
-            network("bmc", [10, 1, 0, 0], 24, "bmc.test", false),
+            network("prov", [10, 0, 0, 0], 22, "cluster.test"),
+            BootNetwork {
+                dns: false,
+                ..network("bmc", [10, 1, 0, 0], 24, "bmc.test")
+            },
         ],
         hosts: vec![
             c01,
-            host("c02", "prov", Some([10, 0, 0, 22]), &["login"]),
-            host("c01-bmc", "bmc", Some([10, 1, 0, 21]), &[]),
-            host("bad name!", "prov", Some([10, 0, 0, 99]), &[]),
+            host("c02", "prov", [10, 0, 0, 22], &["login"]),
+            host("c01-bmc", "bmc", [10, 1, 0, 21], &[]),
+            host("bad name!", "prov", [10, 0, 0, 99], &[]),
         ],
         ..Default::default()
     };
@@ -106,12 +80,12 @@ fn builds_forward_reverse_and_aliases() {
 fn nested_reverse_zones_take_the_most_specific() {
     let config = BootConfig {
         networks: vec![
-            network("a", [10, 0, 0, 0], 16, "a.test", true),
-            network("b", [10, 0, 5, 0], 24, "b.test", true),
+            network("a", [10, 0, 0, 0], 16, "a.test"),
+            network("b", [10, 0, 5, 0], 24, "b.test"),
         ],
         hosts: vec![
-            host("x", "a", Some([10, 0, 1, 1]), &[]),
-            host("y", "b", Some([10, 0, 5, 1]), &[]),
+            host("x", "a", [10, 0, 1, 1], &[]),
+            host("y", "b", [10, 0, 5, 1], &[]),
         ],
         ..Default::default()
     };
