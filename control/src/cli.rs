@@ -762,7 +762,7 @@ async fn apikey(db: &Db, sb: &SecretBox, action: ApikeyAction) -> Result<()> {
                 let at = jiff::Timestamp::now()
                     .checked_add(jiff::SignedDuration::from_hours(i64::from(days) * 24))
                     .context("expiry out of range")?;
-                body["expires_at"] = json!(crud::format_ts(at));
+                body["expires_at"] = json!(crate::time::format_ts(at));
             }
             let key = secrets::new_api_key();
             let extra = crud::api_key_columns(&key);

@@ -24,11 +24,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sqlx::Row as _;
 
-use crate::db::crud::{format_ts, now};
 use crate::db::{Db, Sql, Val};
 use crate::identity::Machine;
 use crate::pki::{Profile, SignReply, SignRequest, SignerClient, SignerError};
 use crate::secrets;
+use crate::time::{format_ts, now};
 use mprov_api::enroll::{Enrolled, JobserverEnrollment, NodeEnrollment};
 
 /// Why an enrollment, a token or a credential operation failed. The HTTP

@@ -175,7 +175,7 @@ pub async fn run(config: &Config, db: &Db, secrets: &SecretBox) -> Result<Report
     if db.setting(DONE_SETTING).await?.is_none() {
         own_system(config, db, secrets).await?;
         defaults(db, secrets).await?;
-        db.set_setting(DONE_SETTING, &crud::now()).await?;
+        db.set_setting(DONE_SETTING, &crate::time::now()).await?;
         report.loaded_defaults = true;
         tracing::info!("first start: loaded the default scripts and data");
     }

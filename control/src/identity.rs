@@ -17,11 +17,11 @@ use base64::engine::general_purpose::STANDARD;
 use sha2::{Digest, Sha256};
 use sqlx::Row;
 
-use crate::db::crud::now;
 use crate::db::{Db, Val, opt_bool};
 use crate::first_start::SHARED_KEY_SETTING;
 use crate::pki::Profile;
 use crate::secrets;
+use crate::time::now;
 
 /// Why a principal could not be established.
 #[derive(Debug, thiserror::Error)]

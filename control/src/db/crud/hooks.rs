@@ -8,9 +8,10 @@ use serde_json::{Map, Value};
 use sqlx::{AnyConnection, Row};
 
 use super::validate::default_of;
-use super::{Pending, Prepared, StoreError, now};
+use super::{Pending, Prepared, StoreError};
 use crate::db::kinds::{Hook, Kind};
 use crate::db::{Db, Val, int};
+use crate::time::now;
 
 impl Db {
     /// The hooks that run before an update's own statement, while the stored

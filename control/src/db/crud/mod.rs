@@ -226,16 +226,6 @@ pub enum Mode {
     Update,
 }
 
-/// A time in the stored form: RFC 3339 UTC to the second, so text order is time order.
-pub fn format_ts(ts: jiff::Timestamp) -> String {
-    ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
-/// Now, in the stored form.
-pub fn now() -> String {
-    format_ts(jiff::Timestamp::now())
-}
-
 /// A server-side value a create sets besides the body (an API key's hash).
 pub type Extra = (&'static str, Val);
 

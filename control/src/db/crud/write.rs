@@ -7,11 +7,10 @@ use std::collections::{HashMap, HashSet};
 
 use sqlx::{AnyConnection, Row};
 
-use super::{
-    Extra, FieldError, Obj, Pending, Prepared, RefKey, StoreError, field_errors, now, unique,
-};
+use super::{Extra, FieldError, Obj, Pending, Prepared, RefKey, StoreError, field_errors, unique};
 use crate::db::kinds::{self, Field, Kind, ManyToMany, Ty};
 use crate::db::{Db, Engine, MAX_BINDS, Val, int};
+use crate::time::now;
 
 /// The columns the server sets for a new API key: its prefix and hash.
 pub fn api_key_columns(key: &crate::secrets::NewApiKey) -> Vec<Extra> {
