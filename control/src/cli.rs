@@ -722,12 +722,8 @@ async fn superuser(db: &Db, sb: &SecretBox, action: SuperuserAction) -> Result<(
         } => {
             let (password, random) = read_password(password_stdin)?;
             let body = json!({"username": username, "password": password, "is_admin": true});
-            db.create(
-                users,
-                validated(users, &body, Mode::Create, sb)?,
-                Vec::new(),
-            )
-            .await?;
+            db.create(users, validated(users, &body, Mode::Create, sb)?)
+                .await?;
             println!("created admin user {username}");
             if random {
                 println!("password: {password}");
@@ -764,16 +760,18 @@ async fn apikey(db: &Db, sb: &SecretBox, action: ApikeyAction) -> Result<()> {
                     .context("expiry out of range")?;
                 body["expires_at"] = json!(crate::time::format_ts(at));
             }
-            let key = secrets::new_api_key();
-            let extra = crud::api_key_columns(&key);
             let row = db
-                .create(keys, validated(keys, &body, Mode::Create, sb)?, extra)
+                .create(keys, validated(keys, &body, Mode::Create, sb)?)
                 .await?;
+            let key = row
+                .get("key")
+                .and_then(Value::as_str)
+                .context("the new API key came back without its key")?;
             println!(
                 "created API key {} (id {}); it is shown only now:",
                 name, row["id"]
             );
-            println!("{}", key.key);
+            println!("{key}");
         }
         ApikeyAction::List => {
             let mut q = ListQuery {
