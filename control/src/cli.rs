@@ -229,20 +229,13 @@ async fn run(command: Command) -> Result<()> {
         Command::Migrate { settings } => migrate(settings).await,
         Command::Superuser { action, settings } => superuser(settings, action).await,
         Command::Signer { args } => {
-            let exe = std::env::current_exe().context("cannot find this program's path")?;
-            helper::supervise(|| {
-                let mut cmd = std::process::Command::new(&exe);
-                cmd.arg("signer-worker")
-                    .arg("--tls-dir")
-                    .arg(&args.tls_dir)
-                    .arg("--hostname")
-                    .arg(&args.hostname);
-                if let Some(u) = &args.user {
-                    cmd.arg("--user").arg(u);
-                }
-                cmd
-            })
-            .context("signer")
+            let worker = SpawnSpec {
+                exe: std::env::current_exe().context("cannot find this program's path")?,
+                tls_dir: args.tls_dir,
+                hostname: args.hostname,
+                user: args.user,
+            };
+            helper::supervise(|| worker.command("signer-worker")).context("signer")
         }
         Command::SignerWorker { args } => {
             run_signer(&args.tls_dir, &args.hostname, args.user.as_deref())
