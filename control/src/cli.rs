@@ -702,7 +702,6 @@ fn validated(
 
 async fn superuser(settings: Settings, action: SuperuserAction) -> Result<()> {
     let (_, db, sb) = open(settings).await?;
-    let (db, sb) = (&db, &sb);
     let users = kind("users")?;
     match action {
         SuperuserAction::Create {
@@ -711,7 +710,7 @@ async fn superuser(settings: Settings, action: SuperuserAction) -> Result<()> {
         } => {
             let (password, random) = read_password(password_stdin)?;
             let body = json!({"username": username, "password": password, "is_admin": true});
-            db.create(users, validated(users, &body, Mode::Create, sb)?)
+            db.create(users, validated(users, &body, Mode::Create, &sb)?)
                 .await?;
             println!("created admin user {username}");
             if random {
@@ -724,8 +723,12 @@ async fn superuser(settings: Settings, action: SuperuserAction) -> Result<()> {
         } => {
             let (password, random) = read_password(password_stdin)?;
             let body = json!({"password": password});
-            db.update(users, &username, validated(users, &body, Mode::Update, sb)?)
-                .await?;
+            db.update(
+                users,
+                &username,
+                validated(users, &body, Mode::Update, &sb)?,
+            )
+            .await?;
             println!("set the password of {username}");
             if random {
                 println!("password: {password}");
@@ -737,7 +740,6 @@ async fn superuser(settings: Settings, action: SuperuserAction) -> Result<()> {
 
 async fn apikey(settings: Settings, action: ApikeyAction) -> Result<()> {
     let (_, db, sb) = open(settings).await?;
-    let (db, sb) = (&db, &sb);
     let keys = kind("apikeys")?;
     match action {
         ApikeyAction::Create {
@@ -752,7 +754,7 @@ async fn apikey(settings: Settings, action: ApikeyAction) -> Result<()> {
                 body["expires_at"] = json!(crate::time::format_ts(at));
             }
             let row = db
-                .create(keys, validated(keys, &body, Mode::Create, sb)?)
+                .create(keys, validated(keys, &body, Mode::Create, &sb)?)
                 .await?;
             let key = row
                 .get("key")
@@ -809,7 +811,7 @@ async fn apikey(settings: Settings, action: ApikeyAction) -> Result<()> {
                 None => bail!("no API key has id or prefix {key:?}"),
             };
             let body = json!({"revoked": true});
-            db.update(keys, &id, validated(keys, &body, Mode::Update, sb)?)
+            db.update(keys, &id, validated(keys, &body, Mode::Update, &sb)?)
                 .await?;
             println!("revoked API key {id}");
         }
