@@ -5,8 +5,9 @@
 //! - Read-only users: every read.
 //! - A **node's** certificate: only what a node does to itself: its own
 //!   system row and effective config, its own NICs and BMC entries (read),
-//!   and renewing its certificate. It may write only the fields in
-//!   [`NODE_WRITABLE`] of its own objects, checked on the body by
+//!   and renewing its certificate. It may write only the fields its kind's
+//!   [`node_writable`](kinds::Kind::node_writable) lists of its own objects,
+//!   checked on the body by
 //!   [`check_fields`]: what a node reports about itself (boot events, script
 //!   results, status and facts), never who it is or what it boots (its
 //!   system, host name, groups, image, kernel command line, aliases, NIC
@@ -14,7 +15,8 @@
 //! - A **job server's** certificate: every inventory read except accounts
 //!   and credentials, its own job-server row (heartbeats), the jobs it
 //!   claimed, which images it hosts (`/api/v1/images/{key}/hosts/{itself}`),
-//!   and renewing its certificate.
+//!   and renewing its certificate. What it may write of a kind is the
+//!   kind's [`jobserver_writes`](kinds::Kind::jobserver_writes).
 //! - The old **shared API key**, per `MPROV_SHARED_KEY_MODE`: `all` as an
 //!   admin (the default, warned about at start), `nodes` only the node-self
 //!   paths above (for any node: the key cannot say which), `off` refused.
@@ -28,7 +30,7 @@ use serde_json::Value;
 use crate::config::SharedKeyMode;
 use crate::db::Db;
 use crate::db::crud::ListQuery;
-use crate::db::kinds::{self, NodeAccess};
+use crate::db::kinds::{self, JobServerWrite, Kind, NodeAccess, Ty};
 use crate::identity::Principal;
 
 /// Why a principal may not make a request.
@@ -87,20 +89,16 @@ pub fn is_public(path: &str) -> bool {
     )
 }
 
-/// The fields a node may write on its own objects, per kind. The inventory
-/// has no node-reported field yet (boot events and script results have
-/// their own endpoints), so today no field is listed: a node's PATCH of its
-/// own system, NIC or BMC is refused field by field, with the field named.
-pub const NODE_WRITABLE: &[(&str, &[&str])] = &[("systems", &[]), ("nics", &[]), ("bmcs", &[])];
-
 /// Whether `principal` may write `fields` of an object of `kind` it was
 /// already allowed to reach by [`check`]: admins and users yes; a node's
 /// certificate (and the shared key in `nodes` mode, which acts for any node)
-/// only the fields of [`NODE_WRITABLE`]. Pure.
+/// only the fields the kind's [`node_writable`](Kind::node_writable) lists
+/// (none today: a node's PATCH of its own system, NIC or BMC is refused
+/// field by field, with the field named). Pure.
 pub fn check_fields<'a>(
     principal: &Principal,
     mode: SharedKeyMode,
-    kind: &str,
+    kind: &Kind,
     mut fields: impl Iterator<Item = &'a str>,
 ) -> Result<(), AccessError> {
     let node = match principal {
@@ -111,14 +109,11 @@ pub fn check_fields<'a>(
     if !node {
         return Ok(());
     }
-    let allowed: &[&str] = NODE_WRITABLE
-        .iter()
-        .find(|(k, _)| *k == kind)
-        .map_or(&[], |(_, f)| *f);
-    match fields.find(|f| !allowed.contains(f)) {
+    match fields.find(|f| !kind.node_writable.contains(f)) {
         None => Ok(()),
         Some(field) => Err(forbid(&format!(
-            "a node may not write {field:?} of its {kind}: a node reports only what it does (boot events, script results, status and facts); who it is, what it boots and its NICs and BMC are set by an administrator"
+            "a node may not write {field:?} of its {}: a node reports only what it does (boot events, script results, status and facts); who it is, what it boots and its NICs and BMC are set by an administrator",
+            kind.name
         ))),
     }
 }
@@ -280,40 +275,43 @@ async fn jobserver(
     if read && (path == "/api/v1/" || path == "/api/v1") {
         return Ok(());
     }
-    let Some((kind, key, rest)) = api_parts(path) else {
+    let Some((resource, key, rest)) = api_parts(path) else {
         return Err(deny());
     };
-    if !kinds::visibility(kind).jobservers {
+    if !kinds::visibility(resource).jobservers {
         return Err(deny());
     }
     if read {
         return Ok(());
     }
-    match (kind, key, rest) {
-        ("jobservers", Some(key), None) if method == Method::Patch => {
-            let k = kinds::kind("jobservers").ok_or_else(deny)?;
+    // What it may write of a kind, the kind's descriptor says.
+    let Some(k) = kinds::kind(resource) else {
+        return Err(deny());
+    };
+    match (k.jobserver_writes, key, rest) {
+        (JobServerWrite::Itself(field), Some(key), None) if method == Method::Patch => {
             let obj = db.get(k, key).await.map_err(|_| deny())?;
-            if obj.get("name").and_then(Value::as_str) == Some(name) {
+            if obj.get(field).and_then(Value::as_str) == Some(name) {
                 Ok(())
             } else {
                 Err(deny())
             }
         }
-        // Its own image hosting: /api/v1/images/{key}/hosts/{itself}.
-        ("images", Some(_), Some(rest))
+        // Its own hosting: /api/v1/<kind>/{key}/hosts/{itself}.
+        (JobServerWrite::Hosts(_), Some(_), Some(rest))
             if matches!(method, Method::Put | Method::Delete)
                 && rest.strip_prefix("hosts/") == Some(name) =>
         {
             Ok(())
         }
-        ("jobs", Some(key), None) if method == Method::Patch => {
-            let jobs = kinds::kind("jobs").ok_or_else(deny)?;
-            let job = db.get(jobs, key).await.map_err(|_| deny())?;
-            let js = kinds::kind("jobservers").ok_or_else(deny)?;
+        (JobServerWrite::Claimed(field), Some(key), None) if method == Method::Patch => {
+            let row = db.get(k, key).await.map_err(|_| deny())?;
+            let Some(Ty::Ref(jobservers)) = k.field(field).map(|f| f.ty) else {
+                return Err(deny());
+            };
+            let js = kinds::kind(jobservers).ok_or_else(deny)?;
             let own = db.get(js, name).await.map_err(|_| deny())?;
-            if job.get("jobserver").and_then(Value::as_i64).is_some()
-                && job.get("jobserver") == own.get("id")
-            {
+            if row.get(field).and_then(Value::as_i64).is_some() && row.get(field) == own.get("id") {
                 Ok(())
             } else {
                 Err(deny())

@@ -29,8 +29,8 @@ use mprov_api::boot::{BootEvent, BootPhase};
 use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
-use crate::db::crud::{format_ts, now};
 use crate::db::{Db, Engine, Sql, Val, int, opt_int};
+use crate::time::{format_ts, now};
 
 /// A pause after which a node's next event starts a new boot.
 pub const BOOT_GAP: Duration = Duration::from_secs(30 * 60);

@@ -105,38 +105,32 @@ pub async fn snapshot(
             bootable: opt_bool(&r, "bootable")?.unwrap_or(false),
         });
     }
-    for r in sqlx::query(
-        "SELECT b.mac, b.ipv4, b.network_id, s.hostname FROM bmcs b JOIN systems s ON s.id = b.system_id ORDER BY b.id",
-    )
-    .fetch_all(&mut *tx)
-    .await?
-    {
-        hosts.push(BootHost {
-            mac: text(&r, "mac"),
-            ipv4: v4(&r, "ipv4"),
-            ipv6: None,
-            // Its own name, so it never shadows the node's.
-            hostname: format!("{}-bmc", text(&r, "hostname").unwrap_or_default()),
-            aliases: Vec::new(),
-            network: net(opt_int(&r, "network_id")?),
-            netboot: false,
-            bootable: false,
-        });
-    }
-    for r in sqlx::query("SELECT hostname, mgmt_ip, mgmt_mac, network_id FROM switches ORDER BY id")
-        .fetch_all(&mut *tx)
-        .await?
-    {
-        hosts.push(BootHost {
-            mac: text(&r, "mgmt_mac"),
-            ipv4: v4(&r, "mgmt_ip"),
-            ipv6: None,
-            hostname: text(&r, "hostname").unwrap_or_default(),
-            aliases: Vec::new(),
-            network: net(opt_int(&r, "network_id")?),
-            netboot: false,
-            bootable: false,
-        });
+    // Management addresses, BMCs then switches: a name and an address,
+    // never a boot. A BMC is named after its node with `-bmc`, so it never
+    // shadows the node's own name.
+    for (query, suffix) in [
+        (
+            "SELECT b.mac AS mac, b.ipv4 AS ipv4, b.network_id AS network_id, s.hostname AS hostname \
+             FROM bmcs b JOIN systems s ON s.id = b.system_id ORDER BY b.id",
+            "-bmc",
+        ),
+        (
+            "SELECT mgmt_mac AS mac, mgmt_ip AS ipv4, network_id, hostname FROM switches ORDER BY id",
+            "",
+        ),
+    ] {
+        for r in sqlx::query(query).fetch_all(&mut *tx).await? {
+            hosts.push(BootHost {
+                mac: text(&r, "mac"),
+                ipv4: v4(&r, "ipv4"),
+                ipv6: None,
+                hostname: format!("{}{suffix}", text(&r, "hostname").unwrap_or_default()),
+                aliases: Vec::new(),
+                network: net(opt_int(&r, "network_id")?),
+                netboot: false,
+                bootable: false,
+            });
+        }
     }
     tx.commit().await?;
     Ok(BootConfig {

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -70,30 +70,17 @@ enum Command {
     /// meant to be run by hand.
     #[command(hide = true)]
     Signer {
-        /// The TLS folder holding the CA.
-        #[arg(long)]
-        tls_dir: std::path::PathBuf,
-        /// The control host's name, for a new CA's name.
-        #[arg(long, default_value = "mprov")]
-        hostname: String,
-        /// The system user the worker becomes once the CA key is read.
-        #[arg(long)]
-        user: Option<String>,
+        /// The worker's arguments, passed on to it.
+        #[command(flatten)]
+        args: SignerArgs,
     },
     /// The signing helper: the only process that reads the CA key. It
     /// answers on its standard input and output.
     #[command(hide = true)]
     SignerWorker {
-        /// The TLS folder holding the CA.
-        #[arg(long)]
-        tls_dir: std::path::PathBuf,
-        /// The control host's name, for a new CA's name.
-        #[arg(long, default_value = "mprov")]
-        hostname: String,
-        /// The system user to become once the CA key is read (when started
-        /// as root).
-        #[arg(long)]
-        user: Option<String>,
+        /// Where the CA is and whom to become.
+        #[command(flatten)]
+        args: SignerArgs,
     },
     /// Make a one-time enrollment token for a job server; it is printed once
     /// and only its hash is kept.
@@ -207,6 +194,21 @@ pub fn main() -> ExitCode {
     mprov_process::exit(runtime.block_on(run(cli.command)))
 }
 
+/// What the signing helper (`signer` and its `signer-worker`) is told.
+#[derive(Debug, Args)]
+pub struct SignerArgs {
+    /// The TLS folder holding the CA.
+    #[arg(long)]
+    tls_dir: std::path::PathBuf,
+    /// The control host's name, for a new CA's name.
+    #[arg(long, default_value = "mprov")]
+    hostname: String,
+    /// The system user the worker becomes once the CA key is read (when
+    /// started as root).
+    #[arg(long)]
+    user: Option<String>,
+}
+
 /// What every subcommand starts with: the configuration, the folders, the
 /// secret key and the migrated database.
 async fn open(settings: Settings) -> Result<(Config, Db, SecretBox)> {
@@ -224,74 +226,27 @@ async fn run(command: Command) -> Result<()> {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     match command {
         Command::Serve { settings } => serve(settings).await,
-        Command::Migrate { settings } => {
-            let (config, db, _) = open(settings).await?;
-            println!(
-                "database {} is up to date",
-                crate::db::redact_url(&config.database_url)
-            );
-            drop(db);
-            Ok(())
+        Command::Migrate { settings } => migrate(settings).await,
+        Command::Superuser { action, settings } => superuser(settings, action).await,
+        Command::Signer { args } => {
+            let worker = SpawnSpec {
+                exe: std::env::current_exe().context("cannot find this program's path")?,
+                tls_dir: args.tls_dir,
+                hostname: args.hostname,
+                user: args.user,
+            };
+            helper::supervise(|| worker.command("signer-worker")).context("signer")
         }
-        Command::Superuser { action, settings } => {
-            let (_, db, sb) = open(settings).await?;
-            superuser(&db, &sb, action).await
+        Command::SignerWorker { args } => {
+            run_signer(&args.tls_dir, &args.hostname, args.user.as_deref())
         }
-        Command::Signer {
-            tls_dir,
-            hostname,
-            user,
-        } => {
-            let exe = std::env::current_exe().context("cannot find this program's path")?;
-            helper::supervise(|| {
-                let mut cmd = std::process::Command::new(&exe);
-                cmd.arg("signer-worker")
-                    .arg("--tls-dir")
-                    .arg(&tls_dir)
-                    .arg("--hostname")
-                    .arg(&hostname);
-                if let Some(u) = &user {
-                    cmd.arg("--user").arg(u);
-                }
-                cmd
-            })
-            .context("signer")
-        }
-        Command::SignerWorker {
-            tls_dir,
-            hostname,
-            user,
-        } => run_signer(&tls_dir, &hostname, user.as_deref()),
         Command::EnrollToken {
             name,
             replace,
             hours,
             settings,
-        } => {
-            if !crate::enrollment::valid_name(&name) {
-                bail!(
-                    "--name {name:?} is not a job server's name (letters, digits, '-', '.', '_')"
-                );
-            }
-            let (_, db, _) = open(settings).await?;
-            let ttl = std::time::Duration::from_secs(u64::from(hours) * 3600);
-            let purpose = if replace {
-                crate::enrollment::Purpose::Replace
-            } else {
-                crate::enrollment::Purpose::New
-            };
-            let token = crate::enrollment::create_token_for(&db, &name, ttl, purpose).await?;
-            eprintln!(
-                "enrollment token (single use, expires {}; it cannot be shown again):",
-                token.expires_at
-            );
-            println!("{}", token.token);
-            Ok(())
-        }
-        Command::Apikey { action, settings } => {
-            let (_, db, sb) = open(settings).await?;
-            apikey(&db, &sb, action).await
-        }
+        } => enroll_token(settings, &name, replace, hours).await,
+        Command::Apikey { action, settings } => apikey(settings, action).await,
         Command::Backup {
             output_dir,
             with_secrets,
@@ -303,6 +258,38 @@ async fn run(command: Command) -> Result<()> {
             settings,
         } => restore(settings, &file, force).await,
     }
+}
+
+/// `migrate`: opening the database runs the migrations.
+async fn migrate(settings: Settings) -> Result<()> {
+    let (config, db, _) = open(settings).await?;
+    println!(
+        "database {} is up to date",
+        crate::db::redact_url(&config.database_url)
+    );
+    drop(db);
+    Ok(())
+}
+
+/// `enroll-token`: a one-time token that enrolls the job server `name`.
+async fn enroll_token(settings: Settings, name: &str, replace: bool, hours: u32) -> Result<()> {
+    if !crate::enrollment::valid_name(name) {
+        bail!("--name {name:?} is not a job server's name (letters, digits, '-', '.', '_')");
+    }
+    let (_, db, _) = open(settings).await?;
+    let ttl = std::time::Duration::from_secs(u64::from(hours) * 3600);
+    let purpose = if replace {
+        crate::enrollment::Purpose::Replace
+    } else {
+        crate::enrollment::Purpose::New
+    };
+    let token = crate::enrollment::create_token_for(&db, name, ttl, purpose).await?;
+    eprintln!(
+        "enrollment token (single use, expires {}; it cannot be shown again):",
+        token.expires_at
+    );
+    println!("{}", token.token);
+    Ok(())
 }
 
 async fn backup(
@@ -713,7 +700,8 @@ fn validated(
     Ok(crud::validate_value(k, body, mode, sb)?)
 }
 
-async fn superuser(db: &Db, sb: &SecretBox, action: SuperuserAction) -> Result<()> {
+async fn superuser(settings: Settings, action: SuperuserAction) -> Result<()> {
+    let (_, db, sb) = open(settings).await?;
     let users = kind("users")?;
     match action {
         SuperuserAction::Create {
@@ -722,12 +710,8 @@ async fn superuser(db: &Db, sb: &SecretBox, action: SuperuserAction) -> Result<(
         } => {
             let (password, random) = read_password(password_stdin)?;
             let body = json!({"username": username, "password": password, "is_admin": true});
-            db.create(
-                users,
-                validated(users, &body, Mode::Create, sb)?,
-                Vec::new(),
-            )
-            .await?;
+            db.create(users, validated(users, &body, Mode::Create, &sb)?)
+                .await?;
             println!("created admin user {username}");
             if random {
                 println!("password: {password}");
@@ -739,8 +723,12 @@ async fn superuser(db: &Db, sb: &SecretBox, action: SuperuserAction) -> Result<(
         } => {
             let (password, random) = read_password(password_stdin)?;
             let body = json!({"password": password});
-            db.update(users, &username, validated(users, &body, Mode::Update, sb)?)
-                .await?;
+            db.update(
+                users,
+                &username,
+                validated(users, &body, Mode::Update, &sb)?,
+            )
+            .await?;
             println!("set the password of {username}");
             if random {
                 println!("password: {password}");
@@ -750,7 +738,8 @@ async fn superuser(db: &Db, sb: &SecretBox, action: SuperuserAction) -> Result<(
     Ok(())
 }
 
-async fn apikey(db: &Db, sb: &SecretBox, action: ApikeyAction) -> Result<()> {
+async fn apikey(settings: Settings, action: ApikeyAction) -> Result<()> {
+    let (_, db, sb) = open(settings).await?;
     let keys = kind("apikeys")?;
     match action {
         ApikeyAction::Create {
@@ -762,18 +751,20 @@ async fn apikey(db: &Db, sb: &SecretBox, action: ApikeyAction) -> Result<()> {
                 let at = jiff::Timestamp::now()
                     .checked_add(jiff::SignedDuration::from_hours(i64::from(days) * 24))
                     .context("expiry out of range")?;
-                body["expires_at"] = json!(crud::format_ts(at));
+                body["expires_at"] = json!(crate::time::format_ts(at));
             }
-            let key = secrets::new_api_key();
-            let extra = crud::api_key_columns(&key);
             let row = db
-                .create(keys, validated(keys, &body, Mode::Create, sb)?, extra)
+                .create(keys, validated(keys, &body, Mode::Create, &sb)?)
                 .await?;
+            let key = row
+                .get("key")
+                .and_then(Value::as_str)
+                .context("the new API key came back without its key")?;
             println!(
                 "created API key {} (id {}); it is shown only now:",
                 name, row["id"]
             );
-            println!("{}", key.key);
+            println!("{key}");
         }
         ApikeyAction::List => {
             let mut q = ListQuery {
@@ -820,7 +811,7 @@ async fn apikey(db: &Db, sb: &SecretBox, action: ApikeyAction) -> Result<()> {
                 None => bail!("no API key has id or prefix {key:?}"),
             };
             let body = json!({"revoked": true});
-            db.update(keys, &id, validated(keys, &body, Mode::Update, sb)?)
+            db.update(keys, &id, validated(keys, &body, Mode::Update, &sb)?)
                 .await?;
             println!("revoked API key {id}");
         }

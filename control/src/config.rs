@@ -603,6 +603,20 @@ impl std::str::FromStr for SharedKeyMode {
     }
 }
 
+/// The host of the example install the unit tests and the fuzz targets
+/// configure, as `serve`'s arguments: `mpcc` in the domain `cluster`, at
+/// 10.0.0.1, also reached as `admin.example`.
+pub const EXAMPLE_HOST_ARGS: [&str; 8] = [
+    "--hostname",
+    "mpcc",
+    "--domain",
+    "cluster",
+    "--ips",
+    "10.0.0.1",
+    "--allowed-hosts",
+    "admin.example",
+];
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -654,43 +668,28 @@ mod tests {
 
     #[test]
     fn the_node_url_is_the_public_host_on_the_https_port() {
-        let c = config(&[
-            "--public-url",
-            "http://10.99.0.1:8080/",
-            "--https-listen",
-            "10.99.0.1:8443",
-        ]);
-        assert_eq!(c.node_url(), "https://10.99.0.1:8443");
-        let c = config(&[
-            "--public-url",
-            "http://[fd00::1]:8080",
-            "--https-listen",
-            "[::]:443",
-        ]);
-        assert_eq!(c.node_url(), "https://[fd00::1]:443");
-        let c = config(&[
-            "--public-url",
-            "https://mpcc.cluster:9443",
-            "--https-listen",
-            "0.0.0.0:443",
-        ]);
-        assert_eq!(c.node_url(), "https://mpcc.cluster:9443");
-        let c = config(&["--public-url", "http://mpcc:8080", "--https-listen", "off"]);
-        assert_eq!(c.node_url(), "http://mpcc:8080");
+        for (public_url, https_listen, node_url) in [
+            (
+                "http://10.99.0.1:8080/",
+                "10.99.0.1:8443",
+                "https://10.99.0.1:8443",
+            ),
+            ("http://[fd00::1]:8080", "[::]:443", "https://[fd00::1]:443"),
+            (
+                "https://mpcc.cluster:9443",
+                "0.0.0.0:443",
+                "https://mpcc.cluster:9443",
+            ),
+            ("http://mpcc:8080", "off", "http://mpcc:8080"),
+        ] {
+            let c = config(&["--public-url", public_url, "--https-listen", https_listen]);
+            assert_eq!(c.node_url(), node_url, "{public_url} {https_listen}");
+        }
     }
 
     #[test]
     fn allowed_hosts() {
-        let c = config(&[
-            "--hostname",
-            "mpcc",
-            "--domain",
-            "cluster",
-            "--ips",
-            "10.0.0.1",
-            "--allowed-hosts",
-            "admin.example",
-        ]);
+        let c = config(&EXAMPLE_HOST_ARGS);
         for ok in [
             "localhost",
             "127.0.0.1:8080",

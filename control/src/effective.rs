@@ -555,79 +555,94 @@ mod tests {
         values.map(|v| json!(v))
     }
 
+    /// Stacks each case's four values into `field` (see [`stack`]) and
+    /// compares what `pick` reads of the result with the case's expectation.
+    #[track_caller]
+    fn check_cases<V, T, E>(field: &str, pick: impl Fn(EffectiveConfig) -> T, cases: &[([V; 4], E)])
+    where
+        V: Into<Value> + Copy + std::fmt::Debug,
+        T: PartialEq<E> + std::fmt::Debug,
+        E: Copy + std::fmt::Debug,
+    {
+        for &(values, expected) in cases {
+            let got = stack(field, values.map(Into::into)).expect("effective");
+            assert_eq!(pick(got), expected, "{values:?}");
+        }
+    }
+
     #[test]
     fn kernel_cmdline_appends_or_replaces() {
-        #[track_caller]
-        fn check(values: [&str; 4], expected: &str) {
-            let got = stack("install_kernel_cmdline", strs(values)).expect("effective");
-            assert_eq!(got.kernel_cmdline, expected, "{values:?}");
-        }
-        check(["", "", "", ""], "");
-        check(["quiet", "", "", ""], "quiet");
-        check(
-            ["quiet", "console=ttyS0", "", "splash"],
-            "quiet console=ttyS0 splash",
+        check_cases(
+            "install_kernel_cmdline",
+            |c| c.kernel_cmdline,
+            &[
+                (["", "", "", ""], ""),
+                (["quiet", "", "", ""], "quiet"),
+                (
+                    ["quiet", "console=ttyS0", "", "splash"],
+                    "quiet console=ttyS0 splash",
+                ),
+                (["=quiet", "", "", ""], "quiet"),
+                (["quiet", "=console=ttyS0", "", ""], "console=ttyS0"),
+                (["quiet", "a", "=b", "c"], "b c"),
+                (["quiet", "a", "b", "=c"], "c"),
+                (["quiet", "a", "b", "= c d"], "c d"),
+                (["quiet", "", "", "="], ""),
+                (["quiet", "=", "x", ""], "x"),
+                // Comment lines go, other lines are trimmed and joined with a space.
+                (["quiet\n# debug\n  splash  ", "", "", ""], "quiet splash"),
+                (["quiet", "# only a comment", "   ", "\n\n"], "quiet"),
+                (["quiet", "# why\n=ro", "", ""], "ro"),
+                // A `=` later in the value is part of an argument.
+                (["quiet", "a =b", "", ""], "quiet a =b"),
+            ],
         );
-        check(["=quiet", "", "", ""], "quiet");
-        check(["quiet", "=console=ttyS0", "", ""], "console=ttyS0");
-        check(["quiet", "a", "=b", "c"], "b c");
-        check(["quiet", "a", "b", "=c"], "c");
-        check(["quiet", "a", "b", "= c d"], "c d");
-        check(["quiet", "", "", "="], "");
-        check(["quiet", "=", "x", ""], "x");
-        // Comment lines go, other lines are trimmed and joined with a space.
-        check(["quiet\n# debug\n  splash  ", "", "", ""], "quiet splash");
-        check(["quiet", "# only a comment", "   ", "\n\n"], "quiet");
-        check(["quiet", "# why\n=ro", "", ""], "ro");
-        // A `=` later in the value is part of an argument.
-        check(["quiet", "a =b", "", ""], "quiet a =b");
     }
 
     #[test]
     fn initial_mods_append_or_replace_without_duplicates() {
-        #[track_caller]
-        fn check(values: [&str; 4], expected: &[&str]) {
-            let got = stack("initial_mods", strs(values)).expect("effective");
-            assert_eq!(got.initial_mods, expected, "{values:?}");
-        }
-        check(["", "", "", ""], &[]);
-        check(["e1000", "", "", ""], &["e1000"]);
-        check(["a,b", "c", "d", "e"], &["a", "b", "c", "d", "e"]);
-        check(["a,b", "b,c", "", "a"], &["a", "b", "c"]);
-        check(["=a", "", "", ""], &["a"]);
-        check(["a,b", "=c", "", "d"], &["c", "d"]);
-        check(["a", "b", "=c,a", ""], &["c", "a"]);
-        check(["a", "b", "c", "=d"], &["d"]);
-        check(["a", "b", "c", "="], &[]);
-        check([" a , b ,, ", "", "", ""], &["a", "b"]);
-        check(["a\n# b\nc", "", "", ""], &["a", "c"]);
-        check(["a", "# =x", "", ""], &["a"]);
-        check(["a", "# reset\n=x", "", ""], &["x"]);
+        let cases: &[([&str; 4], &[&str])] = &[
+            (["", "", "", ""], &[]),
+            (["e1000", "", "", ""], &["e1000"]),
+            (["a,b", "c", "d", "e"], &["a", "b", "c", "d", "e"]),
+            (["a,b", "b,c", "", "a"], &["a", "b", "c"]),
+            (["=a", "", "", ""], &["a"]),
+            (["a,b", "=c", "", "d"], &["c", "d"]),
+            (["a", "b", "=c,a", ""], &["c", "a"]),
+            (["a", "b", "c", "=d"], &["d"]),
+            (["a", "b", "c", "="], &[]),
+            ([" a , b ,, ", "", "", ""], &["a", "b"]),
+            (["a\n# b\nc", "", "", ""], &["a", "c"]),
+            (["a", "# =x", "", ""], &["a"]),
+            (["a", "# reset\n=x", "", ""], &["x"]),
+        ];
+        check_cases("initial_mods", |c| c.initial_mods, cases);
     }
 
     #[test]
     fn tmpfs_and_interface_replace_when_set() {
-        #[track_caller]
-        fn check_size(values: [i64; 4], expected: i64) {
-            let got = stack("tmpfs_root_size", values.map(|v| json!(v))).expect("effective");
-            assert_eq!(got.tmpfs_root_size, expected, "{values:?}");
-        }
-        check_size([0, 0, 0, 0], 0);
-        check_size([4, 0, 0, 0], 4);
-        check_size([4, 0, 8, 0], 8);
-        check_size([4, 16, 8, 2], 2);
-        check_size([0, 16, 0, 0], 16);
-
-        #[track_caller]
-        fn check_iface(values: [&str; 4], expected: &str) {
-            let got = stack("prov_interface", strs(values)).expect("effective");
-            assert_eq!(got.prov_interface, expected, "{values:?}");
-        }
-        check_iface(["", "", "", ""], "");
-        check_iface(["eth0", "", "", ""], "eth0");
-        check_iface(["eth0", "ib0", "", ""], "ib0");
-        check_iface(["eth0", "ib0", "# eno1", " "], "ib0");
-        check_iface(["eth0", "", "", " eno1 "], "eno1");
+        check_cases(
+            "tmpfs_root_size",
+            |c| c.tmpfs_root_size,
+            &[
+                ([0, 0, 0, 0], 0),
+                ([4, 0, 0, 0], 4),
+                ([4, 0, 8, 0], 8),
+                ([4, 16, 8, 2], 2),
+                ([0, 16, 0, 0], 16),
+            ],
+        );
+        check_cases(
+            "prov_interface",
+            |c| c.prov_interface,
+            &[
+                (["", "", "", ""], ""),
+                (["eth0", "", "", ""], "eth0"),
+                (["eth0", "ib0", "", ""], "ib0"),
+                (["eth0", "ib0", "# eno1", " "], "ib0"),
+                (["eth0", "", "", " eno1 "], "eno1"),
+            ],
+        );
     }
 
     #[test]

@@ -24,11 +24,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sqlx::Row as _;
 
-use crate::db::crud::{format_ts, now};
 use crate::db::{Db, Sql, Val};
 use crate::identity::Machine;
 use crate::pki::{Profile, SignReply, SignRequest, SignerClient, SignerError};
 use crate::secrets;
+use crate::time::{format_ts, now};
 use mprov_api::enroll::{Enrolled, JobserverEnrollment, NodeEnrollment};
 
 /// Why an enrollment, a token or a credential operation failed. The HTTP
@@ -199,10 +199,9 @@ async fn token_state(db: &Db, token: &str) -> Result<Token, sqlx::Error> {
     let Some((prefix, secret)) = secrets::split_api_key(token.trim()) else {
         return Ok(Token::Unknown);
     };
-    let mut sql = db.sql();
-    sql.push("SELECT hash, expires_at, used_at, name, purpose FROM enroll_tokens WHERE prefix = ");
-    sql.bind(Val::Text(Some(prefix.to_owned())));
-    let Some(row) = sql.query().fetch_optional(db.pool()).await? else {
+    let select =
+        "SELECT hash, expires_at, used_at, name, purpose FROM enroll_tokens WHERE prefix = ";
+    let Some(row) = db.row_where(select, prefix).await? else {
         return Ok(Token::Unknown);
     };
     let hash: String = row.try_get("hash")?;
@@ -394,16 +393,10 @@ pub async fn enroll_node(
     body: NodeEnrollment,
 ) -> Result<Enrolled, EnrollError> {
     let hash = secrets::hash_api_secret(body.nonce.trim());
-    let mut sql = db.sql();
-    sql.push("SELECT n.system_id AS system_id, n.expires_at AS expires_at, n.used_at AS used_at, s.hostname AS hostname FROM enroll_nonces n JOIN systems s ON s.id = n.system_id WHERE n.hash = ");
-    sql.bind(Val::Text(Some(hash.clone())));
-    let row = sql
-        .query()
-        .fetch_optional(db.pool())
-        .await?
-        .ok_or_else(|| {
-            refused("the enrollment nonce is not valid; boot the node again for a new one")
-        })?;
+    let select = "SELECT n.system_id AS system_id, n.expires_at AS expires_at, n.used_at AS used_at, s.hostname AS hostname FROM enroll_nonces n JOIN systems s ON s.id = n.system_id WHERE n.hash = ";
+    let row = db.row_where(select, &hash).await?.ok_or_else(|| {
+        refused("the enrollment nonce is not valid; boot the node again for a new one")
+    })?;
     let used: Option<String> = row.try_get("used_at").unwrap_or(None);
     if let Some(at) = used {
         tracing::warn!("enrollment: a used nonce was presented again");

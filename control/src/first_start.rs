@@ -175,7 +175,7 @@ pub async fn run(config: &Config, db: &Db, secrets: &SecretBox) -> Result<Report
     if db.setting(DONE_SETTING).await?.is_none() {
         own_system(config, db, secrets).await?;
         defaults(db, secrets).await?;
-        db.set_setting(DONE_SETTING, &crud::now()).await?;
+        db.set_setting(DONE_SETTING, &crate::time::now()).await?;
         report.loaded_defaults = true;
         tracing::info!("first start: loaded the default scripts and data");
     }
@@ -320,18 +320,23 @@ async fn apikey_file(config: &Config, db: &Db, report: &mut Report) -> Result<()
     if path.exists() {
         return Ok(());
     }
-    let key = secrets::new_api_key();
     let body = json!({"name": "local job server"});
     let keys = kind("apikeys")?;
     let prepared = crud::validate_value(keys, &body, Mode::Create, &SecretBox::new(""))?;
-    let extra = crud::api_key_columns(&key);
-    db.create(keys, prepared, extra)
+    let row = db
+        .create(keys, prepared)
         .await
         .context("creating the job server's API key")?;
-    db.set_setting(SHARED_KEY_SETTING, &key.prefix)
+    let (Some(prefix), Some(key)) = (
+        row.get("prefix").and_then(Value::as_str),
+        row.get("key").and_then(Value::as_str),
+    ) else {
+        bail!("the new API key came back without its prefix or key");
+    };
+    db.set_setting(SHARED_KEY_SETTING, prefix)
         .await
         .context("recording the shared API key")?;
-    write_private(&path, &format!("export MPROV_APIKEY={}\n", key.key))?;
+    write_private(&path, &format!("export MPROV_APIKEY={key}\n"))?;
     tracing::info!("wrote the local job server's API key to {}", path.display());
     report.wrote_apikey = true;
     Ok(())
@@ -343,6 +348,6 @@ fn kind(name: &str) -> Result<&'static kinds::Kind> {
 
 async fn create(db: &Db, k: &'static kinds::Kind, body: &Value, sb: &SecretBox) -> Result<()> {
     let prepared = crud::validate_value(k, body, Mode::Create, sb)?;
-    db.create(k, prepared, Vec::new()).await?;
+    db.create(k, prepared).await?;
     Ok(())
 }

@@ -40,7 +40,7 @@ use std::sync::LazyLock;
 use clap::Parser;
 use serde_json::{Map, Value, json};
 
-use crate::config::{Config, Settings};
+use crate::config::{Config, EXAMPLE_HOST_ARGS, Settings};
 use crate::db::crud::{
     FieldError, ListQuery, Mode, Obj, RefKey, StoreError, field_errors, parse_hostname, parse_mac,
     parse_slug, validate, writable_names,
@@ -86,20 +86,11 @@ static CONFIG: LazyLock<Config> = LazyLock::new(|| {
         settings: Settings,
     }
     let argv = [
-        "mprov-control",
-        "--database-url",
-        "sqlite::memory:",
-        "--hostname",
-        "mpcc",
-        "--domain",
-        "cluster",
-        "--ips",
-        "10.0.0.1",
-        "--allowed-hosts",
-        "admin.example",
-        "--trusted-proxies",
-        "10.0.0.0/8,2001:db8::/32",
-    ];
+        &["mprov-control", "--database-url", "sqlite::memory:"][..],
+        &EXAMPLE_HOST_ARGS,
+        &["--trusted-proxies", "10.0.0.0/8,2001:db8::/32"],
+    ]
+    .concat();
     // Fixed arguments: failing here is a bug in this harness, not in the input.
     #[allow(clippy::expect_used)]
     let cli = Cli::try_parse_from(argv).expect("the fuzz settings parse");
@@ -732,18 +723,13 @@ fn one_table_archive(part: &[u8], raw: usize, rows: usize) -> Vec<u8> {
             "sha256": hex::encode(sha2::Sha256::digest(part)),
         }],
     });
-    let mut tar = tar::Builder::new(Vec::new());
-    let mut append = |path: &str, data: &[u8]| {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(data.len() as u64);
-        header.set_mode(0o600);
-        header.set_entry_type(tar::EntryType::Regular);
-        tar.append_data(&mut header, path, data)
-    };
-    let built = append(archive::MANIFEST, manifest.to_string().as_bytes())
-        .and_then(|()| append(&format!("{}t.json.zst", archive::TABLES), part))
-        .and_then(|()| tar.into_inner());
-    built.unwrap_or_default()
+    let manifest = manifest.to_string();
+    let part_path = format!("{}t.json.zst", archive::TABLES);
+    archive::tar_of([
+        (archive::MANIFEST, manifest.as_bytes()),
+        (part_path.as_str(), part),
+    ])
+    .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -17,11 +17,11 @@ use base64::engine::general_purpose::STANDARD;
 use sha2::{Digest, Sha256};
 use sqlx::Row;
 
-use crate::db::crud::now;
 use crate::db::{Db, Val, opt_bool};
 use crate::first_start::SHARED_KEY_SETTING;
 use crate::pki::Profile;
 use crate::secrets;
+use crate::time::now;
 
 /// Why a principal could not be established.
 #[derive(Debug, thiserror::Error)]
@@ -301,12 +301,11 @@ pub async fn check_certificate(db: &Db, der: &[u8]) -> Result<Machine, IdentityE
         .strip_prefix("urn:mprov:")
         .and_then(|r| r.split_once(':'))
         .ok_or_else(|| bad("the client certificate names no mProv identity"))?;
-    let mut sql = db.sql();
-    sql.push("SELECT kind, identity, revoked_at FROM credentials WHERE serial = ");
-    sql.bind(Val::Text(Some(serial.clone())));
-    let row = sql
-        .query()
-        .fetch_optional(db.pool())
+    let row = db
+        .row_where(
+            "SELECT kind, identity, revoked_at FROM credentials WHERE serial = ",
+            &serial,
+        )
         .await?
         .ok_or_else(|| bad("this client certificate was not issued by enrollment"))?;
     let revoked: Option<String> = row.try_get("revoked_at").unwrap_or(None);
@@ -383,10 +382,8 @@ pub async fn check_password(
     let decoded = STANDARD.decode(cred).map_err(|_| bad())?;
     let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
     let (username, password) = decoded.split_once(':').ok_or_else(bad)?;
-    let mut sql = db.sql();
-    sql.push("SELECT password, is_admin FROM users WHERE username = ");
-    sql.bind(Val::Text(Some(username.to_ascii_lowercase())));
-    let row = sql.query().fetch_optional(db.pool()).await?;
+    let select = "SELECT password, is_admin FROM users WHERE username = ";
+    let row = db.row_where(select, &username.to_ascii_lowercase()).await?;
     let Some(row) = row else {
         // Spend the same time as a real check, so timing does not tell which
         // user names exist; it counts as a wrong password.

@@ -10,8 +10,9 @@
 //!
 //! 1. [`config`] (the typed configuration), [`secrets`] (key material),
 //!    [`effective`] (the pure config-layering logic), [`privileges`] (the
-//!    switch from root to the service's own users);
-//! 2. [`db`] (kind descriptors, generic CRUD, migrations, time stamps),
+//!    switch from root to the service's own users), [`time`] (time stamps
+//!    in the stored form);
+//! 2. [`db`] (kind descriptors, generic CRUD, migrations),
 //!    [`bootconfig`] (the job servers' boot config), [`pki`] (the CA, the
 //!    signing helper that alone reads the CA key, and its client);
 //! 3. the domain: [`identity`] (principals; certificate, API key and
@@ -45,3 +46,4 @@ pub mod netboot;
 pub mod pki;
 pub mod privileges;
 pub mod secrets;
+pub mod time;

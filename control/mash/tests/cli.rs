@@ -133,6 +133,19 @@ impl TestContext {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("mash {args:?}: {e}: {out}"))
     }
 
+    /// The image `rocky9` and the network `prov` (10.0.0.0/16) that a
+    /// test's systems boot and sit on.
+    fn add_image_and_network(&self) {
+        self.ok(&["images", "add", "slug=rocky9"]);
+        self.ok(&[
+            "networks",
+            "add",
+            "slug=prov",
+            "subnet=10.0.0.0",
+            "netmask=16",
+        ]);
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
@@ -193,14 +206,7 @@ fn add_list_show_edit_delete() {
         "--json",
         r#"{"slug":"gpu","name":"GPU nodes"}"#,
     ]);
-    ctx.ok(&["images", "add", "slug=rocky9"]);
-    ctx.ok(&[
-        "networks",
-        "add",
-        "slug=prov",
-        "subnet=10.0.0.0",
-        "netmask=24",
-    ]);
+    ctx.add_image_and_network();
 
     let added = ctx.json(&[
         "systems",
@@ -412,14 +418,7 @@ fn import_a_thousand_systems() {
     let ctx = TestContext::start().expect("server");
     ctx.ok(&["groups", "add", "slug=compute"]);
     ctx.ok(&["groups", "add", "slug=gpu"]);
-    ctx.ok(&["images", "add", "slug=rocky9"]);
-    ctx.ok(&[
-        "networks",
-        "add",
-        "slug=prov",
-        "subnet=10.0.0.0",
-        "netmask=16",
-    ]);
+    ctx.add_image_and_network();
     ctx.ok(&[
         "networks",
         "add",

@@ -261,18 +261,28 @@ pub fn pack(mut contents: Contents) -> std::io::Result<Vec<u8>> {
     }
     contents.manifest.parts = parts.iter().map(|(p, _)| p.clone()).collect();
     let manifest = serde_json::to_vec_pretty(&contents.manifest)?;
+    tar_of(
+        std::iter::once((MANIFEST, manifest.as_slice())).chain(
+            parts
+                .iter()
+                .map(|(info, data)| (info.path.as_str(), data.as_slice())),
+        ),
+    )
+}
+
+/// A tar of `entries` (path and content), in that order: regular files,
+/// mode 0600, time 0, so the same entries give the same bytes.
+pub fn tar_of<'a>(
+    entries: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> std::io::Result<Vec<u8>> {
     let mut tar = tar::Builder::new(Vec::new());
-    let mut append = |path: &str, data: &[u8]| {
+    for (path, data) in entries {
         let mut header = tar::Header::new_gnu();
         header.set_size(data.len() as u64);
         header.set_mode(0o600);
         header.set_entry_type(tar::EntryType::Regular);
         header.set_mtime(0);
-        tar.append_data(&mut header, path, data)
-    };
-    append(MANIFEST, &manifest)?;
-    for (info, data) in &parts {
-        append(&info.path, data)?;
+        tar.append_data(&mut header, path, data)?;
     }
     tar.into_inner()
 }

@@ -201,7 +201,7 @@ pub async fn snapshot(db: &Db, secret_key: &str) -> Result<Contents> {
             engine: engine.to_string(),
             schema_level: level,
             revision,
-            created_at: crate::db::crud::now(),
+            created_at: crate::time::now(),
             secret_key_id: archive::secret_key_id(secret_key),
             with_secrets: false,
             parts: Vec::new(),

@@ -222,6 +222,65 @@ pub enum Hook {
     },
 }
 
+/// What a job server's certificate may write of a kind: the access rules
+/// ask the kind's [`Kind::jobserver_writes`] on every write made with one.
+/// What a descriptor does not say is [`JobServerWrite::Nothing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobServerWrite {
+    /// Nothing.
+    Nothing,
+    /// The kind is the job servers themselves: a `PATCH` of its own row,
+    /// the one whose field of this name is its certificate's identity (its
+    /// heartbeats).
+    Itself(&'static str),
+    /// A `PATCH` of a row whose reference field of this name points at its
+    /// own job-server row (the jobs it claimed).
+    Claimed(&'static str),
+    /// `PUT` and `DELETE` of `/api/v1/<kind>/{key}/hosts/{itself}`: adding
+    /// itself to, or taking itself out of, the many-to-many relation of
+    /// this name (the images whose current version it holds).
+    Hosts(&'static str),
+}
+
+/// A secret the server makes for each new row of a kind, keeps only a hash
+/// of, and answers once: in the answer to the create, never again. Rows of
+/// such a kind are created one at a time, since a bulk create answers only
+/// ids and could not show each row its secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Issued {
+    /// An API key (`secrets::new_api_key`): its public prefix and its
+    /// SHA-256 stored in the columns `prefix` and `hash`, the key itself
+    /// answered as `key`.
+    ApiKey,
+}
+
+impl Issued {
+    /// The field of the create's answer that carries the secret.
+    pub const fn field(self) -> &'static str {
+        match self {
+            Issued::ApiKey => "key",
+        }
+    }
+
+    /// Why a bulk create of such rows is refused.
+    pub fn one_at_a_time(self) -> String {
+        let rows = match self {
+            Issued::ApiKey => "API keys",
+        };
+        format!(
+            "{rows} are created one at a time, so each {} can be shown once",
+            self.field()
+        )
+    }
+
+    /// The answer field's sentence in the OpenAPI document.
+    pub const fn doc(self) -> &'static str {
+        match self {
+            Issued::ApiKey => "The key itself: only in the answer to its creation.",
+        }
+    }
+}
+
 /// One kind of inventory row: a table and a REST resource.
 #[derive(Debug)]
 pub struct Kind {
@@ -247,12 +306,24 @@ pub struct Kind {
     pub visibility: Visibility,
     /// Its write hooks, in the order they run.
     pub hooks: &'static [Hook],
+    /// The fields a node's certificate may write of its own rows of this
+    /// kind (those [`Visibility::nodes`] lets it reach); a node's `PATCH`
+    /// naming any other field is refused, with the field named. The
+    /// inventory has no node-reported field yet (boot events and script
+    /// results have their own endpoints), so no kind lists one today.
+    pub node_writable: &'static [&'static str],
+    /// What a job server's certificate may write of it.
+    pub jobserver_writes: JobServerWrite,
+    /// The secret a create makes and answers once, if any.
+    pub issues: Option<Issued>,
 }
 
 impl Kind {
     /// What a descriptor leaves to `..Kind::DEFAULTS`: private
-    /// ([`Visibility::PRIVATE`]) and no hooks. The other fields are always
-    /// written out.
+    /// ([`Visibility::PRIVATE`]), no hooks, no field a node may write,
+    /// nothing a job server may write ([`JobServerWrite::Nothing`]) and no
+    /// secret issued. The other fields
+    /// are always written out.
     pub const DEFAULTS: Kind = Kind {
         name: "",
         schema: "",
@@ -265,6 +336,9 @@ impl Kind {
         doc: "",
         visibility: Visibility::PRIVATE,
         hooks: &[],
+        node_writable: &[],
+        jobserver_writes: JobServerWrite::Nothing,
+        issues: None,
     };
 
     /// The field called `name`, if any.
@@ -774,6 +848,8 @@ pub static KINDS: &[Kind] = &[
             job: "image-update",
             param: "image",
         }],
+        jobserver_writes: JobServerWrite::Hosts("jobservers"),
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "repos",
@@ -842,6 +918,7 @@ pub static KINDS: &[Kind] = &[
         doc: "An image-gen or post-boot script.",
         visibility: Visibility::JOBSERVERS,
         hooks: &[Hook::VersionCounts("content")],
+        ..Kind::DEFAULTS
     },
     Kind {
         name: "jobservers",
@@ -880,6 +957,7 @@ pub static KINDS: &[Kind] = &[
         timestamps: true,
         doc: "A job server.",
         visibility: Visibility::JOBSERVERS,
+        jobserver_writes: JobServerWrite::Itself("name"),
         ..Kind::DEFAULTS
     },
     Kind {
@@ -923,6 +1001,7 @@ pub static KINDS: &[Kind] = &[
         timestamps: true,
         doc: "A unit of work for a job server.",
         visibility: Visibility::JOBSERVERS,
+        jobserver_writes: JobServerWrite::Claimed("jobserver"),
         ..Kind::DEFAULTS
     },
     Kind {
@@ -951,6 +1030,7 @@ pub static KINDS: &[Kind] = &[
         children: &[],
         timestamps: true,
         doc: "An API key. Creating one returns the key once; only its hash is kept.",
+        issues: Some(Issued::ApiKey),
         ..Kind::DEFAULTS
     },
     Kind {
@@ -1098,6 +1178,9 @@ mod tests {
         assert!(!UNSAID.visibility.jobservers);
         assert_eq!(UNSAID.visibility.nodes, NodeAccess::None);
         assert!(UNSAID.hooks.is_empty());
+        assert!(UNSAID.node_writable.is_empty());
+        assert_eq!(UNSAID.jobserver_writes, JobServerWrite::Nothing);
+        assert_eq!(UNSAID.issues, None);
         assert_eq!(visibility("no-such-resource"), Visibility::PRIVATE);
         assert_eq!(visibility(""), Visibility::PRIVATE);
     }
@@ -1141,5 +1224,97 @@ mod tests {
             }
         }
         assert_eq!(seen, 2, "the scripts' and the images' hooks");
+    }
+
+    /// What a job server may write, kind by kind, as the access rules had
+    /// it when they named the kinds: its own job-server row, the jobs it
+    /// claimed, which images it hosts; and each rule names what its kind
+    /// has: the identity field, a reference to the job servers, a relation
+    /// with them.
+    #[test]
+    fn jobserver_writes_are_what_the_access_rules_had() {
+        use JobServerWrite::{Claimed, Hosts, Itself, Nothing};
+        for k in KINDS {
+            let want = match k.name {
+                "jobservers" => Itself("name"),
+                "jobs" => Claimed("jobserver"),
+                "images" => Hosts("jobservers"),
+                _ => Nothing,
+            };
+            assert_eq!(k.jobserver_writes, want, "{}", k.name);
+            if want != Nothing {
+                assert!(k.visibility.jobservers, "{}: written but not read", k.name);
+            }
+        }
+        let itself: Vec<&Kind> = KINDS
+            .iter()
+            .filter(|k| matches!(k.jobserver_writes, Itself(_)))
+            .collect();
+        let [jobservers] = itself[..] else {
+            panic!("one kind is the job servers themselves")
+        };
+        let Itself(id) = jobservers.jobserver_writes else {
+            unreachable!()
+        };
+        assert_eq!(jobservers.slug, Some(id), "rows found by the identity");
+        for k in KINDS {
+            match k.jobserver_writes {
+                Claimed(field) => assert_eq!(
+                    k.field(field).map(|f| f.ty),
+                    Some(Ty::Ref(jobservers.name)),
+                    "{}.{field}",
+                    k.name
+                ),
+                Hosts(rel) => assert_eq!(
+                    k.relation(rel).map(|m| m.kind),
+                    Some(jobservers.name),
+                    "{}.{rel}",
+                    k.name
+                ),
+                Nothing | Itself(_) => {}
+            }
+        }
+    }
+
+    /// A node writes no field of any kind today, as the access rules had
+    /// it; a field listed later must be one a client writes, of a kind a
+    /// node reaches.
+    #[test]
+    fn node_writable_fields_are_none_yet_and_would_be_real() {
+        for k in KINDS {
+            assert_eq!(k.node_writable, &[] as &[&str], "{}", k.name);
+            for name in k.node_writable {
+                assert_ne!(k.visibility.nodes, NodeAccess::None, "{}", k.name);
+                assert_eq!(
+                    k.field(name).map(|f| f.access),
+                    Some(Access::ReadWrite),
+                    "{}.{name}",
+                    k.name
+                );
+            }
+        }
+    }
+
+    /// Only API keys answer a secret once, under a field the kind does not
+    /// have otherwise, and the kind stores its prefix.
+    #[test]
+    fn only_api_keys_issue_a_secret() {
+        for k in KINDS {
+            match k.issues {
+                Some(issued) => {
+                    assert_eq!((k.name, issued), ("apikeys", Issued::ApiKey));
+                    assert!(k.field(issued.field()).is_none(), "{}", k.name);
+                    assert!(
+                        k.field("prefix")
+                            .is_some_and(|f| f.access == Access::ReadOnly)
+                    );
+                    assert_eq!(
+                        issued.one_at_a_time(),
+                        "API keys are created one at a time, so each key can be shown once"
+                    );
+                }
+                None => assert_ne!(k.name, "apikeys"),
+            }
+        }
     }
 }

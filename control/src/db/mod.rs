@@ -188,6 +188,16 @@ pub struct Db {
 /// like a hang to a client).
 pub const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// What every SQLite connection is set to when it opens. WAL lets readers
+/// run beside the writer; NORMAL syncing is durable across process crashes,
+/// which is what WAL promises.
+const SQLITE_PRAGMAS: [&str; 4] = [
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA synchronous = NORMAL",
+    "PRAGMA foreign_keys = ON",
+    "PRAGMA busy_timeout = 10000",
+];
+
 /// A URL with its password replaced, for logs and errors.
 pub fn redact_url(url: &str) -> String {
     match url::Url::parse(url) {
@@ -227,20 +237,9 @@ impl Db {
         if engine == Engine::Sqlite {
             opts = opts.after_connect(|conn, _meta| {
                 Box::pin(async move {
-                    // WAL lets readers run beside the writer; NORMAL syncing is
-                    // durable across process crashes, which is what WAL promises.
-                    sqlx::query("PRAGMA journal_mode = WAL")
-                        .execute(&mut *conn)
-                        .await?;
-                    sqlx::query("PRAGMA synchronous = NORMAL")
-                        .execute(&mut *conn)
-                        .await?;
-                    sqlx::query("PRAGMA foreign_keys = ON")
-                        .execute(&mut *conn)
-                        .await?;
-                    sqlx::query("PRAGMA busy_timeout = 10000")
-                        .execute(&mut *conn)
-                        .await?;
+                    for pragma in SQLITE_PRAGMAS {
+                        sqlx::query(pragma).execute(&mut *conn).await?;
+                    }
                     Ok(())
                 })
             });
@@ -318,12 +317,19 @@ impl Db {
         int(&row, "revision")
     }
 
+    /// The row `select`, a statement that ends in `WHERE <column> = `,
+    /// finds for the text `key`, if any.
+    pub async fn row_where(&self, select: &str, key: &str) -> Result<Option<AnyRow>, sqlx::Error> {
+        let mut sql = self.sql();
+        sql.push(select).bind(Val::Text(Some(key.to_owned())));
+        sql.query().fetch_optional(&self.pool).await
+    }
+
     /// A setting's value.
     pub async fn setting(&self, name: &str) -> Result<Option<String>, sqlx::Error> {
-        let mut sql = self.sql();
-        sql.push("SELECT value FROM settings WHERE name = ")
-            .bind(Val::Text(Some(name.into())));
-        let row = sql.query().fetch_optional(&self.pool).await?;
+        let row = self
+            .row_where("SELECT value FROM settings WHERE name = ", name)
+            .await?;
         row.map(|r| r.try_get::<String, _>("value")).transpose()
     }
 

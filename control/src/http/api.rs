@@ -16,7 +16,7 @@ use sqlx::Row;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::db::crud::{self, Extra, ListQuery, Mode, Obj};
+use crate::db::crud::{self, ListQuery, Mode, Obj};
 use crate::db::int;
 use crate::db::kinds::{self, KINDS, Kind};
 use crate::effective::{self, Layers};
@@ -156,27 +156,17 @@ async fn create(st: &AppState, kind: &'static Kind, body: JsonBody) -> Result<Re
     let body = body.object()?;
     let prepared =
         crud::validate(kind, &body, Mode::Create, &st.secrets, "").map_err(invalid_rows)?;
-    let mut extra: Vec<Extra> = Vec::new();
-    let mut shown_key = None;
-    if kind.name == "apikeys" {
-        let key = crate::secrets::new_api_key();
-        extra = crud::api_key_columns(&key);
-        shown_key = Some(key.key);
-    }
-    let mut obj = st.db.create(kind, prepared, extra).await?;
+    // A secret the kind issues (an API key) is in this answer only.
+    let obj = st.db.create(kind, prepared).await?;
     st.changed.notify_waiters();
-    if let Some(key) = shown_key {
-        // Shown this once; only its hash is kept.
-        obj.insert("key".into(), Value::String(key));
-    }
     Ok((StatusCode::CREATED, Json(obj)).into_response())
 }
 
 async fn bulk(st: &AppState, kind: &'static Kind, body: JsonBody) -> Result<Response, ApiError> {
-    if kind.name == "apikeys" {
+    if let Some(issued) = kind.issues {
         return Err(ApiError::bad_request(
             "not_supported",
-            "API keys are created one at a time, so each key can be shown once",
+            issued.one_at_a_time(),
         ));
     }
     let Value::Array(rows) = body.0 else {
@@ -212,7 +202,7 @@ async fn bulk(st: &AppState, kind: &'static Kind, body: JsonBody) -> Result<Resp
     if !errors.is_empty() {
         return Err(invalid_rows(errors));
     }
-    let ids = st.db.create_many(kind, prepared, Vec::new()).await?;
+    let ids = st.db.create_many(kind, prepared).await?;
     st.changed.notify_waiters();
     Ok((StatusCode::CREATED, Json(mprov_api::BulkCreated { ids })).into_response())
 }
@@ -232,7 +222,7 @@ async fn update(
     crate::access::check_fields(
         &principal,
         st.config.shared_key_mode,
-        kind.name,
+        kind,
         body.keys().map(String::as_str),
     )?;
     let prepared =
@@ -252,14 +242,22 @@ pub async fn image_host(
 ) -> Result<Json<Obj>, ApiError> {
     let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::internal(format!("no kind {n}")));
     let images = kind("images")?;
-    let js = st.db.get(kind("jobservers")?, &jobserver).await?;
+    // The relation that lists the hosts, and the job servers' kind, as the
+    // images' descriptor says.
+    let kinds::JobServerWrite::Hosts(relation) = images.jobserver_writes else {
+        return Err(ApiError::internal("images have no hosts relation"));
+    };
+    let hosted_by = images
+        .relation(relation)
+        .ok_or_else(|| ApiError::internal(format!("images have no relation {relation}")))?;
+    let js = st.db.get(kind(hosted_by.kind)?, &jobserver).await?;
     let js_id = js
         .get("id")
         .and_then(Value::as_i64)
         .ok_or_else(|| ApiError::internal("a job server without an id"))?;
     let image = st.db.get(images, &key).await?;
     let mut hosts: Vec<i64> = image
-        .get("jobservers")
+        .get(relation)
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -274,12 +272,10 @@ pub async fn image_host(
     if hosts == before {
         return Ok(Json(image));
     }
-    let body = json!({ "jobservers": hosts });
-    let body = body
-        .as_object()
-        .ok_or_else(|| ApiError::internal("not an object"))?;
+    let mut body = Obj::new();
+    body.insert(relation.into(), json!(hosts));
     let prepared =
-        crud::validate(images, body, Mode::Update, &st.secrets, "").map_err(invalid_rows)?;
+        crud::validate(images, &body, Mode::Update, &st.secrets, "").map_err(invalid_rows)?;
     let obj = st.db.update(images, &key, prepared).await?;
     st.changed.notify_waiters();
     Ok(Json(obj))

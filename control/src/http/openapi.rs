@@ -126,10 +126,10 @@ fn read_schema(kind: &Kind) -> Value {
         }
     }
     let required: Vec<String> = props.keys().cloned().collect();
-    if kind.name == "apikeys" {
+    if let Some(issued) = kind.issues {
         props.insert(
-            "key".into(),
-            json!({"type": "string", "description": "The key itself: only in the answer to its creation."}),
+            issued.field().into(),
+            json!({"type": "string", "description": issued.doc()}),
         );
     }
     json!({"type": "object", "description": kind.doc, "properties": props, "required": required, "additionalProperties": false})

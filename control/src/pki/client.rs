@@ -23,6 +23,24 @@ pub struct SpawnSpec {
     pub user: Option<String>,
 }
 
+impl SpawnSpec {
+    /// `mprov-control <subcommand>` with the helper's arguments: the TLS
+    /// folder, the host's name and, when set, the user to become. The
+    /// supervisor (`signer`) and its worker (`signer-worker`) take the same.
+    pub fn command(&self, subcommand: &str) -> std::process::Command {
+        let mut cmd = std::process::Command::new(&self.exe);
+        cmd.arg(subcommand)
+            .arg("--tls-dir")
+            .arg(&self.tls_dir)
+            .arg("--hostname")
+            .arg(&self.hostname);
+        if let Some(user) = &self.user {
+            cmd.arg("--user").arg(user);
+        }
+        cmd
+    }
+}
+
 /// Where the answer to the request in flight goes.
 type Waiter = tokio::sync::oneshot::Sender<Result<SignReply, SignerError>>;
 
@@ -87,15 +105,7 @@ impl SignerClient {
         let fail = |e: std::io::Error| SignerError::Start(e.to_string());
         let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(fail)?;
         let theirs_out = theirs.try_clone().map_err(fail)?;
-        let mut cmd = tokio::process::Command::new(&spec.exe);
-        cmd.arg("signer")
-            .arg("--tls-dir")
-            .arg(&spec.tls_dir)
-            .arg("--hostname")
-            .arg(&spec.hostname);
-        if let Some(user) = &spec.user {
-            cmd.arg("--user").arg(user);
-        }
+        let mut cmd = tokio::process::Command::from(spec.command("signer"));
         cmd.stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
             theirs,
         )))

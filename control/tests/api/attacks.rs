@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 
 use mprov_control::db::Engine;
 
-use crate::common::{on_engine, on_sqlite};
+use crate::common::{P256, STATUS_ONLY, on_engine, on_sqlite};
 use crate::process::{Server, serve_to_exit};
 
 /// Runs `program args` as the `mprov` user.
@@ -65,14 +65,20 @@ fn default_db(dir: &Path) -> String {
     format!("sqlite://{}/var/db/mprov.sqlite3?mode=rwc", dir.display())
 }
 
+/// A first start on the default SQLite database, stopped: the folders, the
+/// CA and the database exist. The database's URL.
+fn started_once(dir: &Path) -> String {
+    let url = default_db(dir);
+    Server::start(dir, &url, 1, &[]).stop();
+    url
+}
+
 /// Attack 1: a link planted where the service hands files over, then a
 /// restart. The root-only file stays root's and unreadable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_1_a_planted_link_never_hands_a_root_file_over() {
     on_sqlite(|dir, _| {
-        let url = default_db(dir);
-        let mut s = Server::start(dir, &url, 1, &[]);
-        s.stop();
+        let url = started_once(dir);
         let secret = dir.join("root-only");
         std::fs::write(&secret, "root's secret\n").unwrap();
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -136,9 +142,7 @@ async fn attack_1_a_planted_link_never_hands_a_root_file_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_2_the_service_user_cannot_replace_the_ca() {
     on_sqlite(|dir, _| {
-        let url = default_db(dir);
-        let mut s = Server::start(dir, &url, 1, &[]);
-        s.stop();
+        let url = started_once(dir);
         let tls = dir.join("var/tls");
         let ca = std::fs::read_to_string(tls.join("ca.crt")).unwrap();
 
@@ -154,14 +158,8 @@ async fn attack_2_the_service_user_cannot_replace_the_ca() {
         std::fs::rename(&tls, &aside).unwrap();
         std::fs::create_dir(&tls).unwrap();
         let made = Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-            ])
+            .args(["req", "-x509"])
+            .args(P256)
             .args(["-nodes", "-days", "2", "-subj", "/CN=evil CA"])
             .arg("-keyout")
             .arg(tls.join("ca.key"))
@@ -228,15 +226,20 @@ fn walk(root: &Path, out: &mut Vec<(String, u32, u32)>) {
     let (uid, mode) = owner_mode(root);
     out.push((root.display().to_string(), uid, mode));
     if std::fs::symlink_metadata(root).unwrap().is_dir() {
-        let mut entries: Vec<_> = std::fs::read_dir(root)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        entries.sort();
-        for e in entries {
+        for e in sorted_entries(root) {
             walk(&e, out);
         }
     }
+}
+
+/// The paths in the folder `dir`, sorted.
+fn sorted_entries(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    entries
 }
 
 /// What each path must be: owner and mode.
@@ -265,12 +268,7 @@ fn expected_owner_mode(path: &str, mprov: u32) -> Option<(u32, u32)> {
 /// [`expected_owner_mode`]: what is wrong, and how many paths were seen.
 fn wrong_modes(root: &Path, mprov: u32) -> (Vec<String>, Vec<String>) {
     let mut seen = Vec::new();
-    let mut entries: Vec<_> = std::fs::read_dir(root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for e in entries {
+    for e in sorted_entries(root) {
         walk(&e, &mut seen);
     }
     let mut wrong = Vec::new();
@@ -594,11 +592,7 @@ impl Client {
 
     /// Enrolls a node with `nonce`; its certificate at `work/<name>.crt`.
     fn enroll_node(&self, name: &str, nonce: &str) -> std::path::PathBuf {
-        let csr = self.csr(
-            name,
-            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
-            &[],
-        );
+        let csr = self.csr(name, &P256, &[]);
         let (code, v) = self.call(
             "POST",
             "/enroll/node/",
@@ -768,8 +762,7 @@ async fn attack_3_a_node_cannot_change_who_it_is() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_4_a_token_works_only_for_its_name() {
     on_admin(Engine::Sqlite, |_, _, s, c| {
-        let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
-        let csr = c.csr("js1", &p256, &[]);
+        let csr = c.csr("js1", &P256, &[]);
         let (code, v) = c.enroll_js(&c.token("js1", "new"), "js1", &csr);
         assert_eq!(code, 200, "{v}");
         let js1 = c.work.join("js1");
@@ -782,7 +775,7 @@ async fn attack_4_a_token_works_only_for_its_name() {
         assert_eq!(c.call("GET", "/api/v1/systems/", &me, None).0, 200);
 
         let t9 = c.token("new-js9", "new");
-        let (code, v) = c.enroll_js(&t9, "js1", &c.csr("evil", &p256, &[]));
+        let (code, v) = c.enroll_js(&t9, "js1", &c.csr("evil", &P256, &[]));
         assert_eq!(code, 403, "{v}");
         assert!(
             v["message"]
@@ -798,11 +791,11 @@ async fn attack_4_a_token_works_only_for_its_name() {
         );
         assert_eq!(c.live("js1"), 1);
         // The token was not spent: new-js9 itself still enrolls with it.
-        let (code, v) = c.enroll_js(&t9, "new-js9", &c.csr("new-js9", &p256, &[]));
+        let (code, v) = c.enroll_js(&t9, "new-js9", &c.csr("new-js9", &P256, &[]));
         assert_eq!(code, 200, "{v}");
 
         let again = c.token("js1", "new");
-        let (code, v) = c.enroll_js(&again, "js1", &c.csr("evil2", &p256, &[]));
+        let (code, v) = c.enroll_js(&again, "js1", &c.csr("evil2", &P256, &[]));
         assert_eq!(code, 409, "{v}");
         assert!(v["message"].as_str().unwrap().contains("--replace"), "{v}");
         assert_eq!(c.call("GET", "/api/v1/systems/", &me, None).0, 200);
@@ -816,7 +809,7 @@ async fn attack_4_a_token_works_only_for_its_name() {
         assert_eq!(code, 400);
 
         let replace = c.token("js1", "replace");
-        let (code, v) = c.enroll_js(&replace, "js1", &c.csr("js1b", &p256, &[]));
+        let (code, v) = c.enroll_js(&replace, "js1", &c.csr("js1b", &P256, &[]));
         assert_eq!(code, 200, "{v}");
         assert_eq!(
             c.call("GET", "/api/v1/systems/", &me, None).0,
@@ -850,9 +843,8 @@ fn children(pid: u32) -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_5_the_signer_comes_back() {
     on_admin(Engine::Sqlite, |_, _, s, c| {
-        let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
         let token = c.token("js1", "new");
-        let csr = c.csr("js1", &p256, &[]);
+        let csr = c.csr("js1", &P256, &[]);
         let supervisor = children(s.pid());
         assert_eq!(supervisor.len(), 1, "{supervisor:?}");
         let worker = children(supervisor[0]);
@@ -955,7 +947,7 @@ async fn attack_10_csr_refusals_name_the_problem() {
             ),
             (
                 "ca",
-                vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
+                P256.to_vec(),
                 vec!["basicConstraints=critical,CA:TRUE"],
                 "asks for CA rights",
             ),
@@ -967,11 +959,7 @@ async fn attack_10_csr_refusals_name_the_problem() {
                 "{name}: {code} {v}"
             );
         }
-        let csr = c.csr(
-            "nofalse",
-            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
-            &["basicConstraints=critical,CA:FALSE"],
-        );
+        let csr = c.csr("nofalse", &P256, &["basicConstraints=critical,CA:FALSE"]);
         let (code, v) = c.enroll_js(&token, "js1", &csr);
         assert_eq!(code, 200, "an explicit CA:FALSE is fine: {v}");
         s.stop();
@@ -997,7 +985,8 @@ async fn attack_7_password_checks_are_throttled() {
         let flood: Vec<_> = (0..32)
             .map(|i| {
                 Command::new("curl")
-                    .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+                    .args(STATUS_ONLY)
+                    .arg("--cacert")
                     .arg(&c.ca)
                     .args(["-u", &format!("admin:wrong-{i}")])
                     .args(["-H", &mprov_api::version_header_line()])
@@ -1009,16 +998,8 @@ async fn attack_7_password_checks_are_throttled() {
             .collect();
         // While the flood runs, an API key is answered.
         let out = Command::new("curl")
-            .args([
-                "-sS",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "--max-time",
-                "5",
-                "--cacert",
-            ])
+            .args(STATUS_ONLY)
+            .args(["--max-time", "5", "--cacert"])
             .arg(&c.ca)
             .args(["-H", &format!("Authorization: Api-Key {key}")])
             .args(["-H", &mprov_api::version_header_line()])
@@ -1117,10 +1098,9 @@ async fn sqlite_shared_with_another_process_stays_sound() {
 /// enrollments; exactly one valid certificate each time.
 pub(crate) async fn races(engine: Engine) {
     on_admin(engine, |_, url, s, c| {
-        let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
         let image = hosted_image(c);
         c.post("systems", serde_json::json!({"hostname": "c01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:02:01"}]}));
-        let csr = c.csr("racer", &p256, &[]);
+        let csr = c.csr("racer", &P256, &[]);
         // Each request's status; a failure shows every answer and the log.
         let answers = std::cell::RefCell::new(String::new());
         let race = |bodies: Vec<(&str, serde_json::Value)>| -> Vec<u16> {

@@ -22,6 +22,12 @@ use tower::ServiceExt;
 
 pub(crate) const VERSION: &str = "mProv-Version";
 
+/// openssl's arguments for a new P-256 key (`req -newkey ...`).
+pub(crate) const P256: [&str; 4] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+
+/// curl's arguments that print only the answer's status code.
+pub(crate) const STATUS_ONLY: [&str; 5] = ["-sS", "-o", "/dev/null", "-w", "%{http_code}"];
+
 /// The environment variable naming a running server for `engine`.
 pub(crate) fn server_env(engine: Engine) -> Option<&'static str> {
     match engine {

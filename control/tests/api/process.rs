@@ -437,7 +437,7 @@ pub(crate) async fn subcommands(engine: Engine) {
         Some(true)
     );
     let expires: Option<String> = sqlx::Row::try_get(&row, "expires_at").unwrap();
-    assert!(expires.is_some_and(|e| e > mprov_control::db::crud::now()));
+    assert!(expires.is_some_and(|e| e > mprov_control::time::now()));
     db.pool().close().await;
     tdb.cleanup().await;
 }

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::common::on_sqlite;
+use crate::common::{P256, STATUS_ONLY, on_sqlite};
 use crate::process::{Server, mode, serve_to_exit};
 
 /// Runs a tool that must be installed (`cargo xtask test` installs it).
@@ -56,28 +56,15 @@ fn x509(cert: &Path, args: &[&str]) -> String {
 /// `subject` and one subjectAltName.
 fn self_signed(key: &Path, cert: &Path, days: &str, subject: &str, san: &str) {
     let san = format!("subjectAltName={san}");
-    let out = tool(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-days",
-            days,
-            "-subj",
-            subject,
-            "-addext",
-            &san,
-            "-keyout",
-            key.to_str().unwrap(),
-            "-out",
-            cert.to_str().unwrap(),
-        ],
-    );
+    let (key, cert) = (key.to_str().unwrap(), cert.to_str().unwrap());
+    let args = [
+        &["req", "-x509"][..],
+        &P256,
+        &["-nodes", "-days", days, "-subj", subject, "-addext", &san],
+        &["-keyout", key, "-out", cert],
+    ]
+    .concat();
+    let out = tool("openssl", &args);
     assert!(out.status.success(), "{}", text(&out));
 }
 
@@ -239,16 +226,8 @@ fn check_https(dir: &Path, url: &str) {
     ]);
     assert!(ok, "anonymous /ca.crt over HTTPS");
     assert_eq!(body, std::fs::read_to_string(&ca).unwrap());
-    let (_, code) = curl(&[
-        "-sS",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "--cacert",
-        ca_arg,
-        &format!("{base}/api/v1/systems/"),
-    ]);
+    let systems = format!("{base}/api/v1/systems/");
+    let (_, code) = curl(&[&STATUS_ONLY[..], &["--cacert", ca_arg, &systems]].concat());
     assert_eq!(code, "401");
     let key = std::fs::read_to_string(dir.join("etc/apikey")).unwrap();
     let key = key.trim().trim_start_matches("export MPROV_APIKEY=");
@@ -486,13 +465,9 @@ async fn job_server_enrollment_and_mtls() {
 fn openssl_csr(dir: &Path, name: &str, subject: &str, extra: &[&str]) -> String {
     let key = dir.join(format!("{name}.key"));
     let csr = dir.join(format!("{name}.csr"));
-    let mut args = vec![
-        "req",
-        "-new",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
+    let mut args = vec!["req", "-new"];
+    args.extend_from_slice(&P256);
+    args.extend_from_slice(&[
         "-nodes",
         "-subj",
         subject,
@@ -500,7 +475,7 @@ fn openssl_csr(dir: &Path, name: &str, subject: &str, extra: &[&str]) -> String 
         key.to_str().unwrap(),
         "-out",
         csr.to_str().unwrap(),
-    ];
+    ]);
     for e in extra {
         args.extend_from_slice(&["-addext", e]);
     }
@@ -557,19 +532,15 @@ fn curl_with_cert(
     extra: &[&str],
 ) -> String {
     let v = mprov_api::version_header_line();
-    let mut args = vec![
-        "-sS",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
+    let mut args = STATUS_ONLY.to_vec();
+    args.extend_from_slice(&[
         "--cacert",
         ca.to_str().unwrap(),
         "--cert",
         cert.to_str().unwrap(),
         "--key",
         key.to_str().unwrap(),
-    ];
+    ]);
     if version {
         args.extend_from_slice(&["-H", &v]);
     }

@@ -75,7 +75,7 @@ pub const CONTROL: Spec = Spec {
     layers: &[
         Layer {
             name: "1 config, secrets, time helpers",
-            modules: &["config", "effective", "privileges", "secrets"],
+            modules: &["config", "effective", "privileges", "secrets", "time"],
             http: false,
         },
         Layer {

@@ -8,9 +8,26 @@ use serde_json::{Map, Value};
 use sqlx::{AnyConnection, Row};
 
 use super::validate::default_of;
-use super::{Pending, Prepared, StoreError, now};
-use crate::db::kinds::{Hook, Kind};
+use super::{Extra, Pending, Prepared, StoreError};
+use crate::db::kinds::{Hook, Issued, Kind};
 use crate::db::{Db, Val, int};
+use crate::time::now;
+
+/// The secret a create makes for a kind that [issues](Kind::issues) one:
+/// the secret itself, to answer once, and the server-set columns that keep
+/// what checks it later.
+pub(super) fn issue(issued: Issued) -> (String, Vec<Extra>) {
+    match issued {
+        Issued::ApiKey => {
+            let key = crate::secrets::new_api_key();
+            let columns = vec![
+                ("prefix", Val::Text(Some(key.prefix))),
+                ("hash", Val::Text(Some(key.hash))),
+            ];
+            (key.key, columns)
+        }
+    }
+}
 
 impl Db {
     /// The hooks that run before an update's own statement, while the stored

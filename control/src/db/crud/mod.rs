@@ -40,7 +40,6 @@ pub(crate) use read::{decode_cursor, encode_cursor};
 pub use validate::{
     parse_hostname, parse_mac, parse_slug, validate, validate_value, writable_names,
 };
-pub use write::api_key_columns;
 
 /// A JSON object: a row as the API shows it, or a request body.
 pub type Obj = Map<String, Value>;
@@ -226,18 +225,8 @@ pub enum Mode {
     Update,
 }
 
-/// A time in the stored form: RFC 3339 UTC to the second, so text order is time order.
-pub fn format_ts(ts: jiff::Timestamp) -> String {
-    ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
-/// Now, in the stored form.
-pub fn now() -> String {
-    format_ts(jiff::Timestamp::now())
-}
-
 /// A server-side value a create sets besides the body (an API key's hash).
-pub type Extra = (&'static str, Val);
+type Extra = (&'static str, Val);
 
 fn unique<T: Clone + Eq + std::hash::Hash>(items: impl IntoIterator<Item = T>) -> Vec<T> {
     let mut seen = HashSet::new();

@@ -5,12 +5,11 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde_json::Value;
 
-use super::{
-    FieldError, Mode, Obj, Pending, Prepared, RefKey, StoreError, field_errors, format_ts,
-};
+use super::{FieldError, Mode, Obj, Pending, Prepared, RefKey, StoreError, field_errors};
 use crate::db::Val;
 use crate::db::kinds::{self, Access, Default, Field, Kind, Ty};
 use crate::secrets::SecretBox;
+use crate::time::format_ts;
 
 /// Validates a request body against a kind.
 pub fn validate(

@@ -5,43 +5,61 @@
 
 use std::collections::{HashMap, HashSet};
 
+use serde_json::Value;
 use sqlx::{AnyConnection, Row};
 
-use super::{
-    Extra, FieldError, Obj, Pending, Prepared, RefKey, StoreError, field_errors, now, unique,
-};
+use super::hooks::issue;
+use super::{Extra, FieldError, Obj, Pending, Prepared, RefKey, StoreError, field_errors, unique};
 use crate::db::kinds::{self, Field, Kind, ManyToMany, Ty};
 use crate::db::{Db, Engine, MAX_BINDS, Val, int};
-
-/// The columns the server sets for a new API key: its prefix and hash.
-pub fn api_key_columns(key: &crate::secrets::NewApiKey) -> Vec<Extra> {
-    vec![
-        ("prefix", Val::Text(Some(key.prefix.clone()))),
-        ("hash", Val::Text(Some(key.hash.clone()))),
-    ]
-}
+use crate::time::now;
 
 impl Db {
-    /// Creates one row (and its children), returning it as the API shows it.
-    pub async fn create(
-        &self,
-        kind: &'static Kind,
-        prepared: Prepared,
-        extra: Vec<Extra>,
-    ) -> Result<Obj, StoreError> {
-        let ids = self.create_many(kind, vec![prepared], extra).await?;
+    /// Creates one row (and its children), returning it as the API shows
+    /// it; for a kind that [issues](Kind::issues) a secret, with the secret
+    /// made for this row under its field: the one time it is shown.
+    pub async fn create(&self, kind: &'static Kind, prepared: Prepared) -> Result<Obj, StoreError> {
+        let (shown, extra) = match kind.issues {
+            Some(issued) => {
+                let (secret, columns) = issue(issued);
+                (Some((issued.field(), secret)), columns)
+            }
+            None => (None, Vec::new()),
+        };
+        let ids = self.insert_many(kind, vec![prepared], &extra).await?;
         let mut conn = self.pool().acquire().await?;
         let id = ids.first().copied().unwrap_or_default();
-        self.get_by_id(&mut conn, kind, id).await
+        let mut obj = self.get_by_id(&mut conn, kind, id).await?;
+        if let Some((field, secret)) = shown {
+            obj.insert(field.into(), Value::String(secret));
+        }
+        Ok(obj)
     }
 
     /// Creates many rows in one transaction: all or none. Every row that is
-    /// wrong is named in the error.
+    /// wrong is named in the error. A kind that [issues](Kind::issues) a
+    /// secret is refused: its rows are created one at a time.
     pub async fn create_many(
         &self,
         kind: &'static Kind,
         rows: Vec<Prepared>,
-        extra: Vec<Extra>,
+    ) -> Result<Vec<i64>, StoreError> {
+        if let Some(issued) = kind.issues {
+            return Err(StoreError::Invalid {
+                field: None,
+                message: issued.one_at_a_time(),
+            });
+        }
+        self.insert_many(kind, rows, &[]).await
+    }
+
+    /// Inserts rows, with the server-set columns `extra` in each, in one
+    /// transaction.
+    async fn insert_many(
+        &self,
+        kind: &'static Kind,
+        rows: Vec<Prepared>,
+        extra: &[Extra],
     ) -> Result<Vec<i64>, StoreError> {
         let mut rows = rows;
         for row in &mut rows {
@@ -56,7 +74,7 @@ impl Db {
         let mut ids = Vec::with_capacity(rows.len());
         let mut child_rows: Vec<(&'static Kind, &'static str, i64, &Prepared)> = Vec::new();
         for row in &rows {
-            let id = self.insert_row(&mut tx, kind, row, &extra, &now).await?;
+            let id = self.insert_row(&mut tx, kind, row, extra, &now).await?;
             ids.push(id);
             for (rel, keys) in &row.m2m {
                 let targets = resolved_ids(keys);
