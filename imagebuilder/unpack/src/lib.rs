@@ -33,7 +33,7 @@ use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt, lchown, symlink};
+use std::os::unix::fs::{PermissionsExt, lchown, symlink};
 use std::path::{Component, Path, PathBuf};
 
 use nix::sys::stat::{Mode, SFlag, lutimes, makedev, mknod};
@@ -426,12 +426,20 @@ impl FileMeta {
 
 /// Creates a regular file that must not exist yet (never following a
 /// symlink), private until its mode is set.
+///
+/// `openat` rather than `open` (what `std::fs::OpenOptions` calls): musl's
+/// `open` follows every `O_CLOEXEC` open with an `fcntl(F_SETFD)` for old
+/// kernels, one more system call per file of the root in the static agent.
 fn create_file(path: &Path) -> io::Result<File> {
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
+    use nix::fcntl::{AT_FDCWD, OFlag, openat};
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC;
+    loop {
+        match openat(AT_FDCWD, path, flags, Mode::from_bits_truncate(0o600)) {
+            Ok(fd) => return Ok(File::from(fd)),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(err) => return Err(io::Error::from(err)),
+        }
+    }
 }
 
 /// A regular file for a writer thread.
@@ -1235,6 +1243,28 @@ mod tests {
         let err = unpack_with(&stream[..], &root, UnpackOptions::default(), 2)
             .expect_err("a root that is a file");
         assert!(matches!(err, UnpackError::Create { .. }), "{err:?}");
+        Ok(())
+    }
+
+    /// A new file is made private and writable; an existing name, a
+    /// symlink (even a dangling one) included, is refused and left as it is.
+    #[test]
+    fn create_file_makes_only_new_files() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let new = dir.path().join("new");
+        let mut file = create_file(&new)?;
+        file.write_all(b"data")?;
+        drop(file);
+        assert_eq!(fs::read(&new)?, b"data");
+        assert_eq!(fs::metadata(&new)?.permissions().mode() & 0o777, 0o600);
+        let err = create_file(&new).expect_err("an existing file");
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(fs::read(&new)?, b"data");
+        let link = dir.path().join("link");
+        symlink(dir.path().join("target"), &link)?;
+        let err = create_file(&link).expect_err("a dangling symlink");
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert!(!dir.path().join("target").exists());
         Ok(())
     }
 
