@@ -5,6 +5,13 @@
 
 use std::process::ExitCode;
 
+/// mimalloc rather than libc's allocator: the static agent links musl,
+/// whose allocator serialises every thread of the stream on one lock and
+/// unmaps freed memory, so each file's buffer page-faults afresh
+/// (`tests/bench/RESULTS.md`, "agent").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // As PID 1 the kernel hands us the command line's leftovers as arguments
     // and environment, which are not ours to parse: PID 1 is always `/init`,
