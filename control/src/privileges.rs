@@ -42,6 +42,17 @@ pub enum PrivError {
         /// Why.
         reason: String,
     },
+    /// The user database cannot be read, or useradd cannot be run.
+    #[error("system user {name}: {what}")]
+    UserIo {
+        /// The user.
+        name: String,
+        /// What was being done.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        err: std::io::Error,
+    },
     /// A folder or file cannot be given its owner or mode.
     #[error("cannot set the owner or mode of {}", path.display())]
     Chown {
@@ -117,7 +128,15 @@ pub fn system_user(name: &str) -> Result<User, PrivError> {
         name: name.to_owned(),
         reason,
     };
-    if let Some(user) = User::from_name(name).map_err(|e| err(e.to_string()))? {
+    let io = |what| {
+        move |err: std::io::Error| PrivError::UserIo {
+            name: name.to_owned(),
+            what,
+            err,
+        }
+    };
+    let lookup = || User::from_name(name).map_err(|e| io("looking it up")(e.into()));
+    if let Some(user) = lookup()? {
         return Ok(user);
     }
     let useradd = USERADD
@@ -143,7 +162,7 @@ pub fn system_user(name: &str) -> Result<User, PrivError> {
             name,
         ])
         .output()
-        .map_err(|e| err(format!("cannot run useradd: {e}")))?;
+        .map_err(io("running useradd"))?;
     // Two processes may make it at once: exit 9 is "already exists".
     if !out.status.success() && out.status.code() != Some(9) {
         return Err(err(format!(
@@ -152,9 +171,7 @@ pub fn system_user(name: &str) -> Result<User, PrivError> {
         )));
     }
     tracing::info!("made the system user {name}");
-    User::from_name(name)
-        .map_err(|e| err(e.to_string()))?
-        .ok_or_else(|| err("missing after useradd".into()))
+    lookup()?.ok_or_else(|| err("missing after useradd".into()))
 }
 
 /// What a path is, read without following a link.

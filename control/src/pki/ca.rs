@@ -75,11 +75,14 @@ pub enum TlsError {
     #[error("the HTTPS certificate and key cannot be used together")]
     Rustls(#[source] rustls::Error),
     /// The operating system gave no randomness.
-    #[error("no randomness from the operating system: {0}")]
-    Random(String),
-    /// The signing helper refused or failed.
-    #[error("the signing helper did not sign the HTTPS certificate: {0}")]
-    Signer(String),
+    #[error("no randomness from the operating system")]
+    Random(#[source] getrandom::Error),
+    /// The signing helper refused.
+    #[error("the signing helper refused to sign the HTTPS certificate: {0}")]
+    SignerRefused(String),
+    /// The signing helper could not be reached.
+    #[error("the signing helper did not sign the HTTPS certificate")]
+    Signer(#[source] crate::pki::SignerError),
     /// The TLS folder or the CA key could be changed by someone else.
     #[error(
         "{} {why}; the CA and its key must be reachable by {who} alone, under folders only {who} can change. Restore it from a backup (see the admin guide), or move it aside to have a new CA made (every agent then enrolls again)",
@@ -344,7 +347,7 @@ pub(crate) fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), Tls
 
 fn random_bytes<const N: usize>() -> Result<[u8; N], TlsError> {
     let mut b = [0u8; N];
-    getrandom::fill(&mut b).map_err(|err| TlsError::Random(err.to_string()))?;
+    getrandom::fill(&mut b).map_err(TlsError::Random)?;
     Ok(b)
 }
 

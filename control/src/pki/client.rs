@@ -102,9 +102,10 @@ impl SignerClient {
     /// Starts the supervised helper and waits until it is ready.
     pub async fn spawn(spec: SpawnSpec) -> Result<SignerClient, SignerError> {
         use tokio::io::AsyncBufReadExt as _;
-        let fail = |e: std::io::Error| SignerError::Start(e.to_string());
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(fail)?;
-        let theirs_out = theirs.try_clone().map_err(fail)?;
+        let fail = |what| move |err| SignerError::StartIo { what, err };
+        let (ours, theirs) =
+            std::os::unix::net::UnixStream::pair().map_err(fail("making its socket pair"))?;
+        let theirs_out = theirs.try_clone().map_err(fail("making its socket pair"))?;
         let mut cmd = tokio::process::Command::from(spec.command("signer"));
         cmd.stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
             theirs,
@@ -113,20 +114,21 @@ impl SignerClient {
             theirs_out,
         )))
         .kill_on_drop(true);
-        let child = cmd.spawn().map_err(fail)?;
+        let child = cmd.spawn().map_err(fail("running it"))?;
         // The command holds the child's ends of the pair: close ours now, or a
         // helper that dies would never read as closed.
         drop(cmd);
-        ours.set_nonblocking(true).map_err(fail)?;
+        ours.set_nonblocking(true)
+            .map_err(fail("setting up its socket"))?;
         let (read, writer) = tokio::net::UnixStream::from_std(ours)
-            .map_err(fail)?
+            .map_err(fail("setting up its socket"))?
             .into_split();
         let mut reader = tokio::io::BufReader::new(read);
         let mut first = String::new();
         let n = tokio::time::timeout(START_TIMEOUT, reader.read_line(&mut first))
             .await
             .map_err(|_| SignerError::Start(format!("not ready within {START_TIMEOUT:?}")))?
-            .map_err(fail)?;
+            .map_err(fail("reading its first line"))?;
         if n == 0 {
             return Err(SignerError::Start(
                 "it exited before it was ready; the log above says why".into(),
@@ -192,8 +194,7 @@ impl SignerClient {
         use tokio::io::AsyncWriteExt as _;
         let (writer, link, next_id) = match &self.backend {
             Backend::InProcess(signer) => {
-                let line = serde_json::to_string(req)
-                    .map_err(|e| SignerError::Unavailable(e.to_string()))?;
+                let line = serde_json::to_string(req).map_err(SignerError::Encode)?;
                 return Ok(signer.answer(&line).reply);
             }
             Backend::Process {
@@ -216,8 +217,7 @@ impl SignerClient {
         let id = next_id.fetch_add(1, Ordering::SeqCst);
         let mut req = req.clone();
         req.id = id;
-        let mut line =
-            serde_json::to_string(&req).map_err(|e| SignerError::Unavailable(e.to_string()))?;
+        let mut line = serde_json::to_string(&req).map_err(SignerError::Encode)?;
         line.push('\n');
         let (tx, rx) = tokio::sync::oneshot::channel();
         *link.pending.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, tx));
@@ -226,7 +226,7 @@ impl SignerClient {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .take();
-            return Err(SignerError::Unavailable(e.to_string()));
+            return Err(SignerError::Write(e));
         }
         match tokio::time::timeout(SIGN_TIMEOUT, rx).await {
             Ok(Ok(result)) => result,

@@ -462,7 +462,10 @@ pub fn supervise(mut worker: impl FnMut() -> std::process::Command) -> Result<()
             .stdin(std::process::Stdio::inherit())
             .stdout(std::process::Stdio::inherit())
             .status()
-            .map_err(|e| SignerError::Start(e.to_string()))?;
+            .map_err(|err| SignerError::StartIo {
+                what: "running the signing worker",
+                err,
+            })?;
         if status.success() {
             return Ok(());
         }

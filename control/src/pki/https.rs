@@ -224,8 +224,8 @@ async fn ensure_server_cert(
     };
     let cert_pem = match signer.request_certificate(&request).await {
         Ok(SignReply::Signed { cert_pem, .. }) => cert_pem,
-        Ok(SignReply::Refused { reason }) => return Err(TlsError::Signer(reason)),
-        Err(err) => return Err(TlsError::Signer(err.to_string())),
+        Ok(SignReply::Refused { reason }) => return Err(TlsError::SignerRefused(reason)),
+        Err(err) => return Err(TlsError::Signer(err)),
     };
     write_file(&key_path, key.serialize_pem().as_bytes(), 0o600)?;
     write_file(&cert_path, cert_pem.as_bytes(), 0o644)?;

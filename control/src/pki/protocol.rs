@@ -212,10 +212,26 @@ pub(super) enum Incoming {
 /// The web service cannot reach the helper.
 #[derive(Debug, thiserror::Error)]
 pub enum SignerError {
-    /// The helper cannot be started, or exited before it was ready.
+    /// The helper cannot be started, or exited before it was ready: why,
+    /// as the helper or the wait for it says.
     #[error("cannot start the signing helper: {0}")]
     Start(String),
+    /// Starting the helper failed in the operating system.
+    #[error("cannot start the signing helper: {what}")]
+    StartIo {
+        /// What was being done.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        err: std::io::Error,
+    },
     /// The helper is down for now (being started again); try later.
     #[error("the signing helper is not available: {0}")]
     Unavailable(String),
+    /// The request could not be written to the helper.
+    #[error("the signing helper is not available: writing the request")]
+    Write(#[source] std::io::Error),
+    /// The request could not be encoded.
+    #[error("the signing request cannot be encoded")]
+    Encode(#[source] serde_json::Error),
 }
