@@ -322,8 +322,7 @@ impl Kind {
     /// What a descriptor leaves to `..Kind::DEFAULTS`: private
     /// ([`Visibility::PRIVATE`]), no hooks, no field a node may write,
     /// nothing a job server may write ([`JobServerWrite::Nothing`]) and no
-    /// secret issued. The other fields
-    /// are always written out.
+    /// secret issued. The other fields are always written out.
     pub const DEFAULTS: Kind = Kind {
         name: "",
         schema: "",
