@@ -307,7 +307,7 @@ pub struct Kind {
     /// Its write hooks, in the order they run.
     pub hooks: &'static [Hook],
     /// The fields a node's certificate may write of its own rows of this
-    /// kind (those [`Visibility::nodes`] lets it reach); a node's `PATCH`
+    /// kind (those its visibility to nodes lets it reach); a node's `PATCH`
     /// naming any other field is refused, with the field named. The
     /// inventory has no node-reported field yet (boot events and script
     /// results have their own endpoints), so no kind lists one today.
