@@ -3,10 +3,14 @@
 //! one pass, and handed on only once verified.
 //!
 //! Threads share the work, each a few chunks ahead of the next
-//! ([`mprov_unpack::ReadAhead`], bounded): reqwest's own (the socket), the
-//! body's reader (its sha256), zstd's, and the caller's (the shared
-//! unpacker, [`mprov_unpack::unpack`], with its writer threads creating the
-//! files). The decisions (resume, wait, next source, give up) are the pure
+//! ([`mprov_unpack::ReadAhead`], bounded): the body's reader (the socket and
+//! its sha256), zstd's, and the caller's (the shared unpacker,
+//! [`mprov_unpack::unpack`], with its writer threads creating the files).
+//! The body's reader drives reqwest's async client on a current-thread
+//! runtime ([`Client`]), so the socket is read on the thread that hashes
+//! it: reqwest's blocking client reads on a thread of its own and hands
+//! each chunk (about 100 KiB) over, two wake-ups per chunk, which paced the
+//! whole stream. The decisions (resume, wait, next source, give up) are the pure
 //! [`plan::Plan`]'s; reply heads are classified by the pure
 //! [`reply::classify`].
 //!
@@ -25,7 +29,6 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use mprov_unpack::{ReadAhead, UnpackOptions, Unpacked};
-use reqwest::blocking::{Client, Response};
 use sha2::{Digest, Sha256};
 
 use self::plan::{Next, Plan, SourceFailure};
@@ -262,29 +265,57 @@ pub fn fetch(
     }
 }
 
+/// The HTTP client for job servers, with the runtime that drives it from
+/// the thread reading the body (see the module's comment).
+#[derive(Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    runtime: tokio::runtime::Runtime,
+}
+
+/// Why the HTTP client could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// reqwest refused its settings (a bad CA certificate, say).
+    #[error("making the HTTP client")]
+    Http(#[from] reqwest::Error),
+    /// The runtime could not start (no memory, no file descriptors).
+    #[error("starting the HTTP client's runtime")]
+    Runtime(#[from] io::Error),
+}
+
 /// The HTTP client for job servers: plain HTTP (the bytes are verified
 /// against the manifest, not trusted for their transport), a connect
 /// timeout, and a stall timeout on every read; no proxy from the
 /// environment.
-pub fn client() -> Result<Client, reqwest::Error> {
-    builder().build()
+pub fn client() -> Result<Client, ClientError> {
+    with(builder())
 }
 
 /// A client for the stream as `/init` makes it: an initramfs has no system
 /// CA certificates, so an HTTPS job server is trusted only when the
 /// install's CA (`ca_pem`) signed its certificate.
-pub fn client_trusting(ca_pem: &str) -> Result<Client, reqwest::Error> {
+pub fn client_trusting(ca_pem: &str) -> Result<Client, ClientError> {
     let certs = reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes())?;
-    builder().tls_certs_only(certs).build()
+    with(builder().tls_certs_only(certs))
 }
 
-fn builder() -> reqwest::blocking::ClientBuilder {
+fn builder() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    Client::builder()
+    reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(STALL_TIMEOUT)
+        .read_timeout(STALL_TIMEOUT)
         .no_proxy()
         .user_agent(concat!("mprov-agent/", env!("CARGO_PKG_VERSION")))
+}
+
+fn with(builder: reqwest::ClientBuilder) -> Result<Client, ClientError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // Built inside the runtime: its connections belong to it.
+    let http = runtime.block_on(async { builder.build() })?;
+    Ok(Client { http, runtime })
 }
 
 /// How long a connection may take to open.
@@ -365,7 +396,7 @@ struct Stream<'a> {
     expected: &'a Expected,
     hasher: Sha256,
     offset: u64,
-    body: Option<Response>,
+    body: Option<Body>,
     validator: Option<String>,
     outcome: &'a Mutex<Outcome>,
     observe: &'a (dyn Fn(&Event<'_>) + Sync),
@@ -413,14 +444,16 @@ impl Stream<'_> {
     fn open(&mut self) -> io::Result<()> {
         loop {
             let url = self.url().to_owned();
-            let mut request = self.client.get(&url);
+            let mut request = self.client.http.get(&url);
             if self.offset > 0 {
                 request = request.header(reqwest::header::RANGE, format!("bytes={}-", self.offset));
                 if let Some(validator) = &self.validator {
                     request = request.header(reqwest::header::IF_RANGE, validator);
                 }
             }
-            let response = match request.send() {
+            // The request's future is made inside the runtime: its timers
+            // need one.
+            let response = match self.client.runtime.block_on(async { request.send().await }) {
                 Ok(response) => response,
                 Err(err) => {
                     self.dropped(crate::init::chain(&err))?;
@@ -444,7 +477,10 @@ impl Stream<'_> {
                     if start == 0 {
                         self.validator = validator;
                     }
-                    self.body = Some(response);
+                    self.body = Some(Body {
+                        response,
+                        rest: bytes::Bytes::new(),
+                    });
                     return Ok(());
                 }
                 Reply::Body { .. } => {
@@ -486,7 +522,7 @@ impl Read for Stream<'_> {
             let Some(body) = self.body.as_mut() else {
                 continue;
             };
-            match body.read(&mut buf[..want]) {
+            match body.read(&self.client.runtime, &mut buf[..want]) {
                 Ok(0) => self.dropped(format!(
                     "the connection closed after {} of {size} bytes",
                     self.offset
@@ -520,6 +556,32 @@ impl Read for Stream<'_> {
                 Err(err) => self.dropped(crate::init::chain(&err))?,
             }
         }
+    }
+}
+
+/// A response being read: its body's chunks, and what is left of the last
+/// one.
+struct Body {
+    response: reqwest::Response,
+    rest: bytes::Bytes,
+}
+
+impl Body {
+    /// Reads into `buf` from the last chunk, or from the next one, waiting
+    /// for it on `runtime` on this thread; `Ok(0)` at the end of the body.
+    fn read(&mut self, runtime: &tokio::runtime::Runtime, buf: &mut [u8]) -> io::Result<usize> {
+        if self.rest.is_empty() {
+            match runtime
+                .block_on(self.response.chunk())
+                .map_err(io::Error::other)?
+            {
+                Some(chunk) => self.rest = chunk,
+                None => return Ok(0),
+            }
+        }
+        let n = self.rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&self.rest.split_to(n));
+        Ok(n)
     }
 }
 
