@@ -62,6 +62,23 @@ fn fixture(root: &Path) -> Result<()> {
     fs::set_permissions(root.join("etc/file"), fs::Permissions::from_mode(0o640))?;
     std::os::unix::fs::chown(root.join("etc/file"), Some(1000), Some(100))?;
     fs::hard_link(root.join("etc/file"), root.join("etc/file.link"))?;
+    // The unpacker's short way (creation gives the owner and mode) and its
+    // edges: modes root's creation gets right (0644, 0600), one the umask
+    // would cut (0664), and a root-owned file in a setgid folder, where a new
+    // file takes the folder's group.
+    for (name, mode) in [
+        ("etc/plain", 0o644),
+        ("etc/private", 0o600),
+        ("etc/shared", 0o664),
+    ] {
+        fs::write(root.join(name), name)?;
+        fs::set_permissions(root.join(name), fs::Permissions::from_mode(mode))?;
+    }
+    fs::create_dir(root.join("var/mail"))?;
+    std::os::unix::fs::chown(root.join("var/mail"), Some(0), Some(8))?;
+    fs::set_permissions(root.join("var/mail"), fs::Permissions::from_mode(0o2775))?;
+    fs::write(root.join("var/mail/root"), "mail")?;
+    std::os::unix::fs::chown(root.join("var/mail/root"), Some(0), Some(0))?;
     symlink("file", root.join("etc/sym"))?;
     std::os::unix::fs::lchown(root.join("etc/sym"), Some(7), Some(8))?;
     sh(Command::new("mknod")
