@@ -8,6 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
@@ -65,6 +66,12 @@ pub struct Cli {
     /// (default: the host name).
     #[arg(long, env = "MPROV_JOBSERVER_NAME")]
     name: Option<String>,
+    /// Seconds between reports of this machine's load average to the
+    /// control service (with the job server's certificate), by which
+    /// `/ipxe/` sends nodes to the least loaded job server first. 0: never
+    /// (the job server keeps the load it last reported, 0 if none).
+    #[arg(long, env = "MPROV_HEARTBEAT", default_value_t = events::HEARTBEAT_EVERY.as_secs())]
+    heartbeat: u64,
     /// Serve this boot config snapshot (JSON or YAML) instead of following the
     /// control service.
     #[arg(long)]
@@ -327,6 +334,15 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
                     identity::keep_renewed(control, me, clients_tx, metrics, stop).await;
                     Ok(())
                 });
+                // Its load, for /ipxe/'s order: only its certificate names it.
+                if cli.heartbeat > 0 {
+                    let every = Duration::from_secs(cli.heartbeat);
+                    let (clients, stop) = (clients.clone(), shutdown.clone());
+                    tasks.spawn(async move {
+                        events::heartbeat(clients, every, stop).await;
+                        Ok(())
+                    });
+                }
             }
             let stop = shutdown.clone();
             tasks.spawn(async move {

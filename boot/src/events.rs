@@ -6,6 +6,9 @@
 //! posts them to the control service's `POST /api/v1/boot/events` with the
 //! job server's own client (its certificate over HTTPS, as renewed).
 //!
+//! Beside them, [`heartbeat`] reports the machine's load (every
+//! [`HEARTBEAT_EVERY`] by default) to `POST /api/v1/boot/heartbeat`.
+//!
 //! A `dhcp_acked` with the leased address is what lets `/ipxe/` hand a node
 //! its enrollment nonce, so reports go out at once, in order; the servers
 //! never wait for them (a full channel drops the report, not the reply).
@@ -156,9 +159,69 @@ pub async fn report(
     }
 }
 
+/// How often a job server reports its load, unless told otherwise.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(15);
+
+/// The one-minute load average in `/proc/loadavg`'s text.
+pub fn load_avg(loadavg: &str) -> Option<f64> {
+    loadavg
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+        .filter(|l: &f64| l.is_finite() && *l >= 0.0)
+}
+
+/// Reports this machine's load to the control service at once, then
+/// `every`, until `stop` (`/ipxe/` lists the least loaded job server
+/// first). A failure is logged once until a report gets through.
+pub async fn heartbeat(clients: watch::Receiver<Client>, every: Duration, stop: CancellationToken) {
+    let mut failing = false;
+    let mut every = tokio::time::interval(every);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let load = match tokio::fs::read_to_string("/proc/loadavg").await {
+            Ok(text) => load_avg(&text),
+            Err(_) => None,
+        };
+        let Some(load_avg) = load else {
+            if !failing {
+                tracing::warn!("cannot read the load average in /proc/loadavg; no heartbeat sent");
+                failing = true;
+            }
+            continue;
+        };
+        let client = clients.borrow().clone();
+        match client
+            .heartbeat(&mprov_api::boot::Heartbeat { load_avg })
+            .await
+        {
+            Ok(()) => failing = false,
+            Err(e) if !failing => {
+                tracing::warn!(error = %e, "cannot report this job server's load; nodes may be sent to it first while it is busy");
+                failing = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn load_average_is_the_first_field_of_proc_loadavg() {
+        assert_eq!(load_avg("0.52 0.58 0.59 2/456 12345\n"), Some(0.52));
+        assert_eq!(load_avg("12 1 1 1/1 1"), Some(12.0));
+        for bad in ["", "\n", "x 0.1 0.1", "-1 0 0", "NaN 0 0", "inf 0 0"] {
+            assert_eq!(load_avg(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn dhcp_replies_become_timeline_events() {

@@ -13,7 +13,8 @@
 //!   system, host name, groups, image, kernel command line, aliases, NIC
 //!   ownership or BMC settings).
 //! - A **job server's** certificate: every inventory read except accounts
-//!   and credentials, its own job-server row (heartbeats), the jobs it
+//!   and credentials, its heartbeat (its load, on its own row, through
+//!   `POST /api/v1/boot/heartbeat`: no other field of the row), the jobs it
 //!   claimed, which images it hosts (`/api/v1/images/{key}/hosts/{itself}`),
 //!   and renewing its certificate. What it may write of a kind is the
 //!   kind's [`jobserver_writes`](kinds::Kind::jobserver_writes).
@@ -144,9 +145,16 @@ pub async fn check(
     if is_public(path) {
         return Ok(());
     }
-    // The boot timeline and manifest decide per identity themselves (a node
-    // writes and reads its own, a job server writes for nodes): crate::http::boot.
-    if path == mprov_api::boot::EVENTS_PATH || path == mprov_api::boot::MANIFEST_PATH {
+    // The boot timeline, manifest and heartbeat decide per identity
+    // themselves (a node writes and reads its own, a job server writes for
+    // nodes and its own load): crate::http::boot.
+    if [
+        mprov_api::boot::EVENTS_PATH,
+        mprov_api::boot::MANIFEST_PATH,
+        mprov_api::boot::HEARTBEAT_PATH,
+    ]
+    .contains(&path)
+    {
         return Ok(());
     }
     match principal {
@@ -289,14 +297,6 @@ async fn jobserver(
         return Err(deny());
     };
     match (k.jobserver_writes, key, rest) {
-        (JobServerWrite::Itself(field), Some(key), None) if method == Method::Patch => {
-            let obj = db.get(k, key).await.map_err(|_| deny())?;
-            if obj.get(field).and_then(Value::as_str) == Some(name) {
-                Ok(())
-            } else {
-                Err(deny())
-            }
-        }
         // Its own hosting: /api/v1/<kind>/{key}/hosts/{itself}.
         (JobServerWrite::Hosts(_), Some(_), Some(rest))
             if matches!(method, Method::Put | Method::Delete)

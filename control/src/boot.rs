@@ -316,6 +316,21 @@ pub async fn by_leased_ip(db: &Db, ip: IpAddr) -> Result<Option<(Option<i64>, St
     .await
 }
 
+/// Stores a job server's heartbeat on its row: its load and the time (not
+/// `updated_at`: a heartbeat is no edit). `false` if no job server has that
+/// name (its row was deleted).
+pub async fn heartbeat(db: &Db, name: &str, load_avg: f64) -> Result<bool, BootError> {
+    let mut q = db.sql();
+    q.push("UPDATE jobservers SET load_avg = ")
+        .bind(Val::Float(Some(load_avg)))
+        .push(", heartbeat_at = ")
+        .bind(Val::Text(Some(now())))
+        .push(" WHERE name = ")
+        .bind(Val::Text(Some(name.to_owned())));
+    let done = q.query().execute(db.pool()).await?;
+    Ok(done.rows_affected() == 1)
+}
+
 /// The id of the job server named `name`, if it is registered.
 pub async fn jobserver_id(db: &Db, name: &str) -> Result<Option<i64>, BootError> {
     let mut q = db.sql();

@@ -697,6 +697,10 @@ pub enum BootConfigSource {
         token: String,
         /// The job server's name.
         name: String,
+        /// Report its load (the heartbeat). Off, every job server keeps
+        /// load 0 and `/ipxe/` orders them by name: what tests that need
+        /// js1 first (a corrupted or killed first source) rely on.
+        heartbeat: bool,
     },
 }
 
@@ -785,7 +789,11 @@ impl JobServer {
                 ca,
                 token,
                 name,
+                heartbeat,
             } => {
+                if !heartbeat {
+                    cmd.args(["--heartbeat", "0"]);
+                }
                 cmd.args(["--control-url", url, "--ca-file"])
                     .arg(ca)
                     .args(["--name", name])

@@ -281,7 +281,8 @@ pub fn tail(text: &str, n: usize) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct StackOptions {
     /// Start a second job server on [`SECOND_SERVER_IP`] (no DHCP) hosting
-    /// the image too.
+    /// the image too. The two report no load (no heartbeat), so js1 stays
+    /// the first source, by name.
     pub second_jobserver: bool,
     /// The first job server serves a corrupted `rootfs.tar.zst`.
     pub corrupt_first: bool,
@@ -371,6 +372,8 @@ impl Stack {
                         ca: control.ca(),
                         token,
                         name: (*name).to_owned(),
+                        // Two job servers: js1 first, by name.
+                        heartbeat: !options.second_jobserver,
                     },
                     ip: (*ip).to_owned(),
                     dhcp: *dhcp,

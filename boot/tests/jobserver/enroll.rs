@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use mprov_control::db::Val;
 use mprov_control::enrollment;
 use rustls::pki_types::pem::PemObject as _;
 
@@ -17,8 +18,23 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
     let control = TlsControl::start(&d, &[]).await;
     let (url, token, db) = (control.url.clone(), control.token.clone(), &control.db);
 
+    // Its row in the inventory, which its heartbeat writes to.
+    let mut sql = db.sql();
+    sql.push("INSERT INTO jobservers (name, addresses, port, modules, load_avg, created_at, updated_at) VALUES ");
+    let stamp = Val::Text(Some("2026-01-01T00:00:00Z".into()));
+    sql.bind_list([
+        Val::Text(Some("js1".into())),
+        Val::Text(Some("[]".into())),
+        Val::Int(Some(8081)),
+        Val::Text(Some("[]".into())),
+        Val::Float(Some(0.0)),
+        stamp.clone(),
+        stamp,
+    ]);
+    sql.query().execute(db.pool()).await.unwrap();
+
     let (u, dd) = (url.clone(), d.clone());
-    tokio::task::spawn_blocking(move || {
+    let js = tokio::task::spawn_blocking(move || {
         // First start: enrolls with the token, then follows over mTLS.
         let log = dd.join("js-1.log");
         let js = jobserver(&u, &dd, &log, Some(&token), "127.0.0.1:0");
@@ -28,7 +44,36 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
             text.contains("as job server js1 (client certificate)"),
             "{text}"
         );
-        drop(js);
+        js
+    })
+    .await
+    .unwrap();
+    // Its heartbeat reaches its row: the machine's load, with the time.
+    let jobservers = mprov_control::db::kinds::kind("jobservers").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let row = loop {
+        let row = db.get(jobservers, "js1").await.unwrap();
+        if row["heartbeat_at"].is_string() || Instant::now() > deadline {
+            break row;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let here: f64 = std::fs::read_to_string("/proc/loadavg")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let reported = row["load_avg"].as_f64().unwrap_or(-1.0);
+    assert!(
+        row["heartbeat_at"].is_string() && (reported - here).abs() < 1.0,
+        "js1 reported load {reported} (this machine's: {here}): {row:?}"
+    );
+    drop(js);
+
+    let (u, dd) = (url.clone(), d.clone());
+    tokio::task::spawn_blocking(move || {
         let key = dd.join("js/identity/jobserver.key");
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &std::fs::metadata(&key).unwrap().permissions(),

@@ -249,6 +249,21 @@ pub struct BootManifest {
 /// know, nothing for the latest event of every node.
 pub const EVENTS_PATH: &str = "/api/v1/boot/events";
 
+/// Where a job server reports its load ([`Heartbeat`]) with its own
+/// certificate, which names the row written: the control service stores it
+/// (`load_avg`, `heartbeat_at` of the job server), and `/ipxe/` lists the
+/// least loaded job server first. Nothing else of its row is the job
+/// server's to write.
+pub const HEARTBEAT_PATH: &str = "/api/v1/boot/heartbeat";
+
+/// A job server's heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    /// Its one-minute load average.
+    pub load_avg: f64,
+}
+
 /// A step of a node's boot. The timeline orders events by time; the phases
 /// are listed here in the order a healthy boot passes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -513,6 +513,13 @@ impl Client {
         self.call(Method::POST, url, Some(report)).await
     }
 
+    /// Reports this job server's load (`POST /api/v1/boot/heartbeat`), with
+    /// its own certificate.
+    pub async fn heartbeat(&self, beat: &crate::boot::Heartbeat) -> Result<(), ClientError> {
+        let url = self.path_url(crate::boot::HEARTBEAT_PATH)?;
+        self.send(Method::POST, url, Some(beat)).await.map(drop)
+    }
+
     /// A node's last boot, oldest event first (`all`: every boot); with no
     /// `system`, the latest event of every node.
     pub async fn boot_events(

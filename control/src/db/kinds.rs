@@ -229,10 +229,6 @@ pub enum Hook {
 pub enum JobServerWrite {
     /// Nothing.
     Nothing,
-    /// The kind is the job servers themselves: a `PATCH` of its own row,
-    /// the one whose field of this name is its certificate's identity (its
-    /// heartbeats).
-    Itself(&'static str),
     /// A `PATCH` of a row whose reference field of this name points at its
     /// own job-server row (the jobs it claimed).
     Claimed(&'static str),
@@ -956,7 +952,6 @@ pub static KINDS: &[Kind] = &[
         timestamps: true,
         doc: "A job server.",
         visibility: Visibility::JOBSERVERS,
-        jobserver_writes: JobServerWrite::Itself("name"),
         ..Kind::DEFAULTS
     },
     Kind {
@@ -1225,52 +1220,37 @@ mod tests {
         assert_eq!(seen, 2, "the scripts' and the images' hooks");
     }
 
-    /// What a job server may write, kind by kind, as the access rules had
-    /// it when they named the kinds: its own job-server row, the jobs it
-    /// claimed, which images it hosts; and each rule names what its kind
-    /// has: the identity field, a reference to the job servers, a relation
-    /// with them.
+    /// What a job server may write through the inventory API, kind by
+    /// kind: the jobs it claimed and which images it hosts, each rule naming
+    /// what its kind has (a reference to the job servers, a relation with
+    /// them). Nothing of its own row: its load goes through the heartbeat.
     #[test]
-    fn jobserver_writes_are_what_the_access_rules_had() {
-        use JobServerWrite::{Claimed, Hosts, Itself, Nothing};
+    fn jobserver_writes_are_claimed_jobs_and_hosting_only() {
+        use JobServerWrite::{Claimed, Hosts, Nothing};
         for k in KINDS {
             let want = match k.name {
-                "jobservers" => Itself("name"),
                 "jobs" => Claimed("jobserver"),
                 "images" => Hosts("jobservers"),
                 _ => Nothing,
             };
             assert_eq!(k.jobserver_writes, want, "{}", k.name);
-            if want != Nothing {
-                assert!(k.visibility.jobservers, "{}: written but not read", k.name);
-            }
-        }
-        let itself: Vec<&Kind> = KINDS
-            .iter()
-            .filter(|k| matches!(k.jobserver_writes, Itself(_)))
-            .collect();
-        let [jobservers] = itself[..] else {
-            panic!("one kind is the job servers themselves")
-        };
-        let Itself(id) = jobservers.jobserver_writes else {
-            unreachable!()
-        };
-        assert_eq!(jobservers.slug, Some(id), "rows found by the identity");
-        for k in KINDS {
             match k.jobserver_writes {
                 Claimed(field) => assert_eq!(
                     k.field(field).map(|f| f.ty),
-                    Some(Ty::Ref(jobservers.name)),
+                    Some(Ty::Ref("jobservers")),
                     "{}.{field}",
                     k.name
                 ),
                 Hosts(rel) => assert_eq!(
                     k.relation(rel).map(|m| m.kind),
-                    Some(jobservers.name),
+                    Some("jobservers"),
                     "{}.{rel}",
                     k.name
                 ),
-                Nothing | Itself(_) => {}
+                Nothing => {}
+            }
+            if want != Nothing {
+                assert!(k.visibility.jobservers, "{}: written but not read", k.name);
             }
         }
     }

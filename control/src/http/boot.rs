@@ -10,6 +10,8 @@
 //! - `GET /api/v1/boot/events?system=<host|id>[&boot=all]`: a node's last
 //!   boot (or all its events), oldest first; without `system`, the latest
 //!   event of every node. `mac=` reads a node the inventory does not know.
+//! - `POST /api/v1/boot/heartbeat` ([`HEARTBEAT_PATH`](mprov_api::boot::HEARTBEAT_PATH)): a job
+//!   server's load, with its own certificate (which names the row).
 //! - `GET /api/v1/boot/manifest` ([`MANIFEST_PATH`](mprov_api::boot::MANIFEST_PATH)): with a node's
 //!   certificate, what it boots: image, version, the rootfs checksum the
 //!   control service recorded, and the job servers to fetch it from, best
@@ -20,7 +22,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use mprov_api::boot::{
-    BootEvent, BootEventReport, BootManifest, BootPhase, ImageFile, image_file_url,
+    BootEvent, BootEventReport, BootManifest, BootPhase, Heartbeat, ImageFile, image_file_url,
     jobserver_base_url,
 };
 
@@ -73,6 +75,38 @@ fn role(st: &AppState, p: &Principal) -> Result<Role, ApiError> {
 
 fn normal_mac(mac: &str) -> Result<String, ApiError> {
     crate::db::crud::parse_mac(mac).map_err(|e| ApiError::invalid("mac", e))
+}
+
+/// The highest load average a heartbeat may carry: anything above is a
+/// broken report, not a busy machine.
+const MAX_LOAD: f64 = 1e6;
+
+/// `POST /api/v1/boot/heartbeat`: a job server's load, stored on the row its
+/// certificate names. Only a job server's certificate reports one: nobody
+/// else can say which job server it speaks for.
+pub async fn heartbeat(
+    State(st): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Json(beat): Json<Heartbeat>,
+) -> Result<StatusCode, ApiError> {
+    let Role::JobServer(name) = role(&st, &principal)? else {
+        return Err(ApiError::Forbidden(
+            "a heartbeat comes from a job server's own certificate, which names it".into(),
+        ));
+    };
+    if !(0.0..=MAX_LOAD).contains(&beat.load_avg) {
+        return Err(ApiError::invalid(
+            "load_avg",
+            format!("a load average from 0 to {MAX_LOAD}"),
+        ));
+    }
+    if crate::boot::heartbeat(&st.db, &name, beat.load_avg).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "no job server named {name} is registered (was its row deleted?)"
+        )))
+    }
 }
 
 /// `POST /api/v1/boot/events`.

@@ -123,6 +123,7 @@ pub fn router(state: AppState) -> Router {
             get(boot::get_events).post(boot::post_event),
         )
         .route(mprov_api::boot::MANIFEST_PATH, get(boot::manifest))
+        .route(mprov_api::boot::HEARTBEAT_PATH, post(boot::heartbeat))
         .route("/api/v1/systems/{key}/config", get(api::effective_config))
         .route(
             "/api/v1/images/{key}/hosts/{jobserver}",

@@ -687,6 +687,22 @@ fn boot_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) 
                 "responses": created}
         }),
     );
+    let mut beat = error_responses(&["400", "401", "403", "426"]);
+    beat.insert(
+        "204".into(),
+        json!({"description": "Stored on the job server's row."}),
+    );
+    json_reader_refusals(&mut beat);
+    paths.insert(
+        mprov_api::boot::HEARTBEAT_PATH.into(),
+        json!({"post": {"summary": "A job server's load, with its own certificate (which names the row written); /ipxe/ lists the least loaded job server first",
+            "security": [{"clientCertificate": []}],
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                "type": "object", "properties": {
+                    "load_avg": {"type": "number", "minimum": 0, "maximum": 1e6, "description": "Its one-minute load average."}
+                }, "required": ["load_avg"], "additionalProperties": false}}}},
+            "responses": beat}}),
+    );
     let mut manifest = ok("200", "What the node boots.", schema_ref("BootManifest"));
     manifest.extend(error_responses(&["400", "401", "403", "404", "409", "426"]));
     paths.insert(

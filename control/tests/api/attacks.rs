@@ -822,6 +822,80 @@ async fn attack_4_a_token_works_only_for_its_name() {
     .await;
 }
 
+/// Attack 11: job server js1, with its own certificate, tries to rewrite
+/// its own row (its network, addresses, port, name: where nodes would be
+/// sent) and to report a load for js2. Every one is refused and both rows
+/// are unchanged; its heartbeat stores its load and time on its own row
+/// only, and nobody else can send one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_11_a_job_server_writes_only_its_own_load() {
+    on_admin(Engine::Sqlite, |_, url, s, c| {
+        let other = c.post("networks", serde_json::json!({"slug": "elsewhere", "subnet": "10.9.0.0", "netmask": 24}));
+        for (name, address) in [("js1", "10.0.0.2"), ("js2", "10.0.0.3")] {
+            c.post("jobservers", serde_json::json!({"name": name, "addresses": [address]}));
+        }
+        let (code, v) = c.enroll_js(&c.token("js1", "new"), "js1", &c.csr("js1", &P256, &[]));
+        assert_eq!(code, 200, "{v}");
+        let crt = c.work.join("js1");
+        std::fs::write(crt.with_extension("crt"), v["certificate"].as_str().unwrap()).unwrap();
+        let js1 = As::Cert(crt);
+        let rows = |c: &Client| {
+            ["js1", "js2"].map(|n| c.ok("GET", &format!("/api/v1/jobservers/{n}"), None))
+        };
+        let before = rows(c);
+        assert!(before[0]["heartbeat_at"].is_null(), "{}", before[0]);
+        let heartbeat = mprov_api::boot::HEARTBEAT_PATH;
+        let attacks = [
+            ("PATCH", "/api/v1/jobservers/js1", serde_json::json!({"network": other["id"]})),
+            ("PATCH", "/api/v1/jobservers/js1", serde_json::json!({"addresses": ["10.9.0.66"]})),
+            ("PATCH", "/api/v1/jobservers/js1", serde_json::json!({"port": 8443})),
+            ("PATCH", "/api/v1/jobservers/js1", serde_json::json!({"name": "js9"})),
+            ("PATCH", "/api/v1/jobservers/js1", serde_json::json!({"load_avg": 0})),
+            ("PATCH", "/api/v1/jobservers/js2", serde_json::json!({"addresses": ["10.9.0.66"]})),
+        ];
+        for (method, path, body) in attacks {
+            let (code, v) = c.call(method, path, &js1, Some(body.clone()));
+            assert_eq!(code, 403, "{method} {path} {body}: {code} {v}");
+        }
+        // Naming another job server in a heartbeat, or a load that is no
+        // load, is refused too.
+        for body in [
+            serde_json::json!({"load_avg": 0.5, "name": "js2"}),
+            serde_json::json!({"load_avg": -1.0}),
+            serde_json::json!({"load_avg": "low"}),
+        ] {
+            let (code, v) = c.call("POST", heartbeat, &js1, Some(body.clone()));
+            assert!((400..500).contains(&code) && code != 401 && code != 403, "{body}: {code} {v}");
+        }
+        assert_eq!(rows(c), before, "the attacks changed a job server's row");
+
+        // The heartbeat itself: load and time on js1's row, nothing else.
+        let (code, v) = c.call("POST", heartbeat, &js1, Some(serde_json::json!({"load_avg": 2.5})));
+        assert_eq!(code, 204, "{v}");
+        let after = rows(c);
+        assert_eq!(after[0]["load_avg"], 2.5, "{}", after[0]);
+        assert!(after[0]["heartbeat_at"].is_string(), "{}", after[0]);
+        assert_eq!(after[1], before[1], "js2 untouched");
+        for field in ["name", "addresses", "port", "network", "updated_at"] {
+            assert_eq!(after[0][field], before[0][field], "{field}");
+        }
+        // Nobody else can say which job server they speak for.
+        let nonce = {
+            let image = hosted_image(c);
+            c.post("systems", serde_json::json!({"hostname": "c01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:11:01"}]}));
+            c.nonce(url, "aa:bb:cc:00:11:01")
+        };
+        let node = As::Cert(c.enroll_node("c01", &nonce));
+        for (who, want) in [(&node, 403), (&As::Admin, 403), (&As::Nobody, 401)] {
+            let (code, v) = c.call("POST", heartbeat, who, Some(serde_json::json!({"load_avg": 0.0})));
+            assert_eq!(code, want, "{v}");
+        }
+        assert_eq!(rows(c)[0]["load_avg"], 2.5);
+        s.stop();
+    })
+    .await;
+}
+
 /// The process ids of `pid`'s children.
 fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();

@@ -255,7 +255,6 @@ fn expected(who: Who, mode: &str, method: &str, path: &str, ids: &Ids) -> bool {
         Who::JobServer => {
             public
                 || (path.starts_with("/api/v1/") && !private && read)
-                || (method == "PATCH" && path == "/api/v1/jobservers/js1")
                 || (method == "PATCH" && path == format!("/api/v1/jobs/{}", ids.own_job))
                 || (matches!(method, "PUT" | "DELETE")
                     && path == "/api/v1/images/no-such-image/hosts/js1")
