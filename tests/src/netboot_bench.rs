@@ -126,9 +126,12 @@ pub fn run(smoke: bool) -> Result<()> {
 fn boot_incumbent(lab: &IncumbentLab, round: usize, tmp: &Path, series: &mut Series) -> Result<()> {
     let counter = CpuCounter::start(&lab.server_pids(), &tmp.join(format!("cpu-{round}.perf")))?;
     let booted = lab.boot(series.way, Machine::BiosIpxe, INCUMBENT_MAC);
-    let cpu = counter.stop()?;
+    // A boot that failed at once may leave nothing counted: its own error
+    // says more than the counter's.
+    let cpu = counter.stop();
     match booted {
         Ok(mut booted) => {
+            let cpu = cpu?;
             note(series.way, round, &booted, cpu);
             series.boots.push((booted.ready_after, cpu));
             // The root powers the VM off by itself (mprov_lab_poweroff).
@@ -161,7 +164,7 @@ fn boot_ours(stack: &Stack, round: usize, tmp: &Path, series: &mut Series) -> Re
             vm,
         })
     });
-    let cpu = counter.stop()?;
+    let cpu = counter.stop();
     let booted = match booted {
         Ok(booted) => booted,
         Err(err) => {
@@ -169,6 +172,7 @@ fn boot_ours(stack: &Stack, round: usize, tmp: &Path, series: &mut Series) -> Re
             return Ok(());
         }
     };
+    let cpu = cpu?;
     // Enrollment, verification and the ready report really happened on this
     // boot (read after the count, so the polling costs nothing counted).
     let events = stack.timeline(&node)?;
