@@ -256,6 +256,12 @@ pub struct DirectBoot {
 /// QEMU under TCG with the lab's common options: no default devices (no
 /// SLIRP NIC), serial console to `serial`, and an exit instead of a reboot.
 fn qemu(cmd: &mut Command, serial: &Path, memory_mib: u32) {
+    // A run folder booted before holds the last boot's console: read before
+    // QEMU opens the file anew, its ready marker would end the wait at once.
+    let export = serial.with_file_name(EXPORT_FILE);
+    for old in [serial, export.as_path()] {
+        let _ = fs::remove_file(old);
+    }
     cmd.args(["-accel", "tcg", "-m", &memory_mib.to_string()]);
     cmd.args([
         "-smp",
@@ -268,7 +274,6 @@ fn qemu(cmd: &mut Command, serial: &Path, memory_mib: u32) {
     ]);
     cmd.arg("-serial").arg(format!("file:{}", serial.display()));
     // COM2: the lab root's export channel (see `lab::EXPORT_ARG`).
-    let export = serial.with_file_name(EXPORT_FILE);
     cmd.arg("-serial").arg(format!("file:{}", export.display()));
 }
 
