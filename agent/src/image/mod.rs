@@ -10,7 +10,7 @@
 //! runtime ([`Client`]), so the socket is read on the thread that hashes
 //! it: reqwest's blocking client reads on a thread of its own and hands
 //! each chunk (about 100 KiB) over, two wake-ups per chunk, which paced the
-//! whole stream. The decisions (resume, wait, next source, give up) are the pure
+//! whole stream on a busy machine. The decisions (resume, wait, next source, give up) are the pure
 //! [`plan::Plan`]'s; reply heads are classified by the pure
 //! [`reply::classify`].
 //!
