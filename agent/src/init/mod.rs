@@ -41,6 +41,11 @@ const PROC_CMDLINE: &str = "/proc/cmdline";
 /// there is no one to tell, and PID 1 must not stop for it.
 pub(crate) fn say_line(line: fmt::Arguments<'_>) {
     let mut out = std::io::stdout().lock();
+    // Seconds since the kernel started, as the kernel stamps its own lines:
+    // how long each step took reads off the console.
+    if let Ok(t) = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME) {
+        let _ = write!(out, "[{:5}.{:03}] ", t.tv_sec(), t.tv_nsec() / 1_000_000);
+    }
     let _ = out.write_fmt(line);
     let _ = out.write_all(b"\n");
     let _ = out.flush();
