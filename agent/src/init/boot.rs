@@ -17,6 +17,7 @@
 use std::ffi::CString;
 use std::fmt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use mprov_api::boot::BootPhase;
 use nix::mount::{MsFlags, mount};
@@ -254,6 +255,25 @@ fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never
     Err(fatal(5, switch_root(&root)))
 }
 
+/// How long a link that was just set up may take to report a carrier.
+const CARRIER_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits (at most `limit`) for `name` to report a carrier in sysfs.
+fn wait_carrier(name: &str, limit: Duration) -> bool {
+    let path = format!("/sys/class/net/{name}/carrier");
+    let deadline = Instant::now() + limit;
+    loop {
+        // Reading fails while the link is still down.
+        if std::fs::read_to_string(&path).is_ok_and(|c| c.trim() == "1") {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Link up, DHCP, address and route: the lease, or what went wrong.
 fn configure(name: &str, mac: [u8; 6]) -> Result<Lease, String> {
     let index =
@@ -262,6 +282,14 @@ fn configure(name: &str, mac: [u8; 6]) -> Result<Lease, String> {
     let seq = nl.next_seq();
     nl.request(&netlink::link_up(index, None, seq), seq)
         .map_err(|err| format!("bringing {name} up: {err}"))?;
+    // A DISCOVER sent before the link has come up is lost, and the next
+    // waits the first retransmission timeout (a second).
+    if !wait_carrier(name, CARRIER_WAIT) {
+        say!(
+            "step 1: no carrier on {name} after {} s; trying DHCP anyway",
+            CARRIER_WAIT.as_secs()
+        );
+    }
     let xid = getrandom::u32().unwrap_or(0x6d70_7276);
     let lease = dhcp::obtain(name, mac, xid)
         .map_err(|err| format!("DHCP on {name}: {err}"))?
