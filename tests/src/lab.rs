@@ -69,8 +69,14 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "kmod",
     "iproute2",
 ];
-/// Memory of a VM that boots the real root (the incumbents hold it in RAM).
-pub const DEBIAN_VM_MIB: u32 = 3072;
+/// A node that boots the real root: 3 GiB (the incumbents hold the root in
+/// RAM) and 2 CPUs, as the smallest real node has more than one core. TCG
+/// runs a host thread per CPU, so on a 2-CPU host it takes both while it
+/// works.
+pub const DEBIAN_NODE: crate::vm::Size = crate::vm::Size {
+    memory_mib: 3072,
+    cpus: 2,
+};
 
 /// The unit that tells the lab the root is up.
 const READY_SCRIPT: &str = r#"set -e

@@ -22,7 +22,7 @@ use anyhow::{Context, Result, bail, ensure};
 use mprov_api::boot::{BootEvent, BootPhase, EVENTS_PATH, ImageFile};
 
 use crate::lab::{
-    self, Binaries, BootConfigSource, DEBIAN_VM_MIB, Image, JobServer, JobServerSpec, LabControl,
+    self, Binaries, BootConfigSource, DEBIAN_NODE, Image, JobServer, JobServerSpec, LabControl,
     LabNet, POWEROFF_ARG, READY_MARKER, SECOND_SERVER_IP, SERVER_IP,
 };
 use crate::vm::{Firmware, Vm, VmSpec};
@@ -141,7 +141,7 @@ fn boot_vm(net: &LabNet, machine: Machine, mac: &str, run: &Path) -> Result<Boot
             nic: machine.nic().to_owned(),
             run_dir: run.to_owned(),
         },
-        DEBIAN_VM_MIB,
+        DEBIAN_NODE,
     )?;
     let console = wait_ready(&mut vm)?;
     Ok(Booted {
@@ -488,14 +488,18 @@ impl Stack {
 
     /// Powers on a VM for `node` on `machine` (on a new tap of the bridge).
     pub fn power_on(&self, node: &Node, machine: Machine) -> Result<Vm> {
-        Vm::boot_sized(&self.vm_spec(node, machine)?, DEBIAN_VM_MIB)
+        Vm::boot_sized(&self.vm_spec(node, machine)?, DEBIAN_NODE)
     }
 
     /// Powers on a SeaBIOS + iPXE VM for `node` with `disk` (a raw image,
     /// see [`crate::vm::local_disk`]) as its local disk, booted after the
     /// network.
     pub fn power_on_with_disk(&self, node: &Node, disk: &Path) -> Result<Vm> {
-        Vm::boot_with_disk(&self.vm_spec(node, Machine::BiosIpxe)?, 512, disk)
+        Vm::boot_with_disk(
+            &self.vm_spec(node, Machine::BiosIpxe)?,
+            crate::vm::Size::SMALL,
+            disk,
+        )
     }
 
     /// Boots the image's kernel and agent initramfs directly (QEMU
@@ -514,7 +518,10 @@ impl Stack {
             },
             self.net.name(),
             &tap,
-            1024,
+            crate::vm::Size {
+                memory_mib: 1024,
+                ..DEBIAN_NODE
+            },
         )
     }
 

@@ -1,5 +1,5 @@
 //! `cargo xtask bench netboot [--smoke]`: time to ready of the same Debian
-//! root on the same VM (SeaBIOS + iPXE, virtio, 3 GiB, TCG), from power-on
+//! root on the same VM (SeaBIOS + iPXE, virtio, 3 GiB, 2 CPUs, TCG), from power-on
 //! to the root's ready marker, three ways in one run (see [`Way`]):
 //!
 //! - ours, the whole stack: our DHCP, `/ipxe/` (attested by the lease),
@@ -220,9 +220,10 @@ fn median(values: impl Iterator<Item = Duration>) -> Option<Duration> {
 fn report(all: &[Series], rounds: usize, root: &str) -> Result<()> {
     let load = fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "\nnetboot, power-on to ready: {root}; SeaBIOS + iPXE, virtio, {} MiB, TCG; \
+        "\nnetboot, power-on to ready: {root}; SeaBIOS + iPXE, virtio, {} MiB, {} CPUs, TCG; \
          {rounds} round(s), medians; load average {}",
-        lab::DEBIAN_VM_MIB,
+        lab::DEBIAN_NODE.memory_mib,
+        lab::DEBIAN_NODE.cpus,
         load.split_whitespace()
             .take(3)
             .collect::<Vec<_>>()

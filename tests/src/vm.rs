@@ -253,19 +253,36 @@ pub struct DirectBoot {
     pub run_dir: PathBuf,
 }
 
+/// A VM's memory and CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size {
+    /// RAM in MiB.
+    pub memory_mib: u32,
+    /// Virtual CPUs (TCG runs one host thread for each).
+    pub cpus: u32,
+}
+
+impl Size {
+    /// The default: 512 MiB, one CPU (busybox roots, firmware checks).
+    pub const SMALL: Size = Size {
+        memory_mib: 512,
+        cpus: 1,
+    };
+}
+
 /// QEMU under TCG with the lab's common options: no default devices (no
 /// SLIRP NIC), serial console to `serial`, and an exit instead of a reboot.
-fn qemu(cmd: &mut Command, serial: &Path, memory_mib: u32) {
+fn qemu(cmd: &mut Command, serial: &Path, size: Size) {
     // A run folder booted before holds the last boot's console: read before
     // QEMU opens the file anew, its ready marker would end the wait at once.
     let export = serial.with_file_name(EXPORT_FILE);
     for old in [serial, export.as_path()] {
         let _ = fs::remove_file(old);
     }
-    cmd.args(["-accel", "tcg", "-m", &memory_mib.to_string()]);
+    cmd.args(["-accel", "tcg", "-m", &size.memory_mib.to_string()]);
     cmd.args([
         "-smp",
-        "1",
+        &size.cpus.to_string(),
         "-nodefaults",
         "-nographic",
         "-monitor",
@@ -281,33 +298,32 @@ fn qemu(cmd: &mut Command, serial: &Path, memory_mib: u32) {
 const EXPORT_FILE: &str = "export.log";
 
 impl Vm {
-    /// Starts QEMU (TCG, 512 MiB) network-booting from `spec.tap`.
+    /// Starts QEMU (TCG, [`Size::SMALL`]) network-booting from `spec.tap`.
     pub fn boot(spec: &VmSpec) -> Result<Vm> {
-        Vm::boot_sized(spec, 512)
+        Vm::boot_sized(spec, Size::SMALL)
     }
 
-    /// Starts QEMU (TCG) with `memory_mib` of RAM network-booting from
-    /// `spec.tap`.
-    pub fn boot_sized(spec: &VmSpec, memory_mib: u32) -> Result<Vm> {
-        Vm::boot_machine(spec, memory_mib, None)
+    /// Starts QEMU (TCG) of `size` network-booting from `spec.tap`.
+    pub fn boot_sized(spec: &VmSpec, size: Size) -> Result<Vm> {
+        Vm::boot_machine(spec, size, None)
     }
 
     /// Like [`Vm::boot_sized`] (SeaBIOS only), with `disk` (a raw image) as
     /// the local disk the firmware boots after the network.
-    pub fn boot_with_disk(spec: &VmSpec, memory_mib: u32, disk: &Path) -> Result<Vm> {
+    pub fn boot_with_disk(spec: &VmSpec, size: Size, disk: &Path) -> Result<Vm> {
         ensure!(
             spec.firmware == Firmware::Bios,
             "a local disk is for SeaBIOS VMs"
         );
-        Vm::boot_machine(spec, memory_mib, Some(disk))
+        Vm::boot_machine(spec, size, Some(disk))
     }
 
-    fn boot_machine(spec: &VmSpec, memory_mib: u32, disk: Option<&Path>) -> Result<Vm> {
+    fn boot_machine(spec: &VmSpec, size: Size, disk: Option<&Path>) -> Result<Vm> {
         fs::create_dir_all(&spec.run_dir)?;
         let serial = spec.run_dir.join("serial.log");
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &spec.netns, "qemu-system-x86_64"]);
-        qemu(&mut cmd, &serial, memory_mib);
+        qemu(&mut cmd, &serial, size);
         cmd.args([
             "-netdev",
             &format!("tap,id=n0,ifname={},script=no,downscript=no", spec.tap),
@@ -347,22 +363,17 @@ impl Vm {
     /// Starts QEMU (TCG, SeaBIOS) loading `spec.kernel` and `spec.initrd`
     /// itself. Needs no root.
     pub fn boot_kernel(spec: &DirectBoot) -> Result<Vm> {
-        Vm::direct(spec, None, 512)
+        Vm::direct(spec, None, Size::SMALL)
     }
 
-    /// Like [`Vm::boot_kernel`] with `memory_mib` of RAM, but the first NIC
+    /// Like [`Vm::boot_kernel`], of `size`, but the first NIC
     /// is on the tap device `tap` (made beforehand, on a bridge) inside the
     /// network namespace `netns`: a direct kernel boot on a real network.
-    pub fn boot_kernel_on(
-        spec: &DirectBoot,
-        netns: &str,
-        tap: &str,
-        memory_mib: u32,
-    ) -> Result<Vm> {
-        Vm::direct(spec, Some((netns, tap)), memory_mib)
+    pub fn boot_kernel_on(spec: &DirectBoot, netns: &str, tap: &str, size: Size) -> Result<Vm> {
+        Vm::direct(spec, Some((netns, tap)), size)
     }
 
-    fn direct(spec: &DirectBoot, tap: Option<(&str, &str)>, memory_mib: u32) -> Result<Vm> {
+    fn direct(spec: &DirectBoot, tap: Option<(&str, &str)>, size: Size) -> Result<Vm> {
         fs::create_dir_all(&spec.run_dir)?;
         let serial = spec.run_dir.join("serial.log");
         let mut cmd = match tap {
@@ -373,7 +384,7 @@ impl Vm {
             }
             None => Command::new("qemu-system-x86_64"),
         };
-        qemu(&mut cmd, &serial, memory_mib);
+        qemu(&mut cmd, &serial, size);
         cmd.args(["-machine", "pc", "-kernel"]).arg(&spec.kernel);
         cmd.arg("-initrd").arg(&spec.initrd);
         cmd.arg("-append").arg(&spec.append);
