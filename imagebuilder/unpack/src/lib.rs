@@ -292,12 +292,14 @@ fn unpack_entries<R: Read>(
                 if !keep_dir {
                     fs::create_dir(&dest).map_err(c)?;
                     fresh.insert(dest.clone());
-                    let mode = header.mode().map_err(read_err)?;
-                    if mode & 0o2000 != 0 || !xattrs.is_empty() {
-                        odd.insert(dest.clone());
-                    } else {
-                        odd.remove(&dest);
-                    }
+                }
+                // Its metadata is applied below, a kept folder's too (one
+                // this stream made for earlier entries, say).
+                let mode = header.mode().map_err(read_err)?;
+                if mode & 0o2000 != 0 || !xattrs.is_empty() {
+                    odd.insert(dest.clone());
+                } else {
+                    odd.remove(&dest);
                 }
                 // A real directory now: its entries' parent needs no walk.
                 parents.insert(rel.clone(), dest.clone());
@@ -1097,6 +1099,54 @@ mod tests {
         let clamped = root.join(outside.strip_prefix("/").map_err(io::Error::other)?);
         assert_eq!(fs::read(clamped.join("y"))?, b"y");
         assert_eq!(fs::read_link(root.join("a"))?, outside);
+        Ok(())
+    }
+
+    /// A folder made for an earlier entry, whose own entry comes later with
+    /// the setgid bit: files after it are owned as the archive says, not
+    /// by the folder's group (the owner-and-mode short way stops there).
+    #[test]
+    fn a_setgid_folder_entry_after_its_files_keeps_their_owners() -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::geteuid().is_root() {
+            // Owners are kept only by root; the suite runs as root.
+            panic!("this test needs root, as the test suite runs");
+        }
+        let dir = tempfile::tempdir()?;
+        let mut tar = tar::Builder::new(Vec::new());
+        let header = |kind: EntryType, mode: u32, gid: u64, size: u64| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_mode(mode);
+            h.set_uid(0);
+            h.set_gid(gid);
+            h.set_size(size);
+            h
+        };
+        let file = |mode| header(EntryType::Regular, mode, 0, 1);
+        tar.append_data(&mut file(0o644), "mail/before", &b"x"[..])?;
+        tar.append_data(
+            &mut header(EntryType::Directory, 0o2775, 8, 0),
+            "mail/",
+            io::empty(),
+        )?;
+        tar.append_data(&mut file(0o644), "mail/after", &b"y"[..])?;
+        let stream = tar.into_inner()?;
+        let options = UnpackOptions {
+            whiteouts: false,
+            preserve_owner: true,
+        };
+        unpack(&stream[..], dir.path(), options).map_err(io::Error::other)?;
+        let mail = fs::metadata(dir.path().join("mail"))?;
+        assert_eq!((mail.gid(), mail.mode() & 0o7777), (8, 0o2775));
+        for name in ["before", "after"] {
+            let meta = fs::metadata(dir.path().join("mail").join(name))?;
+            assert_eq!(
+                (meta.uid(), meta.gid(), meta.mode() & 0o7777),
+                (0, 0, 0o644),
+                "{name}"
+            );
+        }
         Ok(())
     }
 
