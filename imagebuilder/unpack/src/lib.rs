@@ -25,7 +25,7 @@
 //! clears setuid bits and file capabilities), then mode, then xattrs, then
 //! mtime; directory mtimes last, deepest first, once nothing more is written
 //! inside them. A file that its creation already gives the right owner and
-//! mode (the common case of a root unpacked by root: see [`Creator`]) is
+//! mode (the common case of a root unpacked by root into folders it made) is
 //! created with its mode and skips the `fchown` and `fchmod`, two of the six
 //! system calls per file.
 
