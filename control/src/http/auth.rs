@@ -75,15 +75,18 @@ pub async fn auth_layer(State(state): State<AppState>, mut req: Request, next: N
     let client = client_ip(&state, &req);
     let principal = match authenticate(&state, req.headers(), tls.as_deref(), client).await {
         Ok(p) => p,
-        Err(e) => return e.into_response(),
+        Err(e) => return refuse(req, e).await,
     };
     let path = req.uri().path().to_owned();
     if principal == Principal::Anonymous {
         if !access::is_public(&path) {
-            return ApiError::Unauthorized(
-                "authenticate with 'Authorization: Api-Key <key>' or HTTP Basic".into(),
+            return refuse(
+                req,
+                ApiError::Unauthorized(
+                    "authenticate with 'Authorization: Api-Key <key>' or HTTP Basic".into(),
+                ),
             )
-            .into_response();
+            .await;
         }
     } else {
         let exempt = state.config.skip_version_check
@@ -98,7 +101,7 @@ pub async fn auth_layer(State(state): State<AppState>, mut req: Request, next: N
                 .get(mprov_api::VERSION_HEADER)
                 .map(|v| v.to_str().unwrap_or("?").to_owned());
             if sent.as_deref() != Some(mprov_api::api_version()) {
-                return ApiError::UpgradeRequired { client: sent }.into_response();
+                return refuse(req, ApiError::UpgradeRequired { client: sent }).await;
             }
         }
         if let Err(e) = access::check(
@@ -111,11 +114,24 @@ pub async fn auth_layer(State(state): State<AppState>, mut req: Request, next: N
         )
         .await
         {
-            return ApiError::from(e).into_response();
+            return refuse(req, ApiError::from(e)).await;
         }
     }
     req.extensions_mut().insert(principal);
     next.run(req).await
+}
+
+/// How much of a refused request's body is read before the refusal.
+const DRAIN_LIMIT: usize = 64 * 1024;
+
+/// A refusal before the handler, sent once the request's body (up to
+/// [`DRAIN_LIMIT`]) has been read: an answer sent while the client is still
+/// uploading reaches some HTTP/2 clients as a reset stream instead (curl
+/// 7.88 reported no status at all for an anonymous POST, about one time in
+/// two), and the message saying what to do is lost.
+async fn refuse(req: Request, error: ApiError) -> Response {
+    let _ = axum::body::to_bytes(req.into_body(), DRAIN_LIMIT).await;
+    error.into_response()
 }
 
 /// The edge: the Host check, the version header on every response, one log line
