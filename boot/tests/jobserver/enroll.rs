@@ -5,8 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use mprov_control::db::Val;
+use mprov_control::db::{crud, kinds};
 use mprov_control::enrollment;
+use mprov_control::secrets::SecretBox;
 use rustls::pki_types::pem::PemObject as _;
 
 use crate::{TlsControl, jobserver, wait_log};
@@ -19,19 +20,15 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
     let (url, token, db) = (control.url.clone(), control.token.clone(), &control.db);
 
     // Its row in the inventory, which its heartbeat writes to.
-    let mut sql = db.sql();
-    sql.push("INSERT INTO jobservers (name, addresses, port, modules, load_avg, created_at, updated_at) VALUES ");
-    let stamp = Val::Text(Some("2026-01-01T00:00:00Z".into()));
-    sql.bind_list([
-        Val::Text(Some("js1".into())),
-        Val::Text(Some("[]".into())),
-        Val::Int(Some(8081)),
-        Val::Text(Some("[]".into())),
-        Val::Float(Some(0.0)),
-        stamp.clone(),
-        stamp,
-    ]);
-    sql.query().execute(db.pool()).await.unwrap();
+    let jobservers = kinds::kind("jobservers").unwrap();
+    let row = crud::validate_value(
+        jobservers,
+        &serde_json::json!({"name": "js1"}),
+        crud::Mode::Create,
+        &SecretBox::new("k"),
+    )
+    .unwrap();
+    db.create(jobservers, row).await.unwrap();
 
     let (u, dd) = (url.clone(), d.clone());
     let js = tokio::task::spawn_blocking(move || {
@@ -49,7 +46,6 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
     .await
     .unwrap();
     // Its heartbeat reaches its row: the machine's load, with the time.
-    let jobservers = mprov_control::db::kinds::kind("jobservers").unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let row = loop {
         let row = db.get(jobservers, "js1").await.unwrap();
@@ -58,13 +54,8 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let here: f64 = std::fs::read_to_string("/proc/loadavg")
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let here =
+        mprov_boot::events::load_avg(&std::fs::read_to_string("/proc/loadavg").unwrap()).unwrap();
     let reported = row["load_avg"].as_f64().unwrap_or(-1.0);
     assert!(
         row["heartbeat_at"].is_string() && (reported - here).abs() < 1.0,

@@ -309,9 +309,8 @@ fn unpack_entries<R: Read>(
             {
                 let mut data = Vec::with_capacity(header.size().unwrap_or(0) as usize);
                 entry.read_to_end(&mut data).map_err(read_err)?;
-                let plain = fresh.contains(&parent) && !odd.contains(&parent);
-                let meta =
-                    FileMeta::of(&header, xattrs, &dest, options, creator.filter(|_| plain))?;
+                let creator = creator_in(creator, &parent, &fresh, &odd);
+                let meta = FileMeta::of(&header, xattrs, &dest, options, creator)?;
                 if let Some(writers) = pool {
                     writers.send(FileJob { dest, data, meta });
                 }
@@ -319,9 +318,8 @@ fn unpack_entries<R: Read>(
                 continue;
             }
             EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
-                let plain = fresh.contains(&parent) && !odd.contains(&parent);
-                let meta =
-                    FileMeta::of(&header, xattrs, &dest, options, creator.filter(|_| plain))?;
+                let creator = creator_in(creator, &parent, &fresh, &odd);
+                let meta = FileMeta::of(&header, xattrs, &dest, options, creator)?;
                 let mut file = create_file(&dest, meta.born_mode()).map_err(c)?;
                 if kind == EntryType::GNUSparse {
                     copy_sparse(&mut entry, &mut file).map_err(c)?;
@@ -509,6 +507,17 @@ impl Creator {
             umask,
         })
     }
+}
+
+/// `creator`, for a file in `parent` when that is a plain folder this
+/// stream made (in `fresh`, not in `odd`); `None` elsewhere.
+fn creator_in(
+    creator: Option<Creator>,
+    parent: &Path,
+    fresh: &HashSet<PathBuf>,
+    odd: &HashSet<PathBuf>,
+) -> Option<Creator> {
+    creator.filter(|_| fresh.contains(parent) && !odd.contains(parent))
 }
 
 /// A regular file for a writer thread.
