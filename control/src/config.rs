@@ -136,6 +136,18 @@ pub struct Settings {
     /// once); raise it for clusters that power on thousands of nodes at once.
     #[arg(long, env = "MPROV_IPXE_LIMIT_TOTAL", default_value_t = 30_000)]
     pub ipxe_limit_total: u32,
+    /// The most connections open at once over HTTP and HTTPS together; a
+    /// new one beyond it closes the longest-idle one. Lowered at start to
+    /// what the process's file limit leaves room for.
+    #[arg(long, env = "MPROV_MAX_CONNECTIONS", default_value_t = 16_384)]
+    pub max_connections: usize,
+    /// Seconds a new connection has to start its first request (the TLS
+    /// handshake included) before it is closed.
+    #[arg(long, env = "MPROV_FIRST_REQUEST_SECONDS", default_value_t = 10)]
+    pub first_request_seconds: u64,
+    /// Seconds a connection may stay open with no request in flight.
+    #[arg(long, env = "MPROV_IDLE_SECONDS", default_value_t = 60)]
+    pub idle_seconds: u64,
     /// The URL nodes reach this service by (default: `http://` the first of
     /// MPROV_MPCC_IPs, else the host name, and the listen port).
     #[arg(long, env = "MPROV_PUBLIC_URL")]
@@ -182,6 +194,19 @@ pub enum ConfigError {
     /// A proxy entry that does not parse.
     #[error("TRUSTED_PROXIES: {0:?} is not an IP address or CIDR range")]
     Proxy(String),
+}
+
+/// The limits every connection to the service is held to (see
+/// `http::listen`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// The most connections open at once.
+    pub max: usize,
+    /// How long a new connection may take to start its first request (the
+    /// TLS handshake included).
+    pub first_request: std::time::Duration,
+    /// How long a connection may stay open with no request in flight.
+    pub idle: std::time::Duration,
 }
 
 /// The validated configuration.
@@ -239,6 +264,8 @@ pub struct Config {
     pub ipxe_limit_per_mac: u32,
     /// `/ipxe/` requests a minute in total.
     pub ipxe_limit_total: u32,
+    /// What a connection may hold, and for how long.
+    pub connections: ConnectionLimits,
     /// The first-start admin password, if given.
     pub superuser_password: Option<String>,
     /// The secret key, if given in the environment.
@@ -400,6 +427,11 @@ impl Config {
             public_url,
             ipxe_limit_per_mac: s.ipxe_limit_per_mac,
             ipxe_limit_total: s.ipxe_limit_total,
+            connections: ConnectionLimits {
+                max: s.max_connections.max(1),
+                first_request: std::time::Duration::from_secs(s.first_request_seconds.max(1)),
+                idle: std::time::Duration::from_secs(s.idle_seconds.max(1)),
+            },
             superuser_password: s.superuser_password.filter(|p| !p.is_empty()),
             secret_key: s.secret_key.filter(|k| !k.is_empty()),
             backup_dir,

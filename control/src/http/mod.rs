@@ -11,6 +11,7 @@ pub mod boot;
 pub mod enroll;
 pub mod error;
 pub mod ipxe;
+pub mod listen;
 pub mod openapi;
 pub mod outage;
 
@@ -58,6 +59,8 @@ pub struct Inner {
     pub boot_events: tokio::sync::Notify,
     /// `/ipxe/`'s rate limit.
     pub ipxe_limiter: ipxe::Limiter,
+    /// The open connections of every listener, and their limits.
+    pub connections: Arc<listen::Registry>,
 }
 
 impl Inner {
@@ -75,6 +78,7 @@ impl Inner {
             signer: None,
             boot_events: tokio::sync::Notify::new(),
             ipxe_limiter: ipxe::Limiter::new(config.ipxe_limit_per_mac, config.ipxe_limit_total),
+            connections: listen::Registry::new(config.connections),
         }
     }
 
@@ -150,55 +154,64 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// How long HTTPS shutdown waits for requests in flight.
-const HTTPS_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long shutdown waits for requests in flight.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Serves the API over HTTPS on `listener` with `tls` until `shutdown` is
 /// cancelled, then lets in-flight requests finish for a bounded time.
 /// Requests carry the client's certificates (if it sent any) as
-/// `Arc<axum_server::tls_rustls::TlsInfo>`... see [`auth`].
+/// `Arc<axum_server::tls::TlsInfo>` (see [`auth`]). Connections are held to
+/// the limits of [`listen`].
 pub async fn serve_tls(
     listener: std::net::TcpListener,
     tls: Arc<rustls::ServerConfig>,
     state: AppState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    let handle = axum_server::Handle::new();
-    let stopper = handle.clone();
-    tokio::spawn(async move {
-        shutdown.cancelled().await;
-        stopper.graceful_shutdown(Some(HTTPS_DRAIN));
-    });
-    // TCP_NODELAY: an enrollment is a few small writes each way, and Nagle's
-    // algorithm against the peer's delayed ACK added about 40 ms to each.
+    let guard = listen::Guard::new(
+        state.connections.clone(),
+        axum_server::accept::DefaultAcceptor,
+    );
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(
         axum_server::tls_rustls::RustlsConfig::from_config(tls),
     )
-    .acceptor(axum_server::accept::NoDelayAcceptor::new());
+    .acceptor(guard);
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
     axum_server::from_tcp(listener)?
         .acceptor(acceptor)
-        .handle(handle)
+        .handle(drain_on(shutdown))
         .serve(app)
         .await
 }
 
 /// Serves the API on `listener` until `shutdown` is cancelled, then lets
-/// in-flight requests finish.
+/// in-flight requests finish for a bounded time. Connections are held to
+/// the limits of [`listen`].
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt as _;
+    let guard = listen::Guard::new(
+        state.connections.clone(),
+        axum_server::accept::DefaultAcceptor,
+    );
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
-    // TCP_NODELAY, as on HTTPS: small replies must not wait for an ACK.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %err, "cannot set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
+    axum_server::from_tcp(listener.into_std()?)?
+        .acceptor(guard)
+        .handle(drain_on(shutdown))
+        .serve(app)
         .await
+}
+
+/// A server handle that starts a graceful shutdown, bounded by [`DRAIN`],
+/// once `shutdown` is cancelled.
+fn drain_on(shutdown: CancellationToken) -> axum_server::Handle<SocketAddr> {
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        stopper.graceful_shutdown(Some(DRAIN));
+    });
+    handle
 }

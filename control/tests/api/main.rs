@@ -5,6 +5,7 @@ mod attacks;
 mod backup;
 mod boot;
 mod common;
+mod flood;
 mod openapi;
 mod process;
 mod scopes;

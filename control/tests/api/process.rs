@@ -21,18 +21,29 @@ pub(crate) struct Server {
 }
 
 /// `mprov-control serve` with the tests' environment plus `env`, not yet
-/// started; its log goes to `log`.
+/// started; its log goes to `log`. With `nofile`, it starts under that file
+/// limit (soft and hard), as `prlimit` sets it.
 fn serve_command(
     dir: &Path,
     db_url: &str,
     run: usize,
     log: &Path,
     env: &[(&str, &str)],
+    nofile: Option<u64>,
 ) -> Command {
     // Started as root, the service becomes the `mprov` user, which must be
     // able to reach its folders.
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mprov-control"));
+    let exe = env!("CARGO_BIN_EXE_mprov-control");
+    let mut cmd = match nofile {
+        None => Command::new(exe),
+        Some(n) => {
+            // prlimit execs the service: the child's PID is the service's.
+            let mut c = Command::new("prlimit");
+            c.arg(format!("--nofile={n}:{n}")).arg("--").arg(exe);
+            c
+        }
+    };
     cmd.arg("serve")
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -69,7 +80,7 @@ fn port_in(file: &Path) -> Option<u16> {
 /// success and its log.
 pub(crate) fn serve_to_exit(dir: &Path, db_url: &str, env: &[(&str, &str)]) -> (bool, String) {
     let log = dir.join("serve-exit.log");
-    let mut child = serve_command(dir, db_url, 0, &log, env)
+    let mut child = serve_command(dir, db_url, 0, &log, env, None)
         .spawn()
         .expect("start mprov-control");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -94,8 +105,19 @@ pub(crate) fn serve_to_exit(dir: &Path, db_url: &str, env: &[(&str, &str)]) -> (
 
 impl Server {
     pub(crate) fn start(dir: &Path, db_url: &str, run: usize, env: &[(&str, &str)]) -> Server {
+        Server::start_limited(dir, db_url, run, env, None)
+    }
+
+    /// [`Server::start`] under a file limit of `nofile`, if given.
+    pub(crate) fn start_limited(
+        dir: &Path,
+        db_url: &str,
+        run: usize,
+        env: &[(&str, &str)],
+        nofile: Option<u64>,
+    ) -> Server {
         let log = dir.join(format!("serve-{run}.log"));
-        let child = serve_command(dir, db_url, run, &log, env)
+        let child = serve_command(dir, db_url, run, &log, env, nofile)
             .spawn()
             .expect("start mprov-control");
         let mut server = Server {
