@@ -146,11 +146,14 @@ impl PasswordCache {
     }
 }
 
-/// Wrong passwords allowed per client address, and per user name, before
-/// password checks answer 429; the count starts over once a
+/// Wrong passwords allowed per client address, and per user name from one
+/// address, before password checks answer 429; the count starts over once a
 /// [`FAILURE_WINDOW`] passed without a wrong password, so a flood, however
-/// slow its checks, never gets more than this many through. Right passwords
-/// are not counted.
+/// slow its checks, never gets more than this many through from one
+/// address. Right passwords are not counted. A user name is never limited
+/// for every address at once: a stranger's wrong passwords must not lock
+/// its owner out (guessing from many addresses is bounded by argon2 running
+/// [`ARGON2_AT_ONCE`] at a time).
 pub const MAX_FAILURES: u32 = 10;
 /// The quiet time after which the count of wrong passwords starts over.
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
@@ -164,7 +167,8 @@ const THROTTLE_MAX_KEYS: usize = 10_000;
 
 /// Bounds password checking: argon2 runs [`ARGON2_AT_ONCE`] at a time with
 /// at most [`ARGON2_QUEUE`] waiting, and wrong passwords are counted per
-/// client address and per user name ([`MAX_FAILURES`] per [`FAILURE_WINDOW`]).
+/// client address and per user name and address ([`MAX_FAILURES`] per
+/// [`FAILURE_WINDOW`]).
 #[derive(Debug)]
 pub struct PasswordThrottle {
     argon2: tokio::sync::Semaphore,
@@ -192,11 +196,13 @@ pub fn throttled(entry: Option<(Instant, u32)>, now: Instant) -> Option<Duration
 
 impl PasswordThrottle {
     fn keys(client: Option<IpAddr>, username: &str) -> Vec<String> {
-        let mut keys = vec![format!("user:{}", username.to_ascii_lowercase())];
-        if let Some(ip) = client {
-            keys.push(format!("ip:{ip}"));
+        let name = username.to_ascii_lowercase();
+        match client {
+            Some(ip) => vec![format!("user:{name}@{ip}"), format!("ip:{ip}")],
+            // No address to tell clients apart (an in-process caller): the
+            // name alone.
+            None => vec![format!("user:{name}")],
         }
-        keys
     }
 
     /// Refuses with 429 if this client or user name had too many wrong
@@ -210,7 +216,7 @@ impl PasswordThrottle {
                 let who = if key.starts_with("ip:") {
                     "from this address"
                 } else {
-                    "for this user name"
+                    "for this user name from this address"
                 };
                 return Err(IdentityError::Throttled {
                     message: format!(

@@ -545,6 +545,12 @@ impl Client {
         (code.parse().unwrap_or(0), v, body.to_owned())
     }
 
+    /// Runs a request made by [`Client::command`]: the status and body.
+    fn call_with(mut cmd: Command) -> (u16, serde_json::Value) {
+        let (code, v, _) = Client::parse(&cmd.output().unwrap());
+        (code, v)
+    }
+
     fn call(
         &self,
         method: &str,
@@ -1043,9 +1049,10 @@ async fn attack_10_csr_refusals_name_the_problem() {
 
 /// Attack 7: a flood of wrong passwords. Past the limit, 429 with
 /// Retry-After; argon2 runs one at a time, so the API still answers an API
-/// key at once while the flood runs; the right password works from another
-/// address once the user-name limit is not hit... and is refused for the
-/// flooded name until the window ends.
+/// key at once while the flood runs; the right password is refused from the
+/// flooding address until the window ends, but a stranger locks nobody
+/// out: the owner's right password from another address is accepted, even
+/// after wrong passwords for the name from many addresses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_7_password_checks_are_throttled() {
     on_admin(Engine::Sqlite, |dir, _, s, c| {
@@ -1109,6 +1116,24 @@ async fn attack_7_password_checks_are_throttled() {
             headers.to_ascii_lowercase().contains("retry-after:"),
             "{headers}"
         );
+        // The flood locked out nobody else: the owner's right password,
+        // from another address, is accepted at once.
+        let mut owner = c.command("GET", "/api/v1/systems/", &As::Admin, None, "owner");
+        owner.args(["--interface", "127.0.0.2"]);
+        let (code, v) = Client::call_with(owner);
+        assert_eq!(code, 200, "the flood locked the admin out: {v}");
+        // Nor do 12 wrong passwords for admin from many addresses, one each.
+        for i in 3..15 {
+            let mut cmd = c.command("GET", "/api/v1/systems/", &As::Nobody, None, "spread");
+            cmd.args(["-u", &format!("admin:wrong-{i}")])
+                .args(["--interface", &format!("127.0.1.{i}")]);
+            let (code, _) = Client::call_with(cmd);
+            assert_eq!(code, 401);
+        }
+        let mut owner = c.command("GET", "/api/v1/systems/", &As::Admin, None, "owner");
+        owner.args(["--interface", "127.0.0.2"]);
+        let (code, v) = Client::call_with(owner);
+        assert_eq!(code, 200, "wrong passwords from many addresses locked the admin out: {v}");
         s.stop();
     })
     .await;
