@@ -302,6 +302,11 @@ pub struct Kind {
     pub visibility: Visibility,
     /// Its write hooks, in the order they run.
     pub hooks: &'static [Hook],
+    /// The certificate profile (`node`, `jobserver`) whose identity is this
+    /// kind's slug: deleting or renaming a row revokes the certificates of
+    /// its old name in the same transaction, so they never pass for a row
+    /// given that name later.
+    pub certificates: Option<&'static str>,
     /// The fields a node's certificate may write of its own rows of this
     /// kind (those its visibility to nodes lets it reach); a node's `PATCH`
     /// naming any other field is refused, with the field named. The
@@ -331,6 +336,7 @@ impl Kind {
         doc: "",
         visibility: Visibility::PRIVATE,
         hooks: &[],
+        certificates: None,
         node_writable: &[],
         jobserver_writes: JobServerWrite::Nothing,
         issues: None,
@@ -535,6 +541,7 @@ pub static KINDS: &[Kind] = &[
         schema: "System",
         table: "systems",
         slug: Some("hostname"),
+        certificates: Some("node"),
         fields: &SYSTEMS,
         m2m: &[
             ManyToMany {
@@ -920,6 +927,7 @@ pub static KINDS: &[Kind] = &[
         schema: "JobServer",
         table: "jobservers",
         slug: Some("name"),
+        certificates: Some("jobserver"),
         fields: &[
             f("name", Ty::Hostname, "Short host name, unique.").unique(),
             f("addresses", Ty::StrList, "Addresses nodes reach it by.").def(Default::EmptyList),

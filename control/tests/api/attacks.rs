@@ -902,6 +902,95 @@ async fn attack_11_a_job_server_writes_only_its_own_load() {
     .await;
 }
 
+/// Attack 12: a deleted or renamed row's certificate. A job server whose
+/// row was deleted read the whole inventory for the rest of its 90 days; a
+/// deleted node's certificate became the certificate of the next system
+/// given its host name. Deleting or renaming a row now revokes its
+/// certificates in the same transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_12_a_deleted_or_renamed_row_keeps_no_certificate() {
+    on_admin(Engine::Sqlite, |_, url, s, c| {
+        let image = hosted_image(c);
+        let node = |c: &Client, host: &str, mac: &str| {
+            c.post(
+                "systems",
+                serde_json::json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]}),
+            );
+            As::Cert(c.enroll_node(host, &c.nonce(url, mac)))
+        };
+        let c01 = node(c, "c01", "aa:bb:cc:00:12:01");
+        let c02 = node(c, "c02", "aa:bb:cc:00:12:02");
+        c.post(
+            "jobservers",
+            serde_json::json!({"name": "js1", "addresses": ["10.0.0.5"]}),
+        );
+        let (code, v) = c.enroll_js(&c.token("js1", "new"), "js1", &c.csr("js1", &P256, &[]));
+        assert_eq!(code, 200, "{v}");
+        let crt = c.work.join("js1");
+        std::fs::write(
+            crt.with_extension("crt"),
+            v["certificate"].as_str().unwrap(),
+        )
+        .unwrap();
+        let js1 = As::Cert(crt);
+        // Each works before.
+        for (who, path) in [
+            (&c01, "/api/v1/systems/c01"),
+            (&c02, "/api/v1/systems/c02"),
+            (&js1, "/api/v1/systems/"),
+        ] {
+            let (code, v) = c.call("GET", path, who, None);
+            assert_eq!(code, 200, "{path}: {v}");
+        }
+        let refused = |who: &As, path: &str| {
+            let (code, v) = c.call("GET", path, who, None);
+            assert!(code == 401 || code == 403, "{path}: {code} {v}");
+            assert!(
+                v.get("items").is_none() && v.get("hostname").is_none(),
+                "{v}"
+            );
+        };
+
+        // The job server's row deleted: its certificate reads nothing.
+        c.ok("DELETE", "/api/v1/jobservers/js1", None);
+        refused(&js1, "/api/v1/systems/");
+        refused(&js1, mprov_api::boot::BOOTCONFIG_PATH);
+        assert_eq!(c.live("js1"), 0);
+
+        // A node's row deleted, then new hardware given its name: the old
+        // certificate is not the new system's.
+        c.ok("DELETE", "/api/v1/systems/c01", None);
+        c.post(
+            "systems",
+            serde_json::json!({"hostname": "c01", "nics": [{"mac": "aa:bb:cc:00:12:99"}]}),
+        );
+        refused(&c01, "/api/v1/systems/c01");
+        assert_eq!(c.live("c01"), 0);
+
+        // A node renamed: its certificate named the old name, which another
+        // system may take next.
+        c.ok(
+            "PATCH",
+            "/api/v1/systems/c02",
+            Some(serde_json::json!({"hostname": "c03"})),
+        );
+        c.post(
+            "systems",
+            serde_json::json!({"hostname": "c02", "nics": [{"mac": "aa:bb:cc:00:12:98"}]}),
+        );
+        refused(&c02, "/api/v1/systems/c02");
+        refused(&c02, "/api/v1/systems/c03");
+        assert_eq!(c.live("c02"), 0);
+        let creds = c.ok("GET", "/api/v1/credentials/?identity=c02", None);
+        assert_eq!(
+            creds["items"][0]["revoke_reason"], "renamed to c03",
+            "{creds}"
+        );
+        s.stop();
+    })
+    .await;
+}
+
 /// The process ids of `pid`'s children.
 fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
@@ -1133,7 +1222,10 @@ async fn attack_7_password_checks_are_throttled() {
         let mut owner = c.command("GET", "/api/v1/systems/", &As::Admin, None, "owner");
         owner.args(["--interface", "127.0.0.2"]);
         let (code, v) = Client::call_with(owner);
-        assert_eq!(code, 200, "wrong passwords from many addresses locked the admin out: {v}");
+        assert_eq!(
+            code, 200,
+            "wrong passwords from many addresses locked the admin out: {v}"
+        );
         s.stop();
     })
     .await;

@@ -130,6 +130,26 @@ async fn crud_round_trip(engine: Engine) {
     assert_eq!(upd["groups"], json!([]));
     assert_eq!(upd["image"], image["id"]);
 
+    // An update that changes nothing writes nothing: the same row back and
+    // no new revision (every job server would fetch the boot config again).
+    let rev = c.revision().await;
+    for same in [json!({}), json!({"stateful": true, "groups": []})] {
+        let again = c.patch("/api/v1/systems/c01", same).await;
+        assert_eq!(again, upd);
+    }
+    assert_eq!(
+        c.revision().await,
+        rev,
+        "a no-op update bumped the revision"
+    );
+    let changed = c
+        .patch("/api/v1/systems/c01", json!({"stateful": false}))
+        .await;
+    assert_eq!(changed["stateful"], false);
+    assert_eq!(c.revision().await, rev + 1);
+    c.patch("/api/v1/systems/c01", json!({"stateful": true}))
+        .await;
+
     // Delete takes the NICs along.
     let rev = c.revision().await;
     let (status, body) = c.call("DELETE", "/api/v1/systems/c01", None).await;

@@ -116,6 +116,7 @@ impl Db {
             .await?;
         self.resolve_all(&mut tx, std::slice::from_mut(&mut row), false)
             .await?;
+        let before = self.get_by_id(&mut tx, kind, id).await?;
         self.before_update(&mut tx, kind, id, &row).await?;
         let mut sql = self.sql();
         sql.push("UPDATE ").push(kind.table).push(" SET ");
@@ -146,6 +147,26 @@ impl Db {
         }
         self.after_write(&mut tx, kind, id, &row, false).await?;
         let out = self.get_by_id(&mut tx, kind, id).await?;
+        // An update that changes nothing writes nothing: no revision, so no
+        // job server wakes to fetch the boot config again (a node's empty
+        // PATCH of its own row did that 200 times a second). A write-only
+        // field (a password) cannot be compared, so it always writes.
+        let secret = row
+            .cols
+            .iter()
+            .any(|(f, _)| f.access == kinds::Access::WriteOnly);
+        if !secret && same_but_update_time(&before, &out) {
+            tx.rollback().await?;
+            return Ok(before);
+        }
+        if let (Some(profile), Some(slug)) = (kind.certificates, kind.slug)
+            && let Some(old) = before.get(slug).and_then(Value::as_str)
+            && out.get(slug) != before.get(slug)
+        {
+            let new = out.get(slug).and_then(Value::as_str).unwrap_or_default();
+            self.revoke_identity(&mut tx, profile, old, &format!("renamed to {new}"))
+                .await?;
+        }
         tx.commit().await?;
         Ok(out)
     }
@@ -155,6 +176,13 @@ impl Db {
         let mut tx = self.pool().begin().await?;
         bump_revision(&mut tx).await?;
         let id = self.find_id(&mut tx, kind, key).await?;
+        if let (Some(profile), Some(slug)) = (kind.certificates, kind.slug) {
+            let row = self.get_by_id(&mut tx, kind, id).await?;
+            if let Some(name) = row.get(slug).and_then(Value::as_str) {
+                self.revoke_identity(&mut tx, profile, name, "its row was deleted")
+                    .await?;
+            }
+        }
         let mut sql = self.sql();
         sql.push("DELETE FROM ")
             .push(kind.table)
@@ -162,6 +190,29 @@ impl Db {
             .bind(Val::Int(Some(id)));
         sql.query().execute(&mut *tx).await?;
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// Revokes the unrevoked certificates of `profile` (`node`,
+    /// `jobserver`) issued to `identity`, for `reason`, in `conn`'s
+    /// transaction.
+    async fn revoke_identity(
+        &self,
+        conn: &mut AnyConnection,
+        profile: &str,
+        identity: &str,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let mut sql = self.sql();
+        sql.push("UPDATE credentials SET revoked_at = ")
+            .bind(Val::Text(Some(now())));
+        sql.push(", revoke_reason = ")
+            .bind(Val::Text(Some(reason.to_owned())));
+        sql.push(" WHERE revoked_at IS NULL AND kind = ")
+            .bind(Val::Text(Some(profile.to_owned())));
+        sql.push(" AND identity = ")
+            .bind(Val::Text(Some(identity.to_owned())));
+        sql.query().execute(&mut *conn).await?;
         Ok(())
     }
 
@@ -461,6 +512,17 @@ impl Db {
             Err(field_errors(errors))
         }
     }
+}
+
+/// Whether two views of one row differ in nothing but `updated_at`.
+fn same_but_update_time(a: &Obj, b: &Obj) -> bool {
+    let shown = |o: &Obj| {
+        o.iter()
+            .filter(|(k, _)| k.as_str() != "updated_at")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<HashMap<String, Value>>()
+    };
+    shown(a) == shown(b)
 }
 
 async fn bump_revision(conn: &mut AnyConnection) -> Result<(), StoreError> {
