@@ -817,47 +817,27 @@ impl JobServer {
         } else {
             cmd.args(["--no-dhcp", "--no-tftp", "--no-ra"]);
         }
+        let listen_file = spec.home.join("listen.json");
+        let _ = fs::remove_file(&listen_file);
         cmd.args(["--no-dns", "--http", &format!("{}:8081", spec.ip)])
             .args(["--metrics", &format!("127.0.0.1:{}", spec.metrics_port)])
             .arg("--export")
             .arg(&spec.export)
             .arg("--state-dir")
             .arg(spec.home.join("state"))
+            .arg("--listen-file")
+            .arg(&listen_file)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log)?);
         let child = cmd.spawn().context("starting mprov-jobserver")?;
         let pid = child.id();
         let mut process = Process::new("mprov-jobserver", child, Duration::from_secs(10));
-        // Up once its image server answers.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = process.try_wait()? {
-                bail!(
-                    "mprov-jobserver exited with {status}:\n{}",
-                    fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            let probe = net
-                .ns
-                .command("curl")
-                .args(["-s", "-o", "/dev/null", "-m", "2"])
-                .arg(format!("http://{}:8081/", spec.ip))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .context("running curl (install curl)")?;
-            if probe.success() {
-                break;
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "mprov-jobserver's HTTP did not answer within 60 s:\n{}",
-                fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        // Up once every server is bound (after enrolling, when following).
+        crate::listen::wait_until(&listen_file, crate::listen::LISTEN_WAIT, || {
+            process.try_wait()
+        })
+        .with_context(|| fs::read_to_string(&log).unwrap_or_default())?;
         Ok(JobServer {
             process: Mutex::new(Some(process)),
             log,
