@@ -408,6 +408,20 @@ mod tests {
             Some("http://x/y.efi")
         );
         assert_eq!(url(&["--http-boot-url", ""]), None);
+        // A port 0 bind: the port the image server got, not 0.
+        let argv = [
+            "mprov-jobserver",
+            "--boot-config",
+            "b.json",
+            "--http",
+            "0.0.0.0:0",
+        ];
+        let cli = Cli::try_parse_from(argv).unwrap();
+        let bound = Some("0.0.0.0:40123".parse().unwrap());
+        assert_eq!(
+            super::http_boot_url(&cli, ip, "snponly.efi", bound).as_deref(),
+            Some("http://10.0.0.1:40123/boot/snponly.efi")
+        );
     }
 
     #[test]
