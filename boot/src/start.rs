@@ -245,8 +245,8 @@ impl Start {
     }
 
     /// IPv6 router advertisements on `--dhcp-interface`, or else on the
-    /// provisioning interfaces of the first boot config (see
-    /// [`router_advertisements`]).
+    /// provisioning interfaces of the first boot config (waited for); none
+    /// found is a warning, not a failure.
     pub fn router_advertisements(&mut self, cli: &Cli, snapshot: &Snapshot) {
         let metrics = mprov_dhcp::ra::RaMetrics::register(&mut self.registry);
         let named = cli.dhcp_interface.clone();
