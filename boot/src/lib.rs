@@ -8,8 +8,8 @@
 //! shutdown token and a `watch` receiver of the current [`BootConfig`]. This
 //! crate owns where that snapshot comes from ([`snapshot`]), the job server's
 //! own client certificate ([`identity`]), its reports to the boot timeline
-//! ([`events`]) and the binary that binds the sockets and runs it all
-//! ([`cli`]).
+//! ([`events`]), the binary's command line ([`cli`]) and its start-up, one
+//! step per server, binding the sockets and running it all ([`start`]).
 //!
 //! [`BootConfig`]: mprov_api::boot::BootConfig
 
@@ -19,3 +19,4 @@ pub mod cli;
 pub mod events;
 pub mod identity;
 pub mod snapshot;
+pub mod start;

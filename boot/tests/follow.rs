@@ -4,7 +4,9 @@
 //! router advertisements, in network namespaces; `dhcp`: its DHCP server
 //! against a DISCOVER flood, UEFI HTTP boot and proxyDHCP; `enroll`: its enrollment
 //! and certificate over HTTPS; `renew`: its certificate renewal; `tftp`: lock-step and windowed TFTP clients; `images`: its image server's admission limit
-//! as set on the command line.
+//! as set on the command line; `listen`: its `--listen-file` names the
+//! port 0 binds that answer. Every test waits for a job server on its
+//! listen file, never on its log.
 
 #[path = "jobserver/dhcp.rs"]
 mod dhcp;
@@ -12,6 +14,8 @@ mod dhcp;
 mod enroll;
 #[path = "jobserver/images.rs"]
 mod images;
+#[path = "jobserver/listen.rs"]
+mod listen;
 #[path = "jobserver/ra.rs"]
 mod ra;
 #[path = "jobserver/renew.rs"]
@@ -33,6 +37,7 @@ use mprov_control::pki::{SignerClient, https};
 use mprov_control::secrets::{self, SecretBox};
 use mprov_tests::KillOnDrop;
 use mprov_tests::lab::{FollowerFiles, follower_command};
+use mprov_tests::listen::Listening;
 use mprov_tests::netns::Netns;
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -40,9 +45,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// Starts job server js1 following `url`, with its CA file and state under
-/// `dir`, enrolling with `token` when given and serving metrics on
-/// `metrics`; its log goes to `log`.
-fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>, metrics: &str) -> KillOnDrop {
+/// `dir`, enrolling with `token` when given and serving metrics on a port
+/// of its choosing, written with its other addresses to
+/// [`listen_file`]`(dir)`; its log goes to `log`.
+fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>) -> KillOnDrop {
     let files = FollowerFiles {
         ca: &dir.join("tls/ca.crt"),
         apikey: &dir.join("no-apikey-file"),
@@ -51,26 +57,56 @@ fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>, metrics: &s
     };
     let exe = Path::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
     let mut cmd = follower_command(exe, url, files, log).unwrap();
+    let listen = listen_file(dir);
+    let _ = std::fs::remove_file(&listen);
     cmd.args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
-        .args(["--metrics", metrics]);
+        .args(["--metrics", "127.0.0.1:0", "--listen-file"])
+        .arg(listen);
     if let Some(t) = token {
         cmd.args(["--enroll-token", t]);
     }
     KillOnDrop(cmd.spawn().expect("start mprov-jobserver"))
 }
 
+/// Where [`jobserver`] writes the addresses it bound.
+fn listen_file(dir: &Path) -> std::path::PathBuf {
+    dir.join("js-listen.json")
+}
+
 /// `mprov-jobserver` in `ns` serving the boot config file `config` (no
-/// control service), standard output dropped, its log (at `info`) in `log`.
-/// The caller adds the servers it runs and spawns it.
+/// control service), standard output dropped, its log (at `info`) in `log`,
+/// the addresses it binds in [`listen_file_of`]`(log)`. The caller adds the
+/// servers it runs and starts it with [`spawn_standalone`].
 fn standalone_jobserver(ns: &Netns, config: &Path, log: &Path) -> anyhow::Result<Command> {
+    let listen = listen_file_of(log);
+    let _ = std::fs::remove_file(&listen);
     let mut cmd = ns.command(env!("CARGO_BIN_EXE_mprov-jobserver"));
     cmd.arg("--boot-config")
         .arg(config)
         .args(["--log", "info"])
+        .arg("--listen-file")
+        .arg(listen)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log)?);
     Ok(cmd)
+}
+
+/// Where a [`standalone_jobserver`] logging to `log` writes the addresses
+/// it bound.
+fn listen_file_of(log: &Path) -> std::path::PathBuf {
+    log.with_extension("listen.json")
+}
+
+/// Starts `cmd` (a [`standalone_jobserver`] logging to `log`) and waits
+/// until every server it runs is bound: the process and where it listens.
+fn spawn_standalone(mut cmd: Command, log: &Path) -> anyhow::Result<(KillOnDrop, Listening)> {
+    use anyhow::Context as _;
+    let mut child = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
+    let bound =
+        mprov_tests::listen::wait(&listen_file_of(log), &mut child.0, Duration::from_secs(20))
+            .with_context(|| std::fs::read_to_string(log).unwrap_or_default())?;
+    Ok((child, bound))
 }
 
 /// `text` without its ANSI colour sequences (ESC [ ... letter), as the job

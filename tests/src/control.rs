@@ -30,6 +30,9 @@ pub(crate) fn build(packages: &[&str], smoke: bool) -> Result<PathBuf> {
     Ok(target_dir().join(if smoke { "debug" } else { "release" }))
 }
 
+/// The admin's password in the control service [`Control::start`] starts.
+pub(crate) const SUPERUSER_PASSWORD: &str = "bench-password";
+
 /// A running control service.
 #[derive(Debug)]
 pub(crate) struct Control {
@@ -58,7 +61,7 @@ impl Control {
             .env("MPROV_LISTEN_FILE", &http_file)
             .env("MPROV_HTTPS_LISTEN", "127.0.0.1:0")
             .env("MPROV_HTTPS_LISTEN_FILE", &https_file)
-            .env("MPROV_SUPERUSER_PASSWORD", "bench-password")
+            .env("MPROV_SUPERUSER_PASSWORD", SUPERUSER_PASSWORD)
             .env("MPROV_LOG", "warn")
             // A power-on surge of thousands of nodes from one address: the
             // benchmarks measure enrollment, not the /ipxe/ limiter.

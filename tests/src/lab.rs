@@ -57,10 +57,32 @@ pub const IMAGE_VERSION: i64 = 1;
 pub const READY_MARKER: &str = "MPROV-LAB-READY";
 /// The kernel argument that makes the root power off once ready.
 pub const POWEROFF_ARG: &str = "mprov_lab_poweroff";
-/// The kernel argument that makes the root copy its identity (`/etc/mprov`)
-/// and command line out on the VM's second serial port
-/// ([`crate::vm::Vm::export`]), for the tests that attack with them.
+/// The kernel argument that makes the root copy its certificate, CA
+/// certificate, control URL and command line out on the VM's second serial
+/// port ([`crate::vm::Vm::export`]), with the answers to [`NODE_PROBES`]:
+/// its private key never leaves it.
 pub const EXPORT_ARG: &str = "lab_export";
+/// What the lab node asks the control service with its own certificate and
+/// key when [`EXPORT_ARG`] is on its command line, for the tests that check
+/// what that certificate may do: `(method, path, body)`, where `{HOST}`
+/// stands for the node's own host name and `{OTHER}` for [`PROBED_OTHER`].
+/// The answer to the `i`-th goes out as `probe-<i>`: the body, a new line
+/// and the HTTP status.
+pub const NODE_PROBES: &[(&str, &str, Option<&str>)] = &[
+    ("GET", "/api/v1/systems/{HOST}/", None),
+    ("GET", "/api/v1/systems/{OTHER}/", None),
+    ("GET", "/api/v1/systems/{OTHER}/config", None),
+    ("GET", "/api/v1/systems/", None),
+    ("GET", "/api/v1/nics/?system={OTHER}", None),
+    ("GET", "/api/v1/jobservers/", None),
+    (
+        "POST",
+        "/api/v1/boot/events",
+        Some(r#"{"system":"{OTHER}","phase":"ready","detail":"forged by another node"}"#),
+    ),
+];
+/// The other node [`NODE_PROBES`] try to reach.
+pub const PROBED_OTHER: &str = "n02";
 /// The Debian packages of the lab root, beyond mmdebstrap's minbase.
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "systemd-sysv",
@@ -68,6 +90,8 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "udev",
     "kmod",
     "iproute2",
+    // The lab node's own requests with its certificate (NODE_PROBES).
+    "curl",
 ];
 /// A node that boots the real root: 3 GiB (the incumbents hold the root in
 /// RAM) and 2 CPUs, as the smallest real node has more than one core. TCG
@@ -78,7 +102,9 @@ pub const DEBIAN_NODE: crate::vm::Size = crate::vm::Size {
     cpus: 2,
 };
 
-/// The unit that tells the lab the root is up.
+/// The unit that tells the lab the root is up, and the lab's export
+/// ([`EXPORT_ARG`]); `@PROBES@` and `@VERSION_HEADER@` are filled in by
+/// [`ready_script`].
 const READY_SCRIPT: &str = r#"set -e
 cat > /etc/systemd/system/mprov-lab-ready.service <<'EOF'
 [Unit]
@@ -95,20 +121,37 @@ ExecStart=/bin/sh -c 'if grep -qw mprov_lab_poweroff /proc/cmdline; then systemc
 WantedBy=multi-user.target
 EOF
 # The lab only (lab_export on the kernel command line; /ipxe/ passes no
-# mprov_* word of the layered arguments): the node's
-# identity and command line go out on the second serial port, which only the
-# test reads, so it can attack with what a node holds.
+# mprov_* word of the layered arguments): the node's certificate, CA
+# certificate, control URL and command line go out on the second serial
+# port, which only the test reads, with the answers the control service
+# gave the node's own requests made with its certificate. Its private key
+# stays here: only its mode goes out.
 mkdir -p /usr/local/sbin
 cat > /usr/local/sbin/mprov-lab-export <<'EXPORT'
 #!/bin/sh
 stty -F /dev/ttyS1 raw -echo 2>/dev/null
+m=/etc/mprov
+url=$(cat $m/control-url 2>/dev/null)
+url=${url%/}
+host=$(hostname)
+# probe INDEX METHOD PATH [BODY]: the body, a new line and the status.
+probe() {
+  if [ -n "$4" ]; then
+    set -- "$1" "$2" "$3" -H 'content-type: application/json' --data-binary "$4"
+  fi
+  i=$1; method=$2; path=$3; shift 3
+  out=$(curl -sS -m 30 --cacert $m/ca.crt --cert $m/node.crt --key $m/node.key \
+    -X "$method" -H '@VERSION_HEADER@' -w '\n%{http_code}' "$@" "$url$path" 2>&1)
+  echo "MPROV-LAB-EXPORT probe-$i $(printf '%s' "$out" | base64 -w0)"
+}
 {
-  for f in node.crt node.key ca.crt control-url; do
-    echo "MPROV-LAB-EXPORT $f $(base64 -w0 /etc/mprov/$f 2>/dev/null)"
+  for f in node.crt ca.crt control-url; do
+    echo "MPROV-LAB-EXPORT $f $(base64 -w0 $m/$f 2>/dev/null)"
   done
   echo "MPROV-LAB-EXPORT cmdline $(base64 -w0 /proc/cmdline)"
-  echo "MPROV-LAB-EXPORT key-mode $(stat -c %a /etc/mprov/node.key 2>/dev/null)"
-  echo "MPROV-LAB-EXPORT hostname $(hostname)"
+  echo "MPROV-LAB-EXPORT key-mode $(stat -c %a $m/node.key 2>/dev/null)"
+  echo "MPROV-LAB-EXPORT hostname $host"
+@PROBES@
   echo "MPROV-LAB-EXPORT end"
 } > /dev/ttyS1
 EXPORT
@@ -120,6 +163,28 @@ echo lab-node > /etc/hostname
 # wait costs a 90 s timeout when the root came from an initramfs.
 ln -sf /dev/null /etc/systemd/system/serial-getty@ttyS0.service
 "#;
+
+/// [`READY_SCRIPT`] with one `probe` line per [`NODE_PROBES`] entry (each
+/// argument in single quotes, `{HOST}` left to the shell's `$host`) and
+/// this build's API version header.
+fn ready_script() -> String {
+    let quoted = |text: &str| format!("'{}'", text.replace('\'', r"'\''"));
+    let probes: String = NODE_PROBES
+        .iter()
+        .enumerate()
+        .map(|(i, (method, path, body))| {
+            let path =
+                quoted(&path.replace("{OTHER}", PROBED_OTHER)).replace("{HOST}", "'\"$host\"'");
+            let body = body.map_or_else(String::new, |b| {
+                format!(" {}", quoted(&b.replace("{OTHER}", PROBED_OTHER)))
+            });
+            format!("  probe {i} {method} {path}{body}\n")
+        })
+        .collect();
+    READY_SCRIPT
+        .replace("@PROBES@\n", &probes)
+        .replace("@VERSION_HEADER@", &mprov_api::version_header_line())
+}
 
 /// Runs a command to completion; fails with its output if it fails.
 fn run(cmd: &mut Command) -> Result<String> {
@@ -237,7 +302,7 @@ pub fn debian_recipe(root: &Path) -> String {
         "slug: {IMAGE_SLUG}\nsource:\n  dir: '{}'\nscripts:\n  - slug: lab-slim\n    content: |\n{}  - slug: lab-ready\n    content: |\n{}",
         root.display(),
         indent(SLIM_SCRIPT),
-        indent(READY_SCRIPT),
+        indent(&ready_script()),
     )
 }
 
@@ -817,47 +882,27 @@ impl JobServer {
         } else {
             cmd.args(["--no-dhcp", "--no-tftp", "--no-ra"]);
         }
+        let listen_file = spec.home.join("listen.json");
+        let _ = fs::remove_file(&listen_file);
         cmd.args(["--no-dns", "--http", &format!("{}:8081", spec.ip)])
             .args(["--metrics", &format!("127.0.0.1:{}", spec.metrics_port)])
             .arg("--export")
             .arg(&spec.export)
             .arg("--state-dir")
             .arg(spec.home.join("state"))
+            .arg("--listen-file")
+            .arg(&listen_file)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log)?);
         let child = cmd.spawn().context("starting mprov-jobserver")?;
         let pid = child.id();
         let mut process = Process::new("mprov-jobserver", child, Duration::from_secs(10));
-        // Up once its image server answers.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = process.try_wait()? {
-                bail!(
-                    "mprov-jobserver exited with {status}:\n{}",
-                    fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            let probe = net
-                .ns
-                .command("curl")
-                .args(["-s", "-o", "/dev/null", "-m", "2"])
-                .arg(format!("http://{}:8081/", spec.ip))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .context("running curl (install curl)")?;
-            if probe.success() {
-                break;
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "mprov-jobserver's HTTP did not answer within 60 s:\n{}",
-                fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        // Up once every server is bound (after enrolling, when following).
+        crate::listen::wait_until(&listen_file, crate::listen::LISTEN_WAIT, || {
+            process.try_wait()
+        })
+        .with_context(|| fs::read_to_string(&log).unwrap_or_default())?;
         Ok(JobServer {
             process: Mutex::new(Some(process)),
             log,
@@ -1122,4 +1167,63 @@ pub fn busybox_image(bins: &Binaries, agent: &Path, out: &Path) -> Result<Image>
         root,
         kernel_release: kernel.release,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Command, Stdio};
+
+    use super::{NODE_PROBES, PROBED_OTHER, ready_script};
+    use crate::vm::parse_export;
+
+    /// The export script the lab root carries, cut out of its recipe, run
+    /// with its identity folder and serial port moved into `dir`.
+    fn run_export(dir: &std::path::Path) -> String {
+        let script = ready_script();
+        let start = script.find("#!/bin/sh\n").unwrap();
+        let end = script[start..].find("\nEXPORT\n").unwrap() + start;
+        let body = script[start..end]
+            .replace("m=/etc/mprov", &format!("m={}/mprov", dir.display()))
+            .replace("/dev/ttyS1", &format!("{}/ttyS1", dir.display()));
+        let file = dir.join("export.sh");
+        std::fs::write(&file, body).unwrap();
+        let status = Command::new("sh")
+            .arg(&file)
+            .stdin(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::fs::read_to_string(dir.join("ttyS1")).unwrap()
+    }
+
+    #[test]
+    fn the_lab_export_carries_the_certificate_and_the_probes_never_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = dir.path().join("mprov");
+        std::fs::create_dir_all(&m).unwrap();
+        std::fs::write(m.join("node.crt"), "CERTIFICATE n01\n").unwrap();
+        std::fs::write(m.join("ca.crt"), "CA\n").unwrap();
+        std::fs::write(m.join("node.key"), "PRIVATE KEY OF n01\n").unwrap();
+        // Nobody listens there: each probe's answer is curl's failure.
+        std::fs::write(m.join("control-url"), "https://127.0.0.1:1/\n").unwrap();
+        let text = run_export(dir.path());
+        let export = parse_export(&text).unwrap().expect("the end line");
+        assert_eq!(export["node.crt"], b"CERTIFICATE n01\n");
+        assert_eq!(export["ca.crt"], b"CA\n");
+        for (name, value) in &export {
+            assert!(
+                !String::from_utf8_lossy(value).contains("PRIVATE KEY"),
+                "{name} carries the key"
+            );
+        }
+        assert!(!text.contains("node.key "), "{text}");
+        for i in 0..NODE_PROBES.len() {
+            let answer = String::from_utf8_lossy(&export[&format!("probe-{i}")]).into_owned();
+            assert!(answer.ends_with("\n000"), "probe {i}: {answer}");
+        }
+        let script = ready_script();
+        assert!(script.contains(&format!("'/api/v1/systems/{PROBED_OTHER}/'")));
+        assert!(script.contains("'/api/v1/systems/'\"$host\"'/'"));
+        assert!(script.contains(&mprov_api::version_header_line()));
+    }
 }

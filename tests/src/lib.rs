@@ -2,7 +2,8 @@
 //! and machines for the end-to-end tests and benchmarks ([`db`]: MariaDB and
 //! PostgreSQL; [`netns`]: network namespaces joined by veth pairs; [`vm`]:
 //! QEMU VMs that netboot; [`lab`] and [`netboot`]: the Debian node image and
-//! its network; [`agent`]: the agent's static binary), the Rust benchmarks
+//! its network; [`agent`]: the agent's static binary; [`listen`]: where a
+//! started job server listens, from its listen file), the Rust benchmarks
 //! (`*_bench`), and the `cargo xtask` commands ([`xtask`]).
 //!
 //! Everything here serves tests and developers, never production: the servers
@@ -18,6 +19,7 @@ pub mod db;
 pub mod enroll_bench;
 pub mod inventory_bench;
 pub mod lab;
+pub mod listen;
 pub mod netboot;
 pub mod netboot_bench;
 pub mod netns;

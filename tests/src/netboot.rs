@@ -413,7 +413,7 @@ impl Stack {
                 Some(&serde_json::json!({
                     "slug": image.slug,
                     // The console on the serial port (the tests read it), the
-                    // lab root's copy of its identity on the second one, and no
+                    // lab root's export (its certificate, never its key) on the second one, and no
                     // IO-APIC timer check: under TCG on a loaded host the kernel
                     // can find the timer "not working" and panic (seen on OVMF).
                     "install_kernel_cmdline": format!("console=ttyS0 quiet no_timer_check {}", lab::EXPORT_ARG),

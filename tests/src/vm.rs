@@ -271,14 +271,17 @@ impl Size {
 }
 
 /// QEMU under TCG with the lab's common options: no default devices (no
-/// SLIRP NIC), serial console to `serial`, and an exit instead of a reboot.
-fn qemu(cmd: &mut Command, serial: &Path, size: Size) {
+/// SLIRP NIC), serial console to `serial`, the second serial port to the
+/// export file beside it (made afresh, mode 0600), and an exit instead of
+/// a reboot.
+fn qemu(cmd: &mut Command, serial: &Path, size: Size) -> Result<()> {
     // A run folder booted before holds the last boot's console: read before
     // QEMU opens the file anew, its ready marker would end the wait at once.
     let export = serial.with_file_name(EXPORT_FILE);
     for old in [serial, export.as_path()] {
         let _ = fs::remove_file(old);
     }
+    private_file(&export)?;
     cmd.args(["-accel", "tcg", "-m", &size.memory_mib.to_string()]);
     cmd.args([
         "-smp",
@@ -292,10 +295,57 @@ fn qemu(cmd: &mut Command, serial: &Path, size: Size) {
     cmd.arg("-serial").arg(format!("file:{}", serial.display()));
     // COM2: the lab root's export channel (see `lab::EXPORT_ARG`).
     cmd.arg("-serial").arg(format!("file:{}", export.display()));
+    Ok(())
+}
+
+/// Makes `path` an empty file only its owner may read (0600, whatever the
+/// umask): QEMU's `file:` serial backend keeps the mode of a file that
+/// exists. The lab root's export holds the node's certificate and command
+/// line, and the demo's run folder is world-readable.
+fn private_file(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    file.set_permissions(fs::Permissions::from_mode(0o600))?;
+    Ok(())
 }
 
 /// The second serial port's file, beside the console's.
 const EXPORT_FILE: &str = "export.log";
+
+/// The lab root's export (`MPROV-LAB-EXPORT <name> <value>` lines, values
+/// base64 but for `key-mode` and `hostname`), decoded, once its `end` line
+/// is in `text`; `None` before.
+pub fn parse_export(text: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>> {
+    use base64::Engine as _;
+    let mut items = BTreeMap::new();
+    let mut done = false;
+    for line in text.lines() {
+        let mut parts = line.trim_end_matches('\r').splitn(3, ' ');
+        if parts.next() != Some("MPROV-LAB-EXPORT") {
+            continue;
+        }
+        let name = parts.next().unwrap_or_default().to_owned();
+        let value = parts.next().unwrap_or_default().trim();
+        if name == "end" {
+            done = true;
+            continue;
+        }
+        let bytes = if matches!(name.as_str(), "key-mode" | "hostname") {
+            value.as_bytes().to_vec()
+        } else {
+            base64::engine::general_purpose::STANDARD
+                .decode(value)
+                .with_context(|| format!("the export's {name} is not base64"))?
+        };
+        items.insert(name, bytes);
+    }
+    Ok(done.then_some(items))
+}
 
 impl Vm {
     /// Starts QEMU (TCG, [`Size::SMALL`]) network-booting from `spec.tap`.
@@ -323,7 +373,7 @@ impl Vm {
         let serial = spec.run_dir.join("serial.log");
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &spec.netns, "qemu-system-x86_64"]);
-        qemu(&mut cmd, &serial, size);
+        qemu(&mut cmd, &serial, size)?;
         cmd.args([
             "-netdev",
             &format!("tap,id=n0,ifname={},script=no,downscript=no", spec.tap),
@@ -384,7 +434,7 @@ impl Vm {
             }
             None => Command::new("qemu-system-x86_64"),
         };
-        qemu(&mut cmd, &serial, size);
+        qemu(&mut cmd, &serial, size)?;
         cmd.args(["-machine", "pc", "-kernel"]).arg(&spec.kernel);
         cmd.arg("-initrd").arg(&spec.initrd);
         cmd.arg("-append").arg(&spec.append);
@@ -438,36 +488,13 @@ impl Vm {
     /// (`MPROV-LAB-EXPORT <name> <base64>` lines, see `lab::EXPORT_ARG`),
     /// decoded, once its `end` line is there; waits up to `timeout`.
     pub fn export(&self, timeout: Duration) -> Result<BTreeMap<String, Vec<u8>>> {
-        use base64::Engine as _;
         let path = self.serial.with_file_name(EXPORT_FILE);
         let deadline = Instant::now() + timeout;
         loop {
             let text = fs::read(&path)
                 .map(|b| String::from_utf8_lossy(&b).into_owned())
                 .unwrap_or_default();
-            let mut items = BTreeMap::new();
-            let mut done = false;
-            for line in text.lines() {
-                let mut parts = line.trim_end_matches('\r').splitn(3, ' ');
-                if parts.next() != Some("MPROV-LAB-EXPORT") {
-                    continue;
-                }
-                let name = parts.next().unwrap_or_default().to_owned();
-                let value = parts.next().unwrap_or_default().trim();
-                if name == "end" {
-                    done = true;
-                    continue;
-                }
-                let bytes = if matches!(name.as_str(), "key-mode" | "hostname") {
-                    value.as_bytes().to_vec()
-                } else {
-                    base64::engine::general_purpose::STANDARD
-                        .decode(value)
-                        .with_context(|| format!("the export's {name} is not base64"))?
-                };
-                items.insert(name, bytes);
-            }
-            if done {
+            if let Some(items) = parse_export(&text)? {
                 return Ok(items);
             }
             ensure!(
@@ -512,5 +539,45 @@ impl Vm {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    use super::{EXPORT_FILE, Size, qemu};
+
+    /// QEMU, paused (`-S`), opens both serial files: the export it writes
+    /// is the fresh 0600 file, not a stale world-readable one.
+    #[test]
+    fn the_export_file_stays_private_once_qemu_opens_it() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let serial = dir.path().join("serial.log");
+        let export = serial.with_file_name(EXPORT_FILE);
+        std::fs::write(&export, "MPROV-LAB-EXPORT node.crt b2xk\n")?;
+        std::fs::set_permissions(&export, std::fs::Permissions::from_mode(0o644))?;
+        let mut cmd = Command::new("qemu-system-x86_64");
+        qemu(&mut cmd, &serial, Size::SMALL)?;
+        let mut child = crate::KillOnDrop(
+            cmd.arg("-S")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .spawn()?,
+        );
+        // QEMU makes the console's file once it opens its serial ports.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !serial.exists() {
+            anyhow::ensure!(child.0.try_wait()?.is_none(), "qemu exited");
+            anyhow::ensure!(Instant::now() < deadline, "qemu opened no serial file");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(child);
+        let meta = std::fs::metadata(&export)?;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(meta.len(), 0, "the last boot's export is gone");
+        Ok(())
     }
 }

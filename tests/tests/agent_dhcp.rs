@@ -97,24 +97,27 @@ fn agent_dhcp_from_our_job_server_reservation() -> Result<()> {
         .to_string(),
     )?;
     let log = dir.path().join("jobserver.log");
-    let _js = Kill(
-        server
-            .command(jobserver.to_str().context("path")?)
-            .arg("--boot-config")
-            .arg(&snapshot)
-            .args(["--server-ip", "10.77.0.1", "--dhcp", "0.0.0.0:67"])
-            .args(["--dhcp-interface", &sdev])
-            .args(["--no-tftp", "--no-dns", "--no-http", "--no-ra"])
-            .args(["--metrics", "127.0.0.1:9102"])
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .context("starting mprov-jobserver")?,
-    );
-    // The server needs a moment to bind; the client's retries cover it.
+    let listen = dir.path().join("listen.json");
+    let mut js = server
+        .command(jobserver.to_str().context("path")?)
+        .arg("--boot-config")
+        .arg(&snapshot)
+        .args(["--server-ip", "10.77.0.1", "--dhcp", "0.0.0.0:67"])
+        .args(["--dhcp-interface", &sdev])
+        .args(["--no-tftp", "--no-dns", "--no-http", "--no-ra"])
+        .args(["--metrics", "127.0.0.1:9102"])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--listen-file")
+        .arg(&listen)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()
+        .context("starting mprov-jobserver")?;
+    let bound = mprov_tests::listen::wait(&listen, &mut js, Duration::from_secs(20));
+    let _js = Kill(js);
+    bound.with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
     let lease = obtain_and_configure(&client, &cdev)
         .with_context(|| std::fs::read_to_string(&log).unwrap_or_default())?;
     assert_eq!(lease.address, Ipv4Addr::new(10, 77, 0, 21));

@@ -74,7 +74,9 @@ impl JobServer {
             .create(true)
             .append(true)
             .open(self.dir.join(format!("jobserver-{}.log", self.addr.port())))?;
-        let child = Command::new(jobserver)
+        let listen = self.dir.join(format!("listen-{}.json", self.addr.port()));
+        let _ = std::fs::remove_file(&listen);
+        let mut child = Command::new(jobserver)
             .arg("--boot-config")
             .arg(&snapshot)
             .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-ra"])
@@ -86,23 +88,21 @@ impl JobServer {
             .arg(&self.export)
             .arg("--state-dir")
             .arg(self.dir.join(format!("state-{}", self.addr.port())))
+            .arg("--listen-file")
+            .arg(&listen)
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .context("starting mprov-jobserver")?;
+        let bound = mprov_tests::listen::wait(&listen, &mut child, Duration::from_secs(10));
         self.child = Some(child);
-        for _ in 0..400 {
-            if TcpStream::connect(self.addr).is_ok() {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        bail!(
-            "mprov-jobserver did not listen on {} within 10 s",
-            self.addr
-        )
+        ensure!(
+            bound?.get("http")? == self.addr,
+            "bound elsewhere than asked"
+        );
+        Ok(())
     }
 
     fn kill(&mut self) {

@@ -207,6 +207,8 @@ poweroff -f
         .arg(&export)
         .arg("--state-dir")
         .arg(run.path().join("state"))
+        .arg("--listen-file")
+        .arg(run.path().join("listen.json"))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -222,6 +224,13 @@ poweroff -f
     let guard = Kill(&mut server);
     let server_log =
         || std::fs::read_to_string(run.path().join("jobserver.log")).unwrap_or_default();
+    // Every server bound before the first VM powers on.
+    mprov_tests::listen::wait(
+        &run.path().join("listen.json"),
+        guard.0,
+        Duration::from_secs(20),
+    )
+    .with_context(server_log)?;
 
     for (firmware, tap, mac, nic, ip) in [
         (

@@ -22,10 +22,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::{KillOnDrop, plain, standalone_jobserver};
+use crate::{KillOnDrop, plain, spawn_standalone, standalone_jobserver};
 use anyhow::{Context as _, Result, bail, ensure};
 use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
 use dhcproto::{Decodable, Encodable};
+use mprov_tests::listen::Listening;
 use mprov_tests::netns::{Netns, parse_env, veth, write_script};
 
 const METRICS: &str = "http://127.0.0.1:9102/metrics";
@@ -47,23 +48,26 @@ fn start_with_tftp(
 ) -> Result<(KillOnDrop, Log)> {
     let config = dir.join("boot.json");
     std::fs::write(&config, snapshot)?;
-    let log = Log(dir.join("jobserver.log"));
-    let mut cmd = standalone_jobserver(ns, &config, &log.0)?;
+    let path = dir.join("jobserver.log");
+    let mut cmd = standalone_jobserver(ns, &config, &path)?;
     cmd.arg("--state-dir")
         .arg(dir.join("state"))
         .arg("--no-dns")
         .args(extra);
-    let child = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
-    log.wait_for("DHCP on")?;
-    Ok((child, log))
+    let (child, bound) = spawn_standalone(cmd, &path)?;
+    Ok((child, Log { path, bound }))
 }
 
-/// The job server's log file.
-struct Log(std::path::PathBuf);
+/// The job server's log file, and where it listens.
+struct Log {
+    path: std::path::PathBuf,
+    /// Its listen file.
+    bound: Listening,
+}
 
 impl Log {
     fn text(&self) -> String {
-        std::fs::read_to_string(&self.0).unwrap_or_default()
+        std::fs::read_to_string(&self.path).unwrap_or_default()
     }
 
     /// Polls (bounded, 20 s) until the log has `what`.
@@ -520,7 +524,8 @@ fn jobserver_proxy_dhcp_beside_a_site_server_and_on_port_4011() -> Result<()> {
             "127.0.0.1:9102",
         ],
     )?;
-    log.wait_for("proxyDHCP PXE boot server requests on 10.79.1.2:4011")?;
+    // 4011 on the server identifier, not on the wildcard.
+    assert_eq!(log.bound.get("pxe")?, "10.79.1.2:4011".parse()?);
 
     // Ordinary clients get their address from the site server, undisturbed.
     client.set_mac(&v.b, "02:00:5e:79:01:01")?;
@@ -625,7 +630,7 @@ fn jobserver_proxy_dhcp_boots_ovmf_and_ipxe_through_port_4011() -> Result<()> {
             "127.0.0.1:9102",
         ],
     )?;
-    log.wait_for("proxyDHCP PXE boot server requests on 10.79.5.2:4011")?;
+    assert_eq!(log.bound.get("pxe")?, "10.79.5.2:4011".parse()?);
     let vm = Vm::boot(&VmSpec {
         netns: ns.name().to_owned(),
         tap: "tap0".into(),

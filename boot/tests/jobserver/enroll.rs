@@ -34,7 +34,7 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
     let js = tokio::task::spawn_blocking(move || {
         // First start: enrolls with the token, then follows over mTLS.
         let log = dd.join("js-1.log");
-        let js = jobserver(&u, &dd, &log, Some(&token), "127.0.0.1:0");
+        let js = jobserver(&u, &dd, &log, Some(&token));
         let text = wait_log(&log, "new boot config", Duration::from_secs(30));
         assert!(text.contains("enrolled as job server js1"), "{text}");
         assert!(
@@ -73,7 +73,7 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
 
         // Second start: no token, the kept certificate.
         let log = dd.join("js-2.log");
-        let js = jobserver(&u, &dd, &log, None, "127.0.0.1:0");
+        let js = jobserver(&u, &dd, &log, None);
         let text = wait_log(&log, "new boot config", Duration::from_secs(30));
         assert!(
             !text.contains("enrolled as"),
@@ -98,7 +98,7 @@ async fn jobserver_enrolls_then_follows_with_its_certificate() {
     let (u, dd) = (url.clone(), d.clone());
     tokio::task::spawn_blocking(move || {
         let log = dd.join("js-3.log");
-        let js = jobserver(&u, &dd, &log, None, "127.0.0.1:0");
+        let js = jobserver(&u, &dd, &log, None);
         let text = wait_log(&log, "revoked", Duration::from_secs(30));
         assert!(
             !text.contains("new boot config"),
@@ -128,7 +128,7 @@ fn a_stop_during_enrollment_ends_the_job_server_cleanly() {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("https://{}", silent.local_addr().unwrap());
     let log = d.join("js.log");
-    let mut js = jobserver(&url, d, &log, Some("a-token"), "127.0.0.1:0");
+    let mut js = jobserver(&url, d, &log, Some("a-token"));
     // Enrollment has begun once the control service has a connection.
     let (_conn, _) = silent.accept().unwrap();
     nix::sys::signal::kill(

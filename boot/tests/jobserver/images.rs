@@ -7,7 +7,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::{KillOnDrop, standalone_jobserver};
+use crate::{KillOnDrop, spawn_standalone, standalone_jobserver};
 use anyhow::{Context as _, Result, bail, ensure};
 use mprov_api::boot::ImageFile;
 use mprov_tests::netns::Netns;
@@ -95,12 +95,14 @@ fn jobserver_admits_image_streams_as_configured() -> Result<()> {
         .args(["--http-max-streams", "1", "--http-stream-mib", "1"])
         .arg("--export")
         .arg(&export);
-    let server = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
+    let (server, bound) = spawn_standalone(cmd, &log_path)?;
+    ensure!(bound.get("http")? == "127.0.0.1:8081".parse()?, "{bound:?}");
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    wait_for("the image server", || {
-        Ok(curl(&ns, &[&url(ImageFile::Kernel)])?.0 == 200)
-    })
-    .with_context(log)?;
+    ensure!(
+        curl(&ns, &[&url(ImageFile::Kernel)])?.0 == 200,
+        "the image server, once bound:\n{}",
+        log()
+    );
 
     // One slow stream takes the only permit.
     let slow = KillOnDrop(

@@ -6,7 +6,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::{KillOnDrop, standalone_jobserver};
+use crate::{spawn_standalone, standalone_jobserver};
 use anyhow::{Context as _, Result};
 use mprov_tests::netns::{Netns, veth};
 
@@ -71,7 +71,7 @@ fn jobserver_advertises_on_provisioning_interfaces_only() -> Result<()> {
     let mut cmd = standalone_jobserver(&server, &snapshot, &log_path)?;
     cmd.args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http"])
         .args(["--metrics", "127.0.0.1:0"]);
-    let child = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
+    let (child, _) = spawn_standalone(cmd, &log_path)?;
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
 
     // rdisc6 retries while the job server starts and the server's

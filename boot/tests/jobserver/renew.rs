@@ -13,15 +13,9 @@ use mprov_api::client::{Auth, Client};
 use rustls::pki_types::pem::PemObject as _;
 use serde_json::json;
 
-use crate::{TlsControl, insert_api_key, jobserver, plain, wait_log};
+use crate::{TlsControl, insert_api_key, jobserver, listen_file, plain, wait_log};
 
 const VALIDITY: u64 = 120;
-
-/// A free loopback port for the job server's metrics listener.
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
 
 /// curl against the control service: `GET /api/v1/bootconfig` with the
 /// certificate and key given (PEM files); the HTTP status.
@@ -84,17 +78,10 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
         .build()
         .unwrap();
 
-    let metrics_port = free_port();
     let log = d.join("js.log");
     let identity = d.join("js/identity");
     let ca = tls_dir.join("ca.crt");
-    let js = jobserver(
-        &url,
-        &d,
-        &log,
-        Some(&token),
-        &format!("127.0.0.1:{metrics_port}"),
-    );
+    let mut js = jobserver(&url, &d, &log, Some(&token));
 
     let (u, l, id, cafile) = (url.clone(), log.clone(), identity.clone(), ca.clone());
     let (old_serial, old_end) = tokio::task::spawn_blocking(move || {
@@ -190,7 +177,10 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
     .await
     .unwrap();
 
-    let metrics = job_metrics(metrics_port);
+    // Long written by now: it has followed and renewed.
+    let listening =
+        mprov_tests::listen::wait(&listen_file(&d), &mut js.0, Duration::from_secs(5)).unwrap();
+    let metrics = job_metrics(listening.get("metrics").unwrap());
     assert!(
         metrics.contains("mprov_jobserver_cert_renewals_total 1"),
         "{metrics}"
@@ -208,10 +198,10 @@ async fn jobserver_renews_its_certificate_before_it_ends() {
 }
 
 /// The job server's metrics, fetched with curl.
-fn job_metrics(port: u16) -> String {
+fn job_metrics(at: std::net::SocketAddr) -> String {
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "5"])
-        .arg(format!("http://127.0.0.1:{port}/metrics"))
+        .arg(format!("http://{at}/metrics"))
         .stdin(Stdio::null())
         .output()
         .expect("running curl");

@@ -4,10 +4,9 @@
 //! fetch a 3 MiB file byte for byte, and `/metrics` counts every transfer.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
-use crate::{KillOnDrop, standalone_jobserver};
-use anyhow::{Context as _, Result, bail, ensure};
+use crate::{spawn_standalone, standalone_jobserver};
+use anyhow::{Context as _, Result, ensure};
 use mprov_tests::netns::Netns;
 
 /// A client run in `ns`, bounded by 60 s; fails unless it succeeded.
@@ -48,14 +47,8 @@ fn jobserver_tftp_serves_lock_step_and_windowed_clients() -> Result<()> {
         .args(["--tftp", "127.0.0.1:69", "--metrics", "127.0.0.1:9102"])
         .arg("--tftp-root")
         .arg(&root);
-    let _js = KillOnDrop(cmd.spawn().context("starting mprov-jobserver")?);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(&log)?.contains("tftp: listening") {
-        if Instant::now() > deadline {
-            bail!("TFTP did not start: {}", std::fs::read_to_string(&log)?);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (_js, bound) = spawn_standalone(cmd, &log)?;
+    ensure!(bound.get("tftp")? == "127.0.0.1:69".parse()?, "{bound:?}");
 
     let out = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
     let mut fetched = Vec::new();

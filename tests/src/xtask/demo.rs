@@ -11,7 +11,7 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -144,9 +144,11 @@ pub fn demo(options: &DemoOptions) -> Result<()> {
     let mash = bins.get("mash")?;
     println!("\nThe stack is up. From this machine (as root):");
     println!(
-        "  API:   ip netns exec {ns} curl -u admin:\"$(cat {})\" http://{SERVER_IP}:{}/api/v1/systems/",
-        password_file.display(),
-        lab::CONTROL_PORT
+        "  API:   ip netns exec {ns} {}",
+        api_example(
+            &format!("http://{SERVER_IP}:{}", lab::CONTROL_PORT),
+            &password_file
+        )
     );
     println!(
         "  mash:  ip netns exec {ns} env MPROV_URL=http://{SERVER_IP}:{} MPROV_USER=admin MPROV_PASSWORD=\"$(cat {})\" {} boot status {hostname}",
@@ -176,6 +178,19 @@ pub fn demo(options: &DemoOptions) -> Result<()> {
     Ok(())
 }
 
+/// The API example the demo prints, a shell line: curl listing the
+/// systems of the control service at `base` (`http://host:port`) as the
+/// admin, the password read from `password_file`, with the API version
+/// header every authenticated request needs.
+pub(crate) fn api_example(base: &str, password_file: &Path) -> String {
+    format!(
+        "curl -sS -H '{}' -u admin:\"$(cat {})\" {base}{}/systems/",
+        mprov_api::version_header_line(),
+        password_file.display(),
+        mprov_api::API_PREFIX
+    )
+}
+
 /// One line of the node's timeline, as the demo prints it.
 fn print_event(event: &BootEvent) {
     println!(
@@ -195,4 +210,41 @@ fn ensure_root() -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Command, Stdio};
+
+    use super::api_example;
+    use crate::control::{Control, SUPERUSER_PASSWORD};
+
+    /// The API line the demo prints, run by a shell as a user would paste
+    /// it, against a real control service: 200 and a JSON list.
+    #[test]
+    fn the_demos_api_example_answers() -> anyhow::Result<()> {
+        let bin = crate::xtask::target_dir().join("debug");
+        anyhow::ensure!(
+            bin.join("mprov-control").is_file(),
+            "{} is missing: cargo build -p mprov-control",
+            bin.join("mprov-control").display()
+        );
+        let home = tempfile::tempdir()?;
+        let control = Control::start(&bin, &home.path().join("control"), None)?;
+        let password_file = home.path().join("superuser_password");
+        std::fs::write(&password_file, format!("{SUPERUSER_PASSWORD}\n"))?;
+        let line = api_example(&control.http, &password_file);
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{line} -w '\\n%{{http_code}}'"))
+            .stdin(Stdio::null())
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{line}: {text}");
+        let (body, code) = text.rsplit_once('\n').expect("the status line");
+        assert_eq!(code, "200", "{line}: {body}");
+        let json: serde_json::Value = serde_json::from_str(body)?;
+        assert!(json.is_array() || json.is_object(), "{body}");
+        control.stop()
+    }
 }

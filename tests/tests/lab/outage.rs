@@ -14,7 +14,6 @@
 //!   back, no acknowledged write is lost, a new write reaches the job server;
 //! * the outage is logged once, and its end once.
 
-use std::net::{Ipv4Addr, TcpListener, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -45,18 +44,6 @@ impl Drop for Proc {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_tcp_port() -> Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
-}
-
-fn free_udp_port() -> Result<u16> {
-    Ok(UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
 }
 
 /// Polls `f` until it gives `Some`, for at most [`WAIT`].
@@ -126,7 +113,6 @@ impl Install {
             .trim()
             .trim_start_matches("export MPROV_APIKEY=")
             .to_owned();
-        let dns_port = free_udp_port()?;
         let files = FollowerFiles {
             ca: &h.join("no-ca.crt"),
             apikey: &apikey_file,
@@ -134,12 +120,18 @@ impl Install {
             state: &h.join("js"),
         };
         let exe = bin.join("mprov-jobserver");
-        let jobserver = follower_command(&exe, &http, files, &h.join("jobserver.log"))?
+        let js_listen = h.join("jobserver-listen.json");
+        let mut jobserver = follower_command(&exe, &http, files, &h.join("jobserver.log"))?
             .args(["--no-dhcp", "--no-tftp", "--no-http", "--no-ra"])
-            .args(["--dns", &format!("127.0.0.1:{dns_port}")])
-            .args(["--metrics", &format!("127.0.0.1:{}", free_tcp_port()?)])
+            .args(["--dns", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
+            .arg("--listen-file")
+            .arg(&js_listen)
             .spawn()
             .context("starting mprov-jobserver")?;
+        let dns_port = mprov_tests::listen::wait(&js_listen, &mut jobserver, WAIT)
+            .with_context(|| std::fs::read_to_string(h.join("jobserver.log")).unwrap_or_default())?
+            .get("dns")?
+            .port();
         Ok(Install {
             home,
             control,
