@@ -1,83 +1,169 @@
 //! What `GET /ipxe/` answers, decided by a pure function like
-//! `mprov_dhcp::handle`: a typed view of the booting node goes in (see
-//! [`Lookup`]), a [`Decision`] comes out, and [`render`] turns it into the
-//! script. The HTTP handler (`http::ipxe`) loads the view with a fixed number
-//! of queries, mints the nonce when the decision asks for one and records the
-//! boot event; nothing here does I/O.
+//! `mprov_dhcp::handle`: the booting node's typed view goes in
+//! ([`view::NodeView`], loaded by [`view::load`] with a fixed number of
+//! statements), a [`Decision`] comes out, and [`render`] turns it into the
+//! script. The HTTP handler (`http::ipxe`) loads the view, mints the nonce
+//! when the decision asks for one and records the boot event; nothing here
+//! but [`view::load`] does I/O.
 //!
-//! The rules:
+//! **Bootability** is one rule, [`bootable`], which `/ipxe/` and the boot
+//! manifest both apply: the node has an image whose recorded rootfs checksum
+//! parses as a SHA-256, whose rootfs size is above zero, and whose current
+//! version at least one job server with an address hosts on the node's
+//! network (any network when the node's NIC names none). A node that fails
+//! it gets a retry script saying why, and no nonce: enrolling would only
+//! spend the nonce and stop at the manifest.
+//!
+//! The rules of the decision:
 //! - A request is **attested** when a job server on the node's network has
 //!   just reported leasing the request's source address to the MAC it names
 //!   (the `dhcp_acked` event, or `proxy_answered` in proxyDHCP mode). Without
 //!   that, every MAC, known or not, gets the same retry script: the answer
 //!   tells nothing about the inventory and hands out no nonce.
 //! - An attested unknown MAC gets the discovery script; a node set not to
-//!   netboot gets local boot; a node without an image, or whose image's
-//!   current version no job server on its network hosts (or has no recorded
-//!   checksum), gets a retry script saying so.
+//!   netboot gets local boot; a node whose image is not bootable, or whose
+//!   boot line cannot go into a script (a kernel argument, a job server's
+//!   address, the service's own URL or missing CA certificate), gets a
+//!   retry script saying so. Every refusal is a retry script, never an
+//!   error.
 //! - Otherwise the node boots its image's kernel and agent initramfs from the
 //!   least loaded eligible job server, the others following in the script as
 //!   fallbacks, with the effective kernel arguments and the `mprov_*`
 //!   arguments the agent reads.
 
+pub mod view;
+
 use mprov_api::boot::{ImageFile, image_file_url, jobserver_base_url};
+
+pub use view::{ImageView, JobServer, Lookup, NodeKey, NodeView, ViewError};
+
+use crate::db::crud::Sha256;
 
 /// How long a node waits before chaining to `/ipxe/` again.
 pub const RETRY_SECS: u32 = 10;
 
-/// A job server that hosts the image's current version.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobServer {
-    /// Its name.
-    pub name: String,
-    /// The address nodes reach it by (its first address).
-    pub address: Option<String>,
-    /// Its image server's port, if its row names one.
-    pub port: Option<u16>,
-    /// Its network's id.
-    pub network: Option<i64>,
-    /// Its load average at its last report.
-    pub load_avg: f64,
+/// Why a node's image cannot boot now (see [`bootable`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotBootable {
+    /// The image's current version is on no job server of the node's
+    /// network (with an address).
+    #[error("image {image} version {version} is on no job server of this node's network yet")]
+    NoJobServer {
+        /// The image's slug.
+        image: String,
+        /// Its current version.
+        version: i64,
+    },
+    /// The node has no image.
+    #[error("{host} has no image: set one in the inventory")]
+    NoImage {
+        /// The node's host name.
+        host: String,
+    },
+    /// No rootfs checksum is recorded for the current version.
+    #[error(
+        "image {image} version {version} has no recorded rootfs checksum yet (set rootfs_sha256 and rootfs_size from its manifest.json)"
+    )]
+    NoChecksum {
+        /// The image's slug.
+        image: String,
+        /// Its current version.
+        version: i64,
+    },
+    /// The recorded rootfs checksum is not a SHA-256.
+    #[error(
+        "image {image} version {version}: its recorded rootfs checksum {recorded:?} is not a SHA-256 (set rootfs_sha256 from its manifest.json)"
+    )]
+    NotSha256 {
+        /// The image's slug.
+        image: String,
+        /// Its current version.
+        version: i64,
+        /// What is recorded.
+        recorded: String,
+    },
+    /// The recorded rootfs size is zero.
+    #[error(
+        "image {image} version {version} has a rootfs size of 0 (set rootfs_size from its manifest.json)"
+    )]
+    ZeroSize {
+        /// The image's slug.
+        image: String,
+        /// Its current version.
+        version: i64,
+    },
 }
 
-/// The image a node boots.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Image {
-    /// Its slug.
-    pub slug: String,
-    /// Its current version.
-    pub version: i64,
-    /// The recorded sha256 of the version's rootfs ("" when not published).
-    pub rootfs_sha256: String,
+impl NotBootable {
+    /// The inventory field to fix, if one field is at fault.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            NotBootable::NoJobServer { .. } => None,
+            NotBootable::NoImage { .. } => Some("image"),
+            NotBootable::NoChecksum { .. } | NotBootable::NotSha256 { .. } => Some("rootfs_sha256"),
+            NotBootable::ZeroSize { .. } => Some("rootfs_size"),
+        }
+    }
 }
 
-/// A known node, as `/ipxe/` sees it.
+/// A bootable node's image: what the agent checks the stream against, and
+/// where it is, best job server first.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Node {
-    /// The system's id.
-    pub system_id: i64,
-    /// Its host name.
-    pub hostname: String,
-    /// Whether it boots from the network.
-    pub netboot: bool,
-    /// The network of the NIC that booted (its switch port's first).
-    pub network: Option<i64>,
-    /// Its image, if it has one.
-    pub image: Option<Image>,
-    /// The job servers hosting the image's current version, in any order.
-    pub jobservers: Vec<JobServer>,
-    /// The effective kernel command line (distro, groups, image, system),
-    /// or why it could not be computed.
-    pub kernel_cmdline: Result<String, String>,
+pub struct Bootable<'a> {
+    /// The image.
+    pub image: &'a ImageView,
+    /// Its rootfs checksum.
+    pub sha256: Sha256,
+    /// Its rootfs size in bytes, above zero.
+    pub size: u64,
+    /// The eligible job servers, best first ([`choose_jobservers`]).
+    pub jobservers: Vec<&'a JobServer>,
 }
 
-/// The MAC that booted, found or not.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Lookup {
-    /// No NIC has this MAC.
-    Unknown,
-    /// The system that owns it.
-    Known(Node),
+/// The bootability rule (see the module docs), the one `/ipxe/` and the boot
+/// manifest share.
+pub fn bootable(node: &NodeView) -> Result<Bootable<'_>, NotBootable> {
+    let Some(image) = &node.image else {
+        return Err(NotBootable::NoImage {
+            host: node.hostname.clone(),
+        });
+    };
+    let (slug, version) = (image.slug.clone(), image.version);
+    let sha256 = match &image.rootfs_sha256 {
+        Ok(sha) => *sha,
+        Err(recorded) if recorded.is_empty() => {
+            return Err(NotBootable::NoChecksum {
+                image: slug,
+                version,
+            });
+        }
+        Err(recorded) => {
+            return Err(NotBootable::NotSha256 {
+                image: slug,
+                version,
+                recorded: recorded.clone(),
+            });
+        }
+    };
+    if image.rootfs_size == 0 {
+        return Err(NotBootable::ZeroSize {
+            image: slug,
+            version,
+        });
+    }
+    let jobservers = choose_jobservers(node);
+    if jobservers.is_empty() {
+        return Err(NotBootable::NoJobServer {
+            image: slug,
+            version,
+        });
+    }
+    Ok(Bootable {
+        image,
+        sha256,
+        size: image.rootfs_size,
+        jobservers,
+    })
 }
 
 /// What is fixed for the whole service.
@@ -123,12 +209,12 @@ pub struct Plan {
 
 /// The message every unattested request gets, known MAC or not.
 pub const UNATTESTED: &str =
-    "waiting for the job server's report of this boot's DHCP lease; retrying";
+    "waiting for the job server's report of this boot's DHCP lease, retrying";
 
 /// The eligible job servers of `node`, best first: on the node's network
 /// (any network when the NIC names none), with an address, least loaded
 /// first, then by name.
-pub fn choose_jobservers(node: &Node) -> Vec<&JobServer> {
+pub fn choose_jobservers(node: &NodeView) -> Vec<&JobServer> {
     let mut eligible: Vec<&JobServer> = node
         .jobservers
         .iter()
@@ -166,30 +252,25 @@ pub fn decide(
         return Decision::LocalBoot;
     }
     let host = &node.hostname;
-    let Some(image) = &node.image else {
-        return Decision::Retry(format!("{host} has no image; set one in the inventory"));
+    let boot = match bootable(node) {
+        Ok(b) => b,
+        Err(why) => return Decision::Retry(why.to_string()),
     };
-    let (slug, version) = (&image.slug, image.version);
-    if image.rootfs_sha256.is_empty() {
-        return Decision::Retry(format!(
-            "image {slug} version {version} has no recorded rootfs checksum yet (publish it: rootfs_sha256)"
-        ));
-    }
-    let chosen = choose_jobservers(node);
-    if chosen.is_empty() {
-        return Decision::Retry(format!(
-            "image {slug} version {version} is on no job server of this node's network yet"
-        ));
-    }
-    let cmdline = match &node.kernel_cmdline {
-        Ok(c) => c,
+    let (slug, version) = (&boot.image.slug, boot.image.version);
+    let cmdline = match node.effective() {
+        Ok(e) => e.kernel_cmdline,
         Err(e) => return Decision::Retry(format!("{host}: {e}")),
     };
     let mut args: Vec<String> = cmdline.split_whitespace().map(str::to_owned).collect();
     if let Some(bad) = args.iter().find(|a| !mprov_ipxe::safe_word(a)) {
         return Decision::Retry(format!(
-            "{host}: kernel argument {bad} cannot go into an iPXE script; fix install_kernel_cmdline"
+            "{host}: kernel argument {bad} cannot go into an iPXE script, fix install_kernel_cmdline"
         ));
+    }
+    if s.ca_fingerprint.is_empty() {
+        return Decision::Retry(
+            "the control service has no CA certificate to pin on the boot line yet".to_owned(),
+        );
     }
     // The agent's own arguments come last, so a layer cannot shadow them.
     args.retain(|a| !a.starts_with("mprov_"));
@@ -199,23 +280,35 @@ pub fn decide(
         format!("mprov_image={slug}:{version}"),
         format!("mprov_mac={mac}"),
     ]);
-    let sources = chosen
-        .iter()
-        .filter_map(|j| {
-            let base = jobserver_base_url(j.address.as_deref()?, j.port);
-            Some((
-                image_file_url(&base, slug, version, ImageFile::Kernel),
-                image_file_url(&base, slug, version, ImageFile::Initramfs),
-            ))
-        })
-        .collect();
-    Decision::Boot(Plan {
+    let mut sources = Vec::with_capacity(boot.jobservers.len());
+    for j in &boot.jobservers {
+        let address = j.address.as_deref().unwrap_or_default();
+        let base = jobserver_base_url(address, j.port);
+        let kernel = image_file_url(&base, slug, version, ImageFile::Kernel);
+        let initrd = image_file_url(&base, slug, version, ImageFile::Initramfs);
+        if !mprov_ipxe::safe_word(&kernel) || !mprov_ipxe::safe_word(&initrd) {
+            return Decision::Retry(format!(
+                "job server {}: its address {address} cannot go into an iPXE script, fix its addresses",
+                j.name
+            ));
+        }
+        sources.push((kernel, initrd));
+    }
+    let plan = Plan {
         system_id: node.system_id,
         hostname: host.clone(),
         sources,
-        jobservers: chosen.iter().map(|j| j.name.clone()).collect(),
+        jobservers: boot.jobservers.iter().map(|j| j.name.clone()).collect(),
         args,
-    })
+    };
+    // Whatever else cannot go into the script (the service's own URL, say)
+    // is a retry too, found before a nonce is minted: a nonce is safe in a
+    // script, so the real rendering cannot fail where this one passed.
+    let boot = Decision::Boot(plan);
+    match render(&boot, Some("nonce"), s) {
+        Ok(_) => boot,
+        Err(e) => Decision::Retry(e.to_string()),
+    }
 }
 
 /// The script of a decision; `nonce` is the one minted for a boot.
@@ -227,7 +320,7 @@ pub fn render(
     match decision {
         Decision::Retry(message) => mprov_ipxe::retry_script(message, s.chain_url, RETRY_SECS),
         Decision::Throttled => mprov_ipxe::retry_script(
-            "too many boot script requests; retrying",
+            "too many boot script requests, retrying",
             s.chain_url,
             RETRY_SECS * 3,
         ),
@@ -270,45 +363,63 @@ mod tests {
 
     fn js(name: &str, net: i64, load: f64) -> JobServer {
         JobServer {
+            id: net,
             name: name.into(),
             address: Some(format!("10.0.{net}.{}", name.len())),
             port: None,
             network: Some(net),
             load_avg: load,
+            heartbeat_age: None,
         }
     }
 
-    fn node() -> Node {
-        Node {
+    fn node() -> NodeView {
+        NodeView {
             system_id: 7,
             hostname: "c01".into(),
             netboot: true,
             network: Some(1),
-            image: Some(Image {
+            image: Some(ImageView {
+                id: 1,
                 slug: "compute".into(),
                 version: 3,
-                rootfs_sha256: "0".repeat(64),
+                rootfs_sha256: "0".repeat(64).parse().map_err(|_| String::new()),
+                rootfs_size: 4096,
             }),
             jobservers: vec![js("loaded", 1, 4.0), js("far", 2, 0.0), js("idle", 1, 0.5)],
-            kernel_cmdline: Ok("console=ttyS0 quiet mprov_enroll=spoofed".into()),
+            layers: view::NodeLayers {
+                system: view::Layer {
+                    id: 7,
+                    name: "c01".into(),
+                    install_kernel_cmdline: "console=ttyS0 quiet mprov_enroll=spoofed".into(),
+                    ..view::Layer::default()
+                },
+                ..view::NodeLayers::default()
+            },
         }
+    }
+
+    fn cmdline(n: &mut NodeView, line: &str) {
+        n.layers.system.install_kernel_cmdline = line.into();
     }
 
     #[test]
     fn unattested_requests_get_the_same_answer_known_or_not() {
-        let known = decide(&Lookup::Known(node()), "aa", false, false, &S);
+        let known = decide(&Lookup::Known(Box::new(node())), "aa", false, false, &S);
         let unknown = decide(&Lookup::Unknown, "aa", false, false, &S);
         assert_eq!(known, unknown);
         assert_eq!(known, Decision::Retry(UNATTESTED.into()));
         assert_eq!(
-            decide(&Lookup::Known(node()), "aa", true, true, &S),
+            decide(&Lookup::Known(Box::new(node())), "aa", true, true, &S),
             Decision::Throttled
         );
     }
 
     #[test]
     fn job_servers_on_the_nodes_network_least_loaded_first() {
-        let Decision::Boot(plan) = decide(&Lookup::Known(node()), "aa:bb", true, false, &S) else {
+        let Decision::Boot(plan) =
+            decide(&Lookup::Known(Box::new(node())), "aa:bb", true, false, &S)
+        else {
             panic!("no boot")
         };
         assert_eq!(plan.jobservers, ["idle", "loaded"]);
@@ -350,10 +461,10 @@ mod tests {
         let mut n = node();
         n.netboot = false;
         assert_eq!(
-            decide(&Lookup::Known(n), "aa", true, false, &S),
+            decide(&Lookup::Known(Box::new(n)), "aa", true, false, &S),
             Decision::LocalBoot
         );
-        let retry = |n: Node| match decide(&Lookup::Known(n), "aa", true, false, &S) {
+        let retry = |n: NodeView| match decide(&Lookup::Known(Box::new(n)), "aa", true, false, &S) {
             Decision::Retry(m) => m,
             other => panic!("{other:?}"),
         };
@@ -364,11 +475,72 @@ mod tests {
         n.jobservers.retain(|j| j.network == Some(2));
         assert!(retry(n).contains("on no job server"));
         let mut n = node();
-        n.image.as_mut().unwrap().rootfs_sha256.clear();
+        n.image.as_mut().unwrap().rootfs_sha256 = Err(String::new());
         assert!(retry(n).contains("no recorded rootfs checksum"));
         let mut n = node();
-        n.kernel_cmdline = Ok("init=$(reboot)".into());
+        n.image.as_mut().unwrap().rootfs_sha256 = Err("abc".into());
+        assert!(retry(n).contains("\"abc\" is not a SHA-256"));
+        let mut n = node();
+        n.image.as_mut().unwrap().rootfs_size = 0;
+        assert!(retry(n).contains("rootfs size of 0"));
+        let mut n = node();
+        cmdline(&mut n, "init=$(reboot)");
         assert!(retry(n).contains("cannot go into an iPXE script"));
+        // iPXE's command separators, as words or inside one.
+        for line in [
+            "console=ttyS0 ; chain http://x/",
+            "console=ttyS0 && chain http://x/",
+            "console=ttyS0 || chain http://x/",
+            "console=ttyS0;chain",
+        ] {
+            let mut n = node();
+            cmdline(&mut n, line);
+            let why = retry(n);
+            assert!(why.contains("fix install_kernel_cmdline"), "{line}: {why}");
+            let script = render(&Decision::Retry(why), None, &S).unwrap();
+            assert_eq!(script.lines().count(), 4, "{script}");
+            assert!(
+                script
+                    .lines()
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .all(|w| !matches!(w, ";" | "&&" | "||")),
+                "{script}"
+            );
+        }
+        // A job server's address that would change the script.
+        let mut n = node();
+        n.jobservers[2].address = Some("10.0.1.9;reboot".into());
+        let why = retry(n);
+        assert!(
+            why.contains("job server idle") && why.contains("addresses"),
+            "{why}"
+        );
+        // No CA certificate to pin: a retry, before any nonce.
+        let no_ca = Settings {
+            ca_fingerprint: "",
+            ..S
+        };
+        match decide(&Lookup::Known(Box::new(node())), "aa", true, false, &no_ca) {
+            Decision::Retry(m) => assert!(m.contains("no CA certificate"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // The service's own URL unfit for a script: a retry too.
+        let bad_url = Settings {
+            control_url: "http://c:8080/a b",
+            ..S
+        };
+        match decide(
+            &Lookup::Known(Box::new(node())),
+            "aa",
+            true,
+            false,
+            &bad_url,
+        ) {
+            Decision::Retry(m) => assert!(m.contains("cannot go into an iPXE script"), "{m}"),
+            other => panic!("{other:?}"),
+        }
         for d in [
             Decision::Retry("x".into()),
             Decision::Throttled,
