@@ -130,6 +130,13 @@ pub fn boot_script(boot: &Boot<'_>) -> Result<String, UnsafeValue> {
 /// reach the control service.
 pub const CHAIN_EXPANSIONS: [&str; 3] = ["${net0/mac}", "${platform}", "${buildarch}"];
 
+/// Whether `url` can be a script's chain URL (see [`discovery_script`]):
+/// a service checks its own once, at start, so every script it renders can
+/// chain.
+pub fn safe_chain_url(url: &str) -> bool {
+    check_chain(url).is_ok()
+}
+
 /// Checks a chain URL: one word whose only `${...}` are [`CHAIN_EXPANSIONS`]
 /// and whose only `&` are single ones between query parameters (the chain
 /// query of `mprov_api::boot` has them; iPXE splits on `&&` alone).

@@ -205,8 +205,9 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
         (lookup, ok)
     };
     let decision = netboot::decide(&lookup, &mac, attested, throttled, &settings);
-    // Only a chain URL unfit for a script (the service's public URL) fails
-    // here: `decide` turned every other refusal into a retry.
+    // Nothing fails here in practice: `decide` turned every refusal into a
+    // retry (dry-rendering a boot before any nonce), and the chain URL every
+    // script ends with was checked at start (`ConfigError::PublicUrl`).
     let render = |d: &Decision, nonce: Option<&str>| {
         netboot::render(d, nonce, &settings).map_err(|e| ApiError::internal_in("iPXE script", e))
     };
