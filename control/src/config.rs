@@ -194,6 +194,11 @@ pub enum ConfigError {
     /// A proxy entry that does not parse.
     #[error("TRUSTED_PROXIES: {0:?} is not an IP address or CIDR range")]
     Proxy(String),
+    /// A public URL that cannot go into an iPXE script.
+    #[error(
+        "MPROV_PUBLIC_URL: {0:?} cannot go into an iPXE script (nodes chain to it): no spaces, quotes, `$`, `#`, `\\`, `;`, `&` or `|`"
+    )]
+    PublicUrl(String),
 }
 
 /// The limits every connection to the service is held to (see
@@ -371,6 +376,13 @@ impl Config {
                 format!("http://{host}:{}", s.listen.port())
             }
         };
+        // Every `/ipxe/` answer chains to it: checked here once, so a refusal
+        // there is always a retry script, never an error.
+        if !mprov_ipxe::safe_word(&public_url)
+            || !mprov_ipxe::safe_chain_url(&mprov_api::boot::ipxe_chain_url(&public_url))
+        {
+            return Err(ConfigError::PublicUrl(public_url));
+        }
         let tz_env = std::env::var("TZ").ok();
         let version_exempt = match &s.version_exempt {
             Some(v) => list(v).map(str::to_owned).collect(),
@@ -696,6 +708,21 @@ mod tests {
             Config::from_settings(s),
             Err(ConfigError::Engine(_))
         ));
+    }
+
+    #[test]
+    fn a_public_url_that_cannot_go_into_a_script_is_refused() {
+        for bad in [
+            "http://mpcc:8080/;reboot",
+            "http://mpcc:8080/a b",
+            "http://$x/",
+        ] {
+            let s = Cli::try_parse_from(["x", "--public-url", bad]).unwrap().s;
+            assert!(
+                matches!(Config::from_settings(s), Err(ConfigError::PublicUrl(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

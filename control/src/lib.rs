@@ -17,8 +17,8 @@
 //!    signing helper that alone reads the CA key, and its client);
 //! 3. the domain: [`identity`] (principals; certificate, API key and
 //!    password checks), [`enrollment`] (tokens, nonces, credentials),
-//!    [`boot`] (the boot timeline) and [`netboot`] (the pure `/ipxe/`
-//!    decision), [`first_start`] (what a new install makes once), [`backup`];
+//!    [`boot`] (the boot timeline) and [`netboot`] (the node view, the
+//!    bootability rule and the pure `/ipxe/` decision), [`first_start`] (what a new install makes once), [`backup`];
 //! 4. [`access`]: what each principal may reach;
 //! 5. [`http`]: router, middleware, thin handlers, the one `ApiError`;
 //!    [`fuzz`]: the fuzz targets' entry points;

@@ -8,8 +8,11 @@
 //!
 //! Values that come from the inventory (host names, URLs, kernel arguments)
 //! are checked by [`safe_word`] before they enter a script: iPXE expands
-//! `${...}` and splits on spaces, so a stray character could change what a
-//! node boots.
+//! `${...}`, splits a line on spaces, ends it at a word starting with `#`,
+//! joins it to the next when it ends in `\`, and runs the words after a `;`,
+//! `&&` or `||` word as a command of their own (`core/exec.c`,
+//! `image/script.c`), so a stray character could change what a node boots.
+//! The text of a message ([`retry_script`]) is made harmless the same way.
 
 #![warn(missing_docs)]
 
@@ -43,7 +46,7 @@ pub struct Boot<'a> {
 /// A value that cannot go into a script.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{what} {value:?} cannot go into an iPXE script (spaces, quotes, `$` and control characters are not allowed)"
+    "{what} {value:?} cannot go into an iPXE script (spaces, quotes, `$`, `#`, `\\`, the command separators `;`, `&`, `|` and control characters are not allowed)"
 )]
 pub struct UnsafeValue {
     /// Which value.
@@ -52,12 +55,19 @@ pub struct UnsafeValue {
     pub value: String,
 }
 
-/// Whether `s` is one iPXE word that expands to itself: printable ASCII,
-/// no space, quote, backslash, `$` (expansion) or `#` (comment).
+/// The printable characters iPXE may read as more than themselves: `$`
+/// (expansion), quotes, `\` (a line's continuation), `#` (a comment), and
+/// the characters of the command separators `;`, `&&` and `||`. iPXE splits
+/// only on whole separator words, but a lone `&` or `|` has no place in a
+/// kernel argument or an address either, so the characters are refused.
+const SPECIAL: &[u8] = b"$\"'\\#;&|";
+
+/// Whether `s` is one iPXE word that expands to itself and stays inside the
+/// command it is in: printable ASCII, none of the special characters above.
 pub fn safe_word(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
-            .all(|b| b.is_ascii_graphic() && !matches!(b, b'$' | b'"' | b'\'' | b'\\' | b'#'))
+            .all(|b| b.is_ascii_graphic() && !SPECIAL.contains(&b))
 }
 
 fn check<'a>(what: &'static str, value: &'a str) -> Result<&'a str, UnsafeValue> {
@@ -120,13 +130,26 @@ pub fn boot_script(boot: &Boot<'_>) -> Result<String, UnsafeValue> {
 /// reach the control service.
 pub const CHAIN_EXPANSIONS: [&str; 3] = ["${net0/mac}", "${platform}", "${buildarch}"];
 
-/// Checks a chain URL: one word whose only `${...}` are [`CHAIN_EXPANSIONS`].
+/// Whether `url` can be a script's chain URL (see [`discovery_script`]):
+/// a service checks its own once, at start, so every script it renders can
+/// chain.
+pub fn safe_chain_url(url: &str) -> bool {
+    check_chain(url).is_ok()
+}
+
+/// Checks a chain URL: one word whose only `${...}` are [`CHAIN_EXPANSIONS`]
+/// and whose only `&` are single ones between query parameters (the chain
+/// query of `mprov_api::boot` has them; iPXE splits on `&&` alone).
 fn check_chain(url: &str) -> Result<&str, UnsafeValue> {
     let mut rest = url.to_owned();
     for e in CHAIN_EXPANSIONS {
         rest = rest.replace(e, "x");
     }
-    if safe_word(&rest) {
+    let query_ands = match rest.split_once('?') {
+        Some((_, query)) => !query.contains("&&") && !query.ends_with('&'),
+        None => !rest.contains('&'),
+    };
+    if query_ands && safe_word(&rest.replace('&', "x")) {
         Ok(url)
     } else {
         Err(UnsafeValue {
@@ -161,14 +184,16 @@ pub fn retry_script(
     retry_secs: u32,
 ) -> Result<String, UnsafeValue> {
     let url = check_chain(chain_url)?;
+    // The message is echoed: its words stay words of the `echo` command
+    // (a `;` word would start a command of its own, a `#` word end the line,
+    // a trailing `\` swallow the `sleep`). Quotes stay: iPXE prints them.
     let message: String = message
         .chars()
-        .map(|c| {
-            if c.is_ascii_graphic() && c != '$' || c == ' ' {
-                c
-            } else {
-                '?'
-            }
+        .map(|c| match c {
+            ';' => ',',
+            ' ' => ' ',
+            c if c.is_ascii_graphic() && !"$\\#&|".contains(c) => c,
+            _ => '?',
         })
         .collect();
     Ok(format!(
@@ -225,7 +250,22 @@ mod tests {
 
     #[test]
     fn values_that_could_change_the_script_are_refused() {
-        for bad in ["a b", "x${net0/mac}", "q\"", "a\nb", "", "#c", "é"] {
+        for bad in [
+            "a b",
+            "x${net0/mac}",
+            "q\"",
+            "a\nb",
+            "",
+            "#c",
+            "é",
+            ";",
+            "&&",
+            "||",
+            "console=ttyS0;chain",
+            "a&b",
+            "a|b",
+            "x\\",
+        ] {
             let args = vec![bad.to_owned()];
             let err = boot_script(&Boot {
                 hostname: "c01",
@@ -252,6 +292,39 @@ mod tests {
             assert!(retry_script("m", bad, 10).is_err(), "{bad:?}");
         }
         assert!(safe_word("http://h/ipxe/?mac=aa:bb"));
+        // The chain URL's own query separators pass; a doubled one does not.
+        let chain = "http://h/ipxe/?mac=${net0/mac}&platform=${platform}";
+        assert!(discovery_script(chain, 10).is_ok());
+        for bad in [
+            "http://h/ipxe/?mac=${net0/mac}&&reboot",
+            "http://h/ip&xe/",
+            "http://h/ipxe/?mac=${net0/mac}&",
+            "http://h/ipxe/?mac=${net0/mac};",
+            "http://h/ipxe/?mac=${net0/mac}||x",
+        ] {
+            assert!(discovery_script(bad, 10).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_message_cannot_add_a_command() {
+        let r = retry_script(
+            "kernel argument ; chain http://x/ && reboot || exit # c \\",
+            CHAIN,
+            10,
+        )
+        .unwrap();
+        let lines: Vec<&str> = r.lines().collect();
+        assert_eq!(lines.len(), 4, "{r}");
+        assert_eq!(
+            lines[1],
+            "echo mProv: kernel argument , chain http://x/ ?? reboot ?? exit ? c ?"
+        );
+        for word in lines[1].split_whitespace() {
+            assert!(!matches!(word, ";" | "&&" | "||") && !word.starts_with('#'));
+        }
+        assert!(!lines[1].ends_with('\\'));
+        assert_eq!(lines[2], "sleep 10");
     }
 
     #[test]

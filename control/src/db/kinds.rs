@@ -39,6 +39,9 @@ pub enum Ty {
     /// A secret: write-only, encrypted at rest with the install's secret key;
     /// reads show only `<name>_set`.
     Secret,
+    /// A SHA-256 digest: 64 hex digits, stored lowercase; empty means none
+    /// recorded.
+    Sha256,
     /// A URL-safe unique name: lowercase letters, digits, `-` and `_`.
     Slug,
     /// A list of strings, stored as JSON text.
@@ -528,7 +531,7 @@ const IMAGES: [Field; 11] = cat::<6, 5, 11>(
         f("distro", Ty::Ref("distros"), "The OS distro it is built from.").null(),
         f("version", Ty::Int { min: 1, max: i64::MAX }, "Bumped by every rebuild request.").def(Default::Int(1)).ro(),
         f("needs_rebuild", Ty::Bool, "Set true to request a rebuild: bumps the version, clears the hosting job servers and the rootfs checksum, and queues an image-update job.").def(Default::Bool(false)),
-        f("rootfs_sha256", Ty::Text { max: 64 }, "The sha256 (lowercase hex) of the current version's rootfs.tar.zst, recorded when it was published (its manifest.json has it). Nodes verify the stream against it; none means the version cannot boot yet.").def(Default::Str("")),
+        f("rootfs_sha256", Ty::Sha256, "The sha256 (64 hex digits, stored lowercase) of the current version's rootfs.tar.zst, recorded when it was published (its manifest.json has it). Nodes verify the stream against it; none means the version cannot boot yet.").def(Default::Str("")),
         f("rootfs_size", Ty::Int { min: 0, max: i64::MAX }, "The size in bytes of the current version's rootfs.tar.zst.").def(Default::Int(0)),
     ],
     layer_fields!(),

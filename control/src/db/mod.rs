@@ -181,6 +181,9 @@ pub struct Db {
     pool: AnyPool,
     engine: Engine,
     health: std::sync::Arc<health::Health>,
+    /// The statements run through [`Db::fetch_all`] and
+    /// [`Db::fetch_optional`], shared by every clone.
+    statements: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How long a request waits for a pooled connection to MariaDB or
@@ -253,6 +256,7 @@ impl Db {
             pool,
             engine,
             health: std::sync::Arc::new(health::Health::new(url)),
+            statements: std::sync::Arc::default(),
         })
     }
 
@@ -307,6 +311,32 @@ impl Db {
     /// A new statement for this engine.
     pub fn sql(&self) -> Sql {
         Sql::new(self.engine)
+    }
+
+    /// Runs `sql` on the pool; every row. Counted (see [`Db::statements`]).
+    pub async fn fetch_all(&self, sql: &Sql) -> Result<Vec<AnyRow>, sqlx::Error> {
+        self.count();
+        sql.query().fetch_all(&self.pool).await
+    }
+
+    /// Runs `sql` on the pool; its first row, if any. Counted (see
+    /// [`Db::statements`]).
+    pub async fn fetch_optional(&self, sql: &Sql) -> Result<Option<AnyRow>, sqlx::Error> {
+        self.count();
+        sql.query().fetch_optional(&self.pool).await
+    }
+
+    fn count(&self) {
+        self.statements
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many statements [`Db::fetch_all`] and [`Db::fetch_optional`] have
+    /// run, on this pool and its clones. Readers that promise a fixed number
+    /// of statements (the node view) run every statement through them, so a
+    /// test can hold them to it.
+    pub fn statements(&self) -> u64 {
+        self.statements.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The current inventory revision.

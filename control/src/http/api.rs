@@ -1,7 +1,6 @@
 //! The REST handlers: generic ones for every kind, and the few endpoints that
 //! are not a kind (index, revision, effective config, OpenAPI).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::Json;
@@ -12,14 +11,12 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use sqlx::Row;
 
 use super::AppState;
 use super::error::ApiError;
 use crate::db::crud::{self, ListQuery, Mode, Obj};
-use crate::db::int;
 use crate::db::kinds::{self, KINDS, Kind};
-use crate::effective::{self, Layers};
+use crate::netboot::{self, Lookup, NodeKey};
 
 /// The most rows one bulk create takes.
 pub const MAX_BULK_ROWS: usize = 20_000;
@@ -316,53 +313,17 @@ pub async fn ca_cert(State(st): State<AppState>) -> Result<Response, ApiError> {
 }
 
 /// `GET /api/v1/systems/{key}/config`: the merged distro → groups → image →
-/// system configuration.
+/// system configuration, from the node's view.
 pub async fn effective_config(
     State(st): State<AppState>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::internal(format!("no kind {n}")));
-    let system = st.db.get(kind("systems")?, &key).await?;
-    let image = match system.get("image").and_then(Value::as_i64) {
-        Some(id) => Some(st.db.get(kind("images")?, &id.to_string()).await?),
-        None => None,
+    let Lookup::Known(view) = netboot::view::load(&st.db, NodeKey::System(&key)).await? else {
+        return Err(ApiError::NotFound(format!(
+            "no systems has id or name {key:?}"
+        )));
     };
-    let distro = match image
-        .as_ref()
-        .and_then(|i| i.get("distro"))
-        .and_then(Value::as_i64)
-    {
-        Some(id) => Some(st.db.get(kind("distros")?, &id.to_string()).await?),
-        None => None,
-    };
-    let mut groups = Vec::new();
-    for id in system
-        .get("groups")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(id) = id.as_i64() {
-            groups.push(st.db.get(kind("groups")?, &id.to_string()).await?);
-        }
-    }
-    let rows = sqlx::query("SELECT id, slug FROM scripts")
-        .fetch_all(st.db.pool())
-        .await
-        .map_err(ApiError::internal)?;
-    let mut scripts = HashMap::new();
-    for r in rows {
-        let id = int(&r, "id").map_err(ApiError::internal)?;
-        let slug: String = r.try_get("slug").map_err(ApiError::internal)?;
-        scripts.insert(id, slug);
-    }
-    let layers = Layers {
-        distro: distro.as_ref(),
-        groups: groups.iter().collect(),
-        image: image.as_ref(),
-        system: &system,
-    };
-    let cfg = effective::effective(&layers, &scripts).map_err(|e| ApiError::Conflict {
+    let cfg = view.effective().map_err(|e| ApiError::Conflict {
         message: e.to_string(),
         field: None,
     })?;

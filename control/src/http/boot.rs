@@ -34,6 +34,7 @@ use crate::boot::{
 };
 use crate::config::SharedKeyMode;
 use crate::identity::Principal;
+use crate::netboot::{Lookup, NodeKey};
 
 /// Who is asking, for the timeline and the manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -308,27 +309,16 @@ pub async fn manifest(
             ));
         }
     };
-    let lookup = super::ipxe::load_node(&st.db, super::ipxe::NodeKey::Host(&host)).await?;
-    let crate::netboot::Lookup::Known(view) = lookup.lookup else {
+    // The node's view, by the host name its certificate names; the same
+    // bootability rule as `/ipxe/`.
+    let Lookup::Known(view) = crate::netboot::view::load(&st.db, NodeKey::Host(&host)).await?
+    else {
         return Err(ApiError::NotFound(format!("no system {host}")));
     };
-    let Some(image) = &view.image else {
-        return Err(ApiError::Conflict {
-            message: format!("{host} has no image; set one in the inventory"),
-            field: Some("image".into()),
-        });
-    };
-    let sha = &image.rootfs_sha256;
-    if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(ApiError::Conflict {
-            message: format!(
-                "image {} version {} has no recorded rootfs checksum; set rootfs_sha256 and rootfs_size from its manifest.json",
-                image.slug, image.version
-            ),
-            field: Some("rootfs_sha256".into()),
-        });
-    }
-    let sources: Vec<String> = crate::netboot::choose_jobservers(&view)
+    let boot = crate::netboot::bootable(&view)?;
+    let image = boot.image;
+    let sources: Vec<String> = boot
+        .jobservers
         .iter()
         .filter_map(|j| {
             let base = jobserver_base_url(j.address.as_deref()?, j.port);
@@ -340,23 +330,15 @@ pub async fn manifest(
             ))
         })
         .collect();
-    if sources.is_empty() {
-        return Err(ApiError::Conflict {
-            message: format!(
-                "image {} version {} is on no job server of {host}'s network",
-                image.slug, image.version
-            ),
-            field: None,
-        });
-    }
+    let tmpfs_gib = view.effective().map(|e| e.tmpfs_root_size).unwrap_or(0);
     Ok(Json(BootManifest {
         system_id: view.system_id,
         hostname: view.hostname.clone(),
         image: image.slug.clone(),
         version: image.version,
-        size: lookup.rootfs_size,
-        sha256: sha.to_ascii_lowercase(),
+        size: boot.size,
+        sha256: boot.sha256.to_string(),
         sources,
-        tmpfs_size: (lookup.tmpfs_gib > 0).then(|| format!("{}G", lookup.tmpfs_gib)),
+        tmpfs_size: (tmpfs_gib > 0).then(|| format!("{tmpfs_gib}G")),
     }))
 }

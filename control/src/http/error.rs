@@ -21,6 +21,7 @@ use crate::db::crud::StoreError;
 use crate::db::health::is_unavailable;
 use crate::enrollment::EnrollError;
 use crate::identity::IdentityError;
+use crate::netboot::{NotBootable, ViewError};
 
 /// What went wrong with a request.
 #[derive(Debug)]
@@ -352,6 +353,26 @@ impl From<BootError> for ApiError {
         match &err {
             BootError::Db(db) if is_unavailable(db) => unavailable(db),
             BootError::Db(_) => ApiError::internal(err),
+        }
+    }
+}
+
+impl From<ViewError> for ApiError {
+    fn from(err: ViewError) -> Self {
+        match &err {
+            ViewError::Db(db) if is_unavailable(db) => unavailable(db),
+            ViewError::Db(_) => ApiError::internal(err),
+        }
+    }
+}
+
+/// An image that cannot boot: the node (or its admin) must fix the
+/// inventory first.
+impl From<NotBootable> for ApiError {
+    fn from(err: NotBootable) -> Self {
+        ApiError::Conflict {
+            field: err.field().map(str::to_owned),
+            message: err.to_string(),
         }
     }
 }

@@ -4,13 +4,17 @@
 //! does the I/O around it:
 //! 1. the rate limit, per MAC and in total ([`Limiter`]): beyond it, 429
 //!    with a retry script;
-//! 2. the node's view, loaded with a fixed number of queries ([`load_node`]),
-//!    however many job servers host its image;
+//! 2. the node's view ([`crate::netboot::view::load`], a fixed number of
+//!    statements whatever its groups and job servers);
 //! 3. the attestation: a job server's report that it just leased the
 //!    request's source address to this MAC (the source counts through
 //!    `TRUSTED_PROXIES` only), waited for up to [`ATTEST_WAIT`];
 //! 4. for a boot, a fresh nonce ([`crate::enrollment::mint_nonce`], which
 //!    cancels the system's earlier ones) and the `script_served` event.
+//!
+//! Every refusal the decision makes (an image that is not bootable, a value
+//! that cannot go into a script, no CA certificate) is a retry script with
+//! its reason, and mints nothing.
 //!
 //! iPXE cannot authenticate, so this is public; what it hands out (a nonce)
 //! goes only to a node booting now on its own provisioning segment.
@@ -24,14 +28,10 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mprov_api::boot::{BootPhase, ipxe_chain_url};
-use serde_json::{Map, Value};
-use sqlx::Row as _;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::db::kinds;
-use crate::db::{Db, Val, int, opt_int};
-use crate::netboot::{self, Decision, Image, JobServer, Lookup, Node};
+use crate::netboot::{self, Decision, Lookup, NodeKey};
 
 /// How long `/ipxe/` waits for the job server's lease report to arrive.
 pub const ATTEST_WAIT: Duration = Duration::from_secs(5);
@@ -123,221 +123,6 @@ impl Limiter {
     }
 }
 
-/// How a node is looked up.
-#[derive(Debug, Clone, Copy)]
-pub enum NodeKey<'a> {
-    /// By the MAC that booted.
-    Mac(&'a str),
-    /// By host name (the manifest).
-    Host(&'a str),
-}
-
-/// A node's view and what the manifest needs besides.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    /// The view the decision takes.
-    pub lookup: Lookup,
-    /// The image's rootfs size.
-    pub rootfs_size: u64,
-    /// The effective tmpfs size in GiB (0: the agent's default).
-    pub tmpfs_gib: i64,
-}
-
-fn text(row: &sqlx::any::AnyRow, col: &str) -> Option<String> {
-    row.try_get::<Option<String>, _>(col).ok().flatten()
-}
-
-/// The layer object without its scripts: the kernel command line and the
-/// tmpfs size do not depend on them.
-fn layer(mut obj: Map<String, Value>) -> Map<String, Value> {
-    obj.remove("scripts");
-    obj
-}
-
-/// Loads a node's view with a fixed number of queries: its NIC, system,
-/// image, distro, groups and the job servers hosting the image.
-pub async fn load_node(db: &Db, key: NodeKey<'_>) -> Result<Loaded, ApiError> {
-    let unknown = Loaded {
-        lookup: Lookup::Unknown,
-        rootfs_size: 0,
-        tmpfs_gib: 0,
-    };
-    let kind = |n| kinds::kind(n).ok_or_else(|| ApiError::internal(format!("no kind {n}")));
-    // 1. The NIC and its network (a switch port's network first).
-    let mut q = db.sql();
-    q.push("SELECT s.id AS system_id, n.network_id, p.network_id AS port_network_id FROM systems s JOIN network_interfaces n ON n.system_id = s.id LEFT JOIN switch_ports p ON p.id = n.switch_port_id WHERE ");
-    match key {
-        NodeKey::Mac(mac) => {
-            q.push("n.mac = ").bind(Val::Text(Some(mac.to_owned())));
-        }
-        NodeKey::Host(host) => {
-            q.push("s.hostname = ")
-                .bind(Val::Text(Some(host.to_ascii_lowercase())));
-        }
-    }
-    q.push(" ORDER BY n.bootable DESC, n.id LIMIT 1");
-    let row = q
-        .query()
-        .fetch_optional(db.pool())
-        .await
-        .map_err(ApiError::internal)?;
-    let (system_id, network) = match row {
-        Some(r) => (
-            int(&r, "system_id").map_err(ApiError::internal)?,
-            opt_int(&r, "port_network_id")
-                .map_err(ApiError::internal)?
-                .or(opt_int(&r, "network_id").map_err(ApiError::internal)?),
-        ),
-        // A system without NICs is still found by name for its manifest.
-        None => match key {
-            NodeKey::Mac(_) => return Ok(unknown),
-            NodeKey::Host(h) => match db.get(kind("systems")?, h).await {
-                Ok(s) => match s.get("id").and_then(Value::as_i64) {
-                    Some(id) => (id, None),
-                    None => return Ok(unknown),
-                },
-                Err(_) => return Ok(unknown),
-            },
-        },
-    };
-    // 2-4. The system, its image and distro, as the API shows them.
-    let system = db.get(kind("systems")?, &system_id.to_string()).await?;
-    let image = match system.get("image").and_then(Value::as_i64) {
-        Some(id) => Some(db.get(kind("images")?, &id.to_string()).await?),
-        None => None,
-    };
-    let distro = match image
-        .as_ref()
-        .and_then(|i| i.get("distro"))
-        .and_then(Value::as_i64)
-    {
-        Some(id) => Some(db.get(kind("distros")?, &id.to_string()).await?),
-        None => None,
-    };
-    // 5. Its groups' layer fields, in one query.
-    let mut q = db.sql();
-    q.push("SELECT g.id, g.slug, g.priority, g.install_kernel_cmdline, g.initial_mods, g.tmpfs_root_size, g.prov_interface, g.config_params FROM system_groups g JOIN group_members m ON m.group_id = g.id WHERE m.system_id = ")
-        .bind(Val::Int(Some(system_id)));
-    let mut groups = Vec::new();
-    for r in q
-        .query()
-        .fetch_all(db.pool())
-        .await
-        .map_err(ApiError::internal)?
-    {
-        let mut g = Map::new();
-        g.insert(
-            "id".into(),
-            int(&r, "id").map_err(ApiError::internal)?.into(),
-        );
-        g.insert(
-            "priority".into(),
-            int(&r, "priority").map_err(ApiError::internal)?.into(),
-        );
-        g.insert(
-            "tmpfs_root_size".into(),
-            int(&r, "tmpfs_root_size")
-                .map_err(ApiError::internal)?
-                .into(),
-        );
-        for col in [
-            "slug",
-            "install_kernel_cmdline",
-            "initial_mods",
-            "prov_interface",
-            "config_params",
-        ] {
-            g.insert(col.into(), text(&r, col).unwrap_or_default().into());
-        }
-        groups.push(g);
-    }
-    // 6. The job servers hosting the image, in one query.
-    let mut jobservers = Vec::new();
-    if let Some(id) = image
-        .as_ref()
-        .and_then(|i| i.get("id"))
-        .and_then(Value::as_i64)
-    {
-        let mut q = db.sql();
-        q.push("SELECT j.name, j.addresses, j.port, j.network_id, j.load_avg FROM jobservers j JOIN image_hosts h ON h.jobserver_id = j.id WHERE h.image_id = ")
-            .bind(Val::Int(Some(id)));
-        for r in q
-            .query()
-            .fetch_all(db.pool())
-            .await
-            .map_err(ApiError::internal)?
-        {
-            let addresses: Vec<String> = text(&r, "addresses")
-                .and_then(|a| serde_json::from_str(&a).ok())
-                .unwrap_or_default();
-            jobservers.push(JobServer {
-                name: text(&r, "name").unwrap_or_default(),
-                address: addresses.into_iter().find(|a| !a.is_empty()),
-                port: opt_int(&r, "port")
-                    .map_err(ApiError::internal)?
-                    .and_then(|p| u16::try_from(p).ok()),
-                network: opt_int(&r, "network_id").map_err(ApiError::internal)?,
-                load_avg: r
-                    .try_get::<f64, _>("load_avg")
-                    .or_else(|_| r.try_get::<f32, _>("load_avg").map(f64::from))
-                    .unwrap_or(0.0),
-            });
-        }
-    }
-    let (system_l, image_l, distro_l) = (
-        layer(system.clone()),
-        image.clone().map(layer),
-        distro.map(layer),
-    );
-    let effective = crate::effective::effective(
-        &crate::effective::Layers {
-            distro: distro_l.as_ref(),
-            groups: groups.iter().collect(),
-            image: image_l.as_ref(),
-            system: &system_l,
-        },
-        &HashMap::new(),
-    );
-    let tmpfs_gib = effective.as_ref().map(|e| e.tmpfs_root_size).unwrap_or(0);
-    let rootfs_size = image
-        .as_ref()
-        .and_then(|i| i.get("rootfs_size"))
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    let node = Node {
-        system_id,
-        hostname: system
-            .get("hostname")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        netboot: system.get("netboot").and_then(Value::as_bool) != Some(false),
-        network,
-        image: image.as_ref().map(|i| Image {
-            slug: i
-                .get("slug")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            version: i.get("version").and_then(Value::as_i64).unwrap_or(1),
-            rootfs_sha256: i
-                .get("rootfs_sha256")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-        }),
-        jobservers,
-        kernel_cmdline: effective
-            .map(|e| e.kernel_cmdline)
-            .map_err(|e| e.to_string()),
-    };
-    Ok(Loaded {
-        lookup: Lookup::Known(node),
-        rootfs_size,
-        tmpfs_gib,
-    })
-}
-
 /// Waits up to [`ATTEST_WAIT`] for a job server's report attesting a request
 /// for `mac` from `source`.
 async fn attested(
@@ -411,15 +196,18 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
     let (lookup, attested) = if throttled {
         (Lookup::Unknown, false)
     } else {
-        let loaded = load_node(&st.db, NodeKey::Mac(&mac)).await?;
-        let network = match &loaded.lookup {
+        let lookup = netboot::view::load(&st.db, NodeKey::Mac(&mac)).await?;
+        let network = match &lookup {
             Lookup::Unknown => None,
             Lookup::Known(n) => Some(n.network),
         };
         let ok = attested(&st, &mac, source, network).await?;
-        (loaded.lookup, ok)
+        (lookup, ok)
     };
     let decision = netboot::decide(&lookup, &mac, attested, throttled, &settings);
+    // Nothing fails here in practice: `decide` turned every refusal into a
+    // retry (dry-rendering a boot before any nonce), and the chain URL every
+    // script ends with was checked at start (`ConfigError::PublicUrl`).
     let render = |d: &Decision, nonce: Option<&str>| {
         netboot::render(d, nonce, &settings).map_err(|e| ApiError::internal_in("iPXE script", e))
     };
@@ -445,9 +233,6 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
             Ok(script(StatusCode::OK, render(&decision, None)?))
         }
         Decision::LocalBoot => Ok(script(StatusCode::OK, render(&decision, None)?)),
-        Decision::Boot(_) if fingerprint.is_empty() => Err(ApiError::internal(
-            "no CA certificate to pin on the boot line",
-        )),
         Decision::Boot(plan) => {
             let nonce = crate::enrollment::mint_nonce(&st.db, plan.system_id).await?;
             let body = render(&decision, Some(&nonce))?;

@@ -70,6 +70,9 @@ fn ty_schema(ty: Ty, write: bool) -> Value {
                 json!({"type": "integer"})
             }
         }
+        Ty::Sha256 => {
+            json!({"type": "string", "pattern": "^([0-9a-fA-F]{64})?$", "maxLength": 64})
+        }
         Ty::Slug => json!({"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$", "maxLength": 255}),
         Ty::StrList => json!({"type": "array", "items": {"type": "string"}}),
         Ty::Text { max } => json!({"type": "string", "maxLength": max}),

@@ -9,11 +9,12 @@ use mprov_api::boot::{
     BootEvent, BootManifest, EVENTS_PATH, ImageFile, MANIFEST_PATH, image_file_url,
     jobserver_base_url,
 };
-use mprov_control::db::Engine;
+use mprov_control::db::{Engine, Val};
 use serde_json::{Value, json};
 
+use crate::common::Ctx;
 use crate::scopes::{
-    Cred, SHA, csr, ctx_with_signer, der_of, enroll_jobserver, ipxe, nonce_for, send,
+    Cred, SHA, attest, csr, ctx_with_signer, der_of, enroll_jobserver, ipxe, nonce_for, send,
 };
 
 const C01: &str = "52:54:00:12:00:01";
@@ -594,4 +595,383 @@ pub(crate) fn attacks_on_the_real_service(dir: &std::path::Path, db_url: &str) {
         "10 requests for one MAC, none refused: {codes:?}"
     );
     drop(s);
+}
+
+/// How many enrollment nonces were ever minted for the system `host`
+/// (spent, cancelled or live).
+async fn nonces_of(c: &Ctx, host: &str) -> i64 {
+    let db = &c.state.db;
+    let mut q = db.sql();
+    q.push("SELECT COUNT(*) AS n FROM enroll_nonces e JOIN systems s ON s.id = e.system_id WHERE s.hostname = ")
+        .bind(Val::Text(Some(host.to_owned())));
+    let r = q.query().fetch_one(db.pool()).await.unwrap();
+    mprov_control::db::int(&r, "n").unwrap()
+}
+
+/// `/ipxe/` for `mac` (attested) answers the retry script saying `why`,
+/// with no nonce: none is minted for `host`.
+async fn ipxe_refuses(c: &Ctx, app: &axum::Router, mac: &str, host: &str, why: &str) -> String {
+    let before = nonces_of(c, host).await;
+    let (status, script) = ipxe(app, mac).await;
+    assert_eq!(status, StatusCode::OK, "{script}");
+    let script = script.as_str().unwrap().to_owned();
+    let lines: Vec<&str> = script.lines().collect();
+    assert_eq!(lines.len(), 4, "a retry script: {script}");
+    assert!(
+        lines[0] == "#!ipxe"
+            && lines[1].starts_with("echo mProv: ")
+            && lines[2].starts_with("sleep "),
+        "{script}"
+    );
+    assert!(
+        lines[3].starts_with("chain ") && lines[3].contains("/ipxe/?mac="),
+        "{script}"
+    );
+    assert!(lines[1].contains(why), "{why:?} not in {script}");
+    for word in lines[1].split_whitespace() {
+        assert!(
+            !matches!(word, ";" | "&&" | "||") && !word.starts_with('#'),
+            "the message adds a command: {script}"
+        );
+    }
+    assert!(!script.contains("mprov_enroll"), "{script}");
+    assert_eq!(
+        nonces_of(c, host).await,
+        before,
+        "a nonce was minted: {script}"
+    );
+    script
+}
+
+/// The manifest of `host`, read as the admin, is refused (409) saying `why`.
+async fn manifest_refuses(c: &Ctx, host: &str, why: &str, field: Option<&str>) {
+    let (status, v) = send(
+        &c.app,
+        "GET",
+        &format!("{MANIFEST_PATH}?system={host}"),
+        &Cred::Key(c.key.clone()),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains(why),
+        "{why:?} not in {v}"
+    );
+    assert_eq!(v["field"].as_str(), field, "{v}");
+}
+
+/// One bootability rule for `/ipxe/` and the manifest: a checksum that
+/// parses as a SHA-256 (and a malformed one refused when written), a size
+/// above zero, a job server on the node's network hosting the version. Each
+/// refusal is the retry script with its reason, and no nonce is minted.
+pub(crate) async fn bootability_one_rule(engine: Engine) {
+    let (c, _tls) = ctx_with_signer(engine).await;
+    c.post(
+        "networks",
+        json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24}),
+    )
+    .await;
+    c.post(
+        "networks",
+        json!({"slug": "other", "subnet": "10.9.0.0", "netmask": 24}),
+    )
+    .await;
+    c.post(
+        "jobservers",
+        json!({"name": "js1", "addresses": ["10.0.0.2"], "network": "prov"}),
+    )
+    .await;
+    c.post(
+        "jobservers",
+        json!({"name": "js9", "addresses": ["10.9.0.2"], "network": "other"}),
+    )
+    .await;
+    c.post(
+        "images",
+        json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 4242, "jobservers": ["js1"]}),
+    )
+    .await;
+    c.post(
+        "systems",
+        json!({"hostname": "c01", "image": "compute",
+            "nics": [{"mac": C01, "network": "prov", "bootable": true}]}),
+    )
+    .await;
+    attest(&c, C01).await;
+
+    // A malformed checksum is refused when written, and nothing changes.
+    let rev = c.revision().await;
+    for bad in [
+        "abc".to_owned(),
+        "g".repeat(64),
+        SHA[..63].to_owned(),
+        format!("{SHA}0"),
+        format!(" {}", &SHA[1..]),
+    ] {
+        let (status, v) = c
+            .call(
+                "PATCH",
+                "/api/v1/images/compute",
+                Some(json!({"rootfs_sha256": bad})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad:?}: {v}");
+        assert_eq!(v["field"], "rootfs_sha256", "{v}");
+        assert!(v["message"].as_str().unwrap().contains("SHA-256"), "{v}");
+        let (status, v) = c
+            .call(
+                "POST",
+                "/api/v1/images/",
+                Some(json!({"slug": "other", "rootfs_sha256": bad})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad:?}: {v}");
+    }
+    assert_eq!(c.revision().await, rev, "a refused write wrote nothing");
+    // Upper case is a SHA-256 too, kept in lower case.
+    let img = c
+        .patch(
+            "/api/v1/images/compute",
+            json!({"rootfs_sha256": SHA.to_ascii_uppercase()}),
+        )
+        .await;
+    assert_eq!(img["rootfs_sha256"], SHA);
+
+    // 1. The checksum parses: none recorded, or a malformed one written
+    // before it was checked (straight into the table), is refused.
+    c.patch("/api/v1/images/compute", json!({"rootfs_sha256": ""}))
+        .await;
+    let why = "has no recorded rootfs checksum";
+    ipxe_refuses(&c, &c.app, C01, "c01", why).await;
+    manifest_refuses(&c, "c01", why, Some("rootfs_sha256")).await;
+    {
+        let db = &c.state.db;
+        let mut q = db.sql();
+        q.push("UPDATE system_images SET rootfs_sha256 = ")
+            .bind(Val::Text(Some("not-a-sha".into())))
+            .push(" WHERE slug = ")
+            .bind(Val::Text(Some("compute".into())));
+        q.query().execute(db.pool()).await.unwrap();
+    }
+    let why = "\"not-a-sha\" is not a SHA-256";
+    ipxe_refuses(&c, &c.app, C01, "c01", why).await;
+    manifest_refuses(&c, "c01", why, Some("rootfs_sha256")).await;
+    c.patch("/api/v1/images/compute", json!({"rootfs_sha256": SHA}))
+        .await;
+
+    // 2. The size is above zero.
+    c.patch("/api/v1/images/compute", json!({"rootfs_size": 0}))
+        .await;
+    let why = "has a rootfs size of 0";
+    ipxe_refuses(&c, &c.app, C01, "c01", why).await;
+    manifest_refuses(&c, "c01", why, Some("rootfs_size")).await;
+    c.patch("/api/v1/images/compute", json!({"rootfs_size": 4242}))
+        .await;
+
+    // 3. A job server on the node's network hosts the version: none at all,
+    // then only one on another network.
+    let why = "is on no job server of this node's network";
+    for hosts in [json!([]), json!(["js9"])] {
+        c.patch("/api/v1/images/compute", json!({"jobservers": hosts}))
+            .await;
+        ipxe_refuses(&c, &c.app, C01, "c01", why).await;
+        manifest_refuses(&c, "c01", why, None).await;
+    }
+
+    // All three hold again: a boot script with a nonce, and a manifest. The
+    // nonce count moves, so the checks above could have seen one.
+    c.patch(
+        "/api/v1/images/compute",
+        json!({"jobservers": ["js1", "js9"]}),
+    )
+    .await;
+    assert_eq!(nonces_of(&c, "c01").await, 0);
+    let (status, script) = ipxe(&c.app, C01).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        script.as_str().unwrap().contains("mprov_enroll="),
+        "{script}"
+    );
+    assert!(!script.as_str().unwrap().contains("10.9.0.2"), "{script}");
+    assert_eq!(nonces_of(&c, "c01").await, 1);
+    let (status, m) = send(
+        &c.app,
+        "GET",
+        &format!("{MANIFEST_PATH}?system=c01"),
+        &Cred::Key(c.key.clone()),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{m}");
+    let m: BootManifest = serde_json::from_value(m).unwrap();
+    assert_eq!((m.sha256.as_str(), m.size), (SHA, 4242));
+    assert_eq!(m.sources, [compute_url("10.0.0.2", ImageFile::Rootfs)]);
+    c.cleanup().await;
+}
+
+/// Every refusal on the `/ipxe/` path is a retry script with its reason,
+/// never a 500, and mints no nonce: iPXE's command separators in a kernel
+/// command line, a job server's address unfit for a script, no CA
+/// certificate to pin.
+pub(crate) async fn ipxe_refusals_are_retry_scripts(engine: Engine) {
+    let (c, _tls) = ctx_with_signer(engine).await;
+    c.post(
+        "jobservers",
+        json!({"name": "js1", "addresses": ["10.0.0.2"]}),
+    )
+    .await;
+    c.post(
+        "images",
+        json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 1, "jobservers": ["js1"]}),
+    )
+    .await;
+    c.post(
+        "groups",
+        json!({"slug": "serial", "install_kernel_cmdline": "console=ttyS0 ; chain http://x/"}),
+    )
+    .await;
+    c.post(
+        "systems",
+        json!({"hostname": "c01", "image": "compute", "groups": ["serial"], "nics": [{"mac": C01}]}),
+    )
+    .await;
+    attest(&c, C01).await;
+
+    // A second command smuggled into the kernel command line: the retry
+    // script names the argument, and runs no `chain http://x/`.
+    for line in [
+        "console=ttyS0 ; chain http://x/",
+        "console=ttyS0 && chain http://x/",
+        "console=ttyS0 || chain http://x/",
+        "console=ttyS0;chain http://x/",
+    ] {
+        c.patch(
+            "/api/v1/groups/serial",
+            json!({"install_kernel_cmdline": line}),
+        )
+        .await;
+        let script = ipxe_refuses(&c, &c.app, C01, "c01", "fix install_kernel_cmdline").await;
+        assert!(
+            script.lines().all(|l| !l.starts_with("chain http://x/")),
+            "{script}"
+        );
+    }
+    c.patch(
+        "/api/v1/groups/serial",
+        json!({"install_kernel_cmdline": "console=ttyS0"}),
+    )
+    .await;
+
+    // A job server's address that would change the script.
+    c.patch(
+        "/api/v1/jobservers/js1",
+        json!({"addresses": ["10.0.0.2;reboot"]}),
+    )
+    .await;
+    ipxe_refuses(&c, &c.app, C01, "c01", "job server js1: its address").await;
+    c.patch("/api/v1/jobservers/js1", json!({"addresses": ["10.0.0.2"]}))
+        .await;
+
+    // The same service without its CA certificate: nothing to pin.
+    let no_ca = mprov_control::http::router(std::sync::Arc::new(crate::common::inner(
+        c.state.db.clone(),
+        c.state.config.clone(),
+    )));
+    ipxe_refuses(&c, &no_ca, C01, "c01", "no CA certificate").await;
+
+    // Fixed, it boots, with the group's argument.
+    let (status, script) = ipxe(&c.app, C01).await;
+    assert_eq!(status, StatusCode::OK);
+    let script = script.as_str().unwrap();
+    assert!(
+        script.contains("mprov_enroll=") && script.contains(" console=ttyS0 "),
+        "{script}"
+    );
+    assert_eq!(nonces_of(&c, "c01").await, 1);
+    c.cleanup().await;
+}
+
+/// The node view costs a fixed number of statements: a system in 50 groups
+/// (each with a script) as many as one in 1 group.
+pub(crate) async fn node_view_statements_do_not_grow_with_groups(engine: Engine) {
+    use mprov_control::netboot::{Lookup, NodeKey, view};
+
+    let c = crate::common::Ctx::new(engine).await;
+    c.post(
+        "distros",
+        json!({"slug": "deb", "install_kernel_cmdline": "quiet"}),
+    )
+    .await;
+    for name in ["js1", "js2"] {
+        c.post(
+            "jobservers",
+            json!({"name": name, "addresses": ["10.0.0.2"]}),
+        )
+        .await;
+    }
+    c.post(
+        "images",
+        json!({"slug": "compute", "distro": "deb", "rootfs_sha256": SHA, "rootfs_size": 1, "jobservers": ["js1", "js2"]}),
+    )
+    .await;
+    let mut groups = Vec::new();
+    for i in 0..50 {
+        let script = c
+            .post(
+                "scripts",
+                json!({"slug": format!("s{i}"), "script_type": "post-boot"}),
+            )
+            .await;
+        groups.push(json!({"slug": format!("g{i:02}"), "priority": i,
+            "install_kernel_cmdline": format!("g{i:02}=1"), "scripts": [script["id"]]}));
+    }
+    c.ok("POST", "/api/v1/groups/bulk", Some(Value::Array(groups)))
+        .await;
+    let all: Vec<String> = (0..50).map(|i| format!("g{i:02}")).collect();
+    c.post(
+        "systems",
+        json!({"hostname": "one", "image": "compute", "groups": ["g00"], "nics": [{"mac": C01}]}),
+    )
+    .await;
+    c.post(
+        "systems",
+        json!({"hostname": "fifty", "image": "compute", "groups": all, "nics": [{"mac": C02}]}),
+    )
+    .await;
+
+    let db = &c.state.db;
+    let cost = |key: NodeKey<'static>| async move {
+        let before = db.statements();
+        let lookup = view::load(db, key).await.unwrap();
+        let Lookup::Known(v) = lookup else {
+            panic!("{key:?} not found")
+        };
+        (db.statements() - before, v)
+    };
+    let (one, v1) = cost(NodeKey::Host("one")).await;
+    let (fifty, v50) = cost(NodeKey::Host("fifty")).await;
+    assert_eq!(v1.layers.groups.len(), 1);
+    assert_eq!(v50.layers.groups.len(), 50);
+    assert_eq!(v50.jobservers.len(), 2);
+    let cfg = v50.effective().unwrap();
+    assert_eq!(cfg.scripts.len(), 50, "{cfg:?}");
+    assert_eq!(cfg.layers.len(), 53, "{cfg:?}");
+    assert!(
+        cfg.kernel_cmdline.starts_with("quiet g00=1 g01=1"),
+        "{cfg:?}"
+    );
+    assert_eq!(one, fifty, "1 group: {one} statements, 50 groups: {fifty}");
+    assert!((1..=5).contains(&fifty), "{fifty} statements");
+    // By MAC and by the API's key, the same.
+    let (by_mac, v) = cost(NodeKey::Mac(C02)).await;
+    assert_eq!((by_mac, v.hostname.as_str()), (fifty, "fifty"));
+    let id = v.system_id.to_string();
+    let id: &'static str = Box::leak(id.into_boxed_str());
+    let (by_id, v) = cost(NodeKey::System(id)).await;
+    assert_eq!((by_id, v.layers.groups.len()), (fifty, 50));
+    // What the API shows is that view's.
+    let shown = c.ok("GET", "/api/v1/systems/fifty/config", None).await;
+    assert_eq!(shown, serde_json::to_value(&cfg).unwrap());
+    c.cleanup().await;
 }

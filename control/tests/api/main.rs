@@ -1080,6 +1080,18 @@ async fn ipxe_rate_limits(engine: Engine) {
     boot::ipxe_rate_limits(engine).await;
 }
 
+async fn bootability_one_rule(engine: Engine) {
+    boot::bootability_one_rule(engine).await;
+}
+
+async fn ipxe_refusals_are_retry_scripts(engine: Engine) {
+    boot::ipxe_refusals_are_retry_scripts(engine).await;
+}
+
+async fn node_view_statements_do_not_grow_with_groups(engine: Engine) {
+    boot::node_view_statements_do_not_grow_with_groups(engine).await;
+}
+
 async fn openapi_lists_every_status_answered(engine: Engine) {
     openapi::every_status_answered_is_documented(engine).await;
 }
@@ -1087,6 +1099,9 @@ async fn openapi_lists_every_status_answered(engine: Engine) {
 engine_tests!(
     boot_timeline_manifest_and_nonces,
     ipxe_rate_limits,
+    bootability_one_rule,
+    ipxe_refusals_are_retry_scripts,
+    node_view_statements_do_not_grow_with_groups,
     openapi_lists_every_status_answered,
     every_endpoint_with_every_identity,
     node_enrollment_refusals,

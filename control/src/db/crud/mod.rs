@@ -38,7 +38,8 @@ pub mod write;
 pub use read::{ListQuery, Page};
 pub(crate) use read::{decode_cursor, encode_cursor};
 pub use validate::{
-    parse_hostname, parse_mac, parse_slug, validate, validate_value, writable_names,
+    Sha256, parse_hostname, parse_mac, parse_sha256, parse_slug, validate, validate_value,
+    writable_names,
 };
 
 /// A JSON object: a row as the API shows it, or a request body.

@@ -258,6 +258,7 @@ pub(super) fn parse_field(
             }
             text(secrets.seal(s))
         }
+        Ty::Sha256 => text(parse_sha256(string()?)?),
         Ty::Slug => text(parse_slug(string()?)?),
         Ty::StrList => {
             let items = value
@@ -360,6 +361,49 @@ pub fn parse_hostname(s: &str) -> Result<String, String> {
             "{s:?} is not a valid host name: use letters, digits and '-', labels of 1 to 63 characters separated by '.'"
         ))
     }
+}
+
+/// A SHA-256 digest: 32 bytes, written as 64 hex digits (lowercase when
+/// shown). The one parser of a recorded checksum: the field's validation and
+/// the node view both use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sha256([u8; 32]);
+
+impl Sha256 {
+    /// The digest's bytes.
+    pub fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for Sha256 {
+    type Err = String;
+
+    /// 64 hex digits, either case.
+    fn from_str(s: &str) -> Result<Sha256, String> {
+        let mut out = [0u8; 32];
+        match hex::decode_to_slice(s, &mut out) {
+            Ok(()) => Ok(Sha256(out)),
+            Err(_) => Err(format!(
+                "{s:?} is not a SHA-256: write its 64 hex digits, as manifest.json has them"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Sha256 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+/// Checks a recorded SHA-256 field: 64 hex digits, stored lowercase, or
+/// empty (none recorded yet).
+pub fn parse_sha256(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Ok(String::new());
+    }
+    s.parse::<Sha256>().map(|d| d.to_string())
 }
 
 /// Checks a slug: lowercase letters, digits, `-` and `_`, not all digits (so it

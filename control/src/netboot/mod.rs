@@ -1,0 +1,556 @@
+//! What `GET /ipxe/` answers, decided by a pure function like
+//! `mprov_dhcp::handle`: the booting node's typed view goes in
+//! ([`view::NodeView`], loaded by [`view::load`] with a fixed number of
+//! statements), a [`Decision`] comes out, and [`render`] turns it into the
+//! script. The HTTP handler (`http::ipxe`) loads the view, mints the nonce
+//! when the decision asks for one and records the boot event; nothing here
+//! but [`view::load`] does I/O.
+//!
+//! **Bootability** is one rule, [`bootable`], which `/ipxe/` and the boot
+//! manifest both apply: the node has an image whose recorded rootfs checksum
+//! parses as a SHA-256, whose rootfs size is above zero, and whose current
+//! version at least one job server with an address hosts on the node's
+//! network (any network when the node's NIC names none). A node that fails
+//! it gets a retry script saying why, and no nonce: enrolling would only
+//! spend the nonce and stop at the manifest.
+//!
+//! The rules of the decision:
+//! - A request is **attested** when a job server on the node's network has
+//!   just reported leasing the request's source address to the MAC it names
+//!   (the `dhcp_acked` event, or `proxy_answered` in proxyDHCP mode). Without
+//!   that, every MAC, known or not, gets the same retry script: the answer
+//!   tells nothing about the inventory and hands out no nonce.
+//! - An attested unknown MAC gets the discovery script; a node set not to
+//!   netboot gets local boot; a node whose image is not bootable, or whose
+//!   boot line cannot go into a script (a kernel argument, a job server's
+//!   address, the service's own URL or missing CA certificate), gets a
+//!   retry script saying so. Every refusal is a retry script, never an
+//!   error.
+//! - Otherwise the node boots its image's kernel and agent initramfs from the
+//!   least loaded eligible job server, the others following in the script as
+//!   fallbacks, with the effective kernel arguments and the `mprov_*`
+//!   arguments the agent reads.
+
+pub mod view;
+
+use mprov_api::boot::{ImageFile, image_file_url, jobserver_base_url};
+
+pub use view::{ImageView, JobServer, Lookup, NodeKey, NodeView, ViewError};
+
+use crate::db::crud::Sha256;
+
+/// How long a node waits before chaining to `/ipxe/` again.
+pub const RETRY_SECS: u32 = 10;
+
+/// Why a node's image cannot boot now (see [`bootable`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotBootable {
+    /// The image's current version is on no job server of the node's
+    /// network (with an address).
+    #[error("image {image} version {version} is on no job server of this node's network yet")]
+    NoJobServer {
+        /// The image's slug.
+        image: String,
+        /// Its current version.
+        version: i64,
+    },
+    /// The node has no image.
+    #[error("{host} has no image: set one in the inventory")]
+    NoImage {
+        /// The node's host name.
+        host: String,
+    },
+    /// No rootfs checksum is recorded for the current version.
+    #[error(
+        "image {image} version {version} has no recorded rootfs checksum yet (set rootfs_sha256 and rootfs_size from its manifest.json)"
+    )]
+    NoChecksum {
+        /// The image's slug.
+        image: String,
+        /// Its current version.
+        version: i64,
+    },
+    /// The recorded rootfs checksum is not a SHA-256.
+    #[error(
+        "image {image} version {version}: its recorded rootfs checksum {recorded:?} is not a SHA-256 (set rootfs_sha256 from its manifest.json)"
+    )]
+    NotSha256 {
+        /// The image's slug.
+        image: String,
+        /// Its current version.
+        version: i64,
+        /// What is recorded.
+        recorded: String,
+    },
+    /// The recorded rootfs size is zero.
+    #[error(
+        "image {image} version {version} has a rootfs size of 0 (set rootfs_size from its manifest.json)"
+    )]
+    ZeroSize {
+        /// The image's slug.
+        image: String,
+        /// Its current version.
+        version: i64,
+    },
+}
+
+impl NotBootable {
+    /// The inventory field to fix, if one field is at fault.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            NotBootable::NoJobServer { .. } => None,
+            NotBootable::NoImage { .. } => Some("image"),
+            NotBootable::NoChecksum { .. } | NotBootable::NotSha256 { .. } => Some("rootfs_sha256"),
+            NotBootable::ZeroSize { .. } => Some("rootfs_size"),
+        }
+    }
+}
+
+/// A bootable node's image: what the agent checks the stream against, and
+/// where it is, best job server first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bootable<'a> {
+    /// The image.
+    pub image: &'a ImageView,
+    /// Its rootfs checksum.
+    pub sha256: Sha256,
+    /// Its rootfs size in bytes, above zero.
+    pub size: u64,
+    /// The eligible job servers, best first ([`choose_jobservers`]).
+    pub jobservers: Vec<&'a JobServer>,
+}
+
+/// The bootability rule (see the module docs), the one `/ipxe/` and the boot
+/// manifest share.
+pub fn bootable(node: &NodeView) -> Result<Bootable<'_>, NotBootable> {
+    let Some(image) = &node.image else {
+        return Err(NotBootable::NoImage {
+            host: node.hostname.clone(),
+        });
+    };
+    let (slug, version) = (image.slug.clone(), image.version);
+    let sha256 = match &image.rootfs_sha256 {
+        Ok(sha) => *sha,
+        Err(recorded) if recorded.is_empty() => {
+            return Err(NotBootable::NoChecksum {
+                image: slug,
+                version,
+            });
+        }
+        Err(recorded) => {
+            return Err(NotBootable::NotSha256 {
+                image: slug,
+                version,
+                recorded: recorded.clone(),
+            });
+        }
+    };
+    if image.rootfs_size == 0 {
+        return Err(NotBootable::ZeroSize {
+            image: slug,
+            version,
+        });
+    }
+    let jobservers = choose_jobservers(node);
+    if jobservers.is_empty() {
+        return Err(NotBootable::NoJobServer {
+            image: slug,
+            version,
+        });
+    }
+    Ok(Bootable {
+        image,
+        sha256,
+        size: image.rootfs_size,
+        jobservers,
+    })
+}
+
+/// What is fixed for the whole service.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings<'a> {
+    /// The boot config's chain URL (with its `${net0/mac}`).
+    pub chain_url: &'a str,
+    /// The control service's URL for the agent (`mprov_url`).
+    pub control_url: &'a str,
+    /// The CA certificate's sha256 (`mprov_ca`).
+    pub ca_fingerprint: &'a str,
+}
+
+/// What the node gets.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Ask again later: the message goes on the node's console.
+    Retry(String),
+    /// Too many requests: 429 with a retry script.
+    Throttled,
+    /// The discovery script.
+    Discovery,
+    /// Boot the next device.
+    LocalBoot,
+    /// Boot the image; a nonce is minted for `system_id` and appended.
+    Boot(Plan),
+}
+
+/// A boot, before its nonce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The system's id (the nonce's owner).
+    pub system_id: i64,
+    /// Its host name.
+    pub hostname: String,
+    /// Kernel and initramfs URLs, best job server first.
+    pub sources: Vec<(String, String)>,
+    /// The job servers in the same order, by name.
+    pub jobservers: Vec<String>,
+    /// Kernel arguments, except the nonce.
+    pub args: Vec<String>,
+}
+
+/// The message every unattested request gets, known MAC or not.
+pub const UNATTESTED: &str =
+    "waiting for the job server's report of this boot's DHCP lease, retrying";
+
+/// The eligible job servers of `node`, best first: on the node's network
+/// (any network when the NIC names none), with an address, least loaded
+/// first, then by name.
+pub fn choose_jobservers(node: &NodeView) -> Vec<&JobServer> {
+    let mut eligible: Vec<&JobServer> = node
+        .jobservers
+        .iter()
+        .filter(|j| j.address.is_some())
+        .filter(|j| node.network.is_none() || j.network == node.network)
+        .collect();
+    eligible.sort_by(|a, b| {
+        a.load_avg
+            .total_cmp(&b.load_avg)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    eligible
+}
+
+/// Decides what a request gets. `attested`: a job server reported this boot's
+/// lease (see the module docs); `throttled`: the rate limit refused it.
+pub fn decide(
+    lookup: &Lookup,
+    mac: &str,
+    attested: bool,
+    throttled: bool,
+    s: &Settings<'_>,
+) -> Decision {
+    if throttled {
+        return Decision::Throttled;
+    }
+    if !attested {
+        return Decision::Retry(UNATTESTED.to_owned());
+    }
+    let node = match lookup {
+        Lookup::Unknown => return Decision::Discovery,
+        Lookup::Known(node) => node,
+    };
+    if !node.netboot {
+        return Decision::LocalBoot;
+    }
+    let host = &node.hostname;
+    let boot = match bootable(node) {
+        Ok(b) => b,
+        Err(why) => return Decision::Retry(why.to_string()),
+    };
+    let (slug, version) = (&boot.image.slug, boot.image.version);
+    let cmdline = match node.effective() {
+        Ok(e) => e.kernel_cmdline,
+        Err(e) => return Decision::Retry(format!("{host}: {e}")),
+    };
+    let mut args: Vec<String> = cmdline.split_whitespace().map(str::to_owned).collect();
+    if let Some(bad) = args.iter().find(|a| !mprov_ipxe::safe_word(a)) {
+        return Decision::Retry(format!(
+            "{host}: kernel argument {bad} cannot go into an iPXE script, fix install_kernel_cmdline"
+        ));
+    }
+    if s.ca_fingerprint.is_empty() {
+        return Decision::Retry(
+            "the control service has no CA certificate to pin on the boot line yet".to_owned(),
+        );
+    }
+    // The agent's own arguments come last, so a layer cannot shadow them.
+    args.retain(|a| !a.starts_with("mprov_"));
+    args.extend([
+        format!("mprov_ca={}", s.ca_fingerprint),
+        format!("mprov_url={}", s.control_url),
+        format!("mprov_image={slug}:{version}"),
+        format!("mprov_mac={mac}"),
+    ]);
+    let mut sources = Vec::with_capacity(boot.jobservers.len());
+    for j in &boot.jobservers {
+        let address = j.address.as_deref().unwrap_or_default();
+        let base = jobserver_base_url(address, j.port);
+        let kernel = image_file_url(&base, slug, version, ImageFile::Kernel);
+        let initrd = image_file_url(&base, slug, version, ImageFile::Initramfs);
+        if !mprov_ipxe::safe_word(&kernel) || !mprov_ipxe::safe_word(&initrd) {
+            return Decision::Retry(format!(
+                "job server {}: its address {address} cannot go into an iPXE script, fix its addresses",
+                j.name
+            ));
+        }
+        sources.push((kernel, initrd));
+    }
+    let plan = Plan {
+        system_id: node.system_id,
+        hostname: host.clone(),
+        sources,
+        jobservers: boot.jobservers.iter().map(|j| j.name.clone()).collect(),
+        args,
+    };
+    // Whatever else cannot go into the script (the service's own URL, say)
+    // is a retry too, found before a nonce is minted: a nonce is safe in a
+    // script, so the real rendering cannot fail where this one passed.
+    let boot = Decision::Boot(plan);
+    match render(&boot, Some("nonce"), s) {
+        Ok(_) => boot,
+        Err(e) => Decision::Retry(e.to_string()),
+    }
+}
+
+/// The script of a decision; `nonce` is the one minted for a boot.
+pub fn render(
+    decision: &Decision,
+    nonce: Option<&str>,
+    s: &Settings<'_>,
+) -> Result<String, mprov_ipxe::UnsafeValue> {
+    match decision {
+        Decision::Retry(message) => mprov_ipxe::retry_script(message, s.chain_url, RETRY_SECS),
+        Decision::Throttled => mprov_ipxe::retry_script(
+            "too many boot script requests, retrying",
+            s.chain_url,
+            RETRY_SECS * 3,
+        ),
+        Decision::Discovery => mprov_ipxe::discovery_script(s.chain_url, RETRY_SECS * 3),
+        Decision::LocalBoot => Ok(mprov_ipxe::local_boot_script()),
+        Decision::Boot(plan) => {
+            let mut args = plan.args.clone();
+            // The nonce first, before the effective arguments.
+            if let Some(nonce) = nonce {
+                args.insert(0, format!("mprov_enroll={nonce}"));
+            }
+            let sources: Vec<mprov_ipxe::Source<'_>> = plan
+                .sources
+                .iter()
+                .map(|(k, i)| mprov_ipxe::Source {
+                    kernel_url: k,
+                    initrd_url: i,
+                })
+                .collect();
+            mprov_ipxe::boot_script(&mprov_ipxe::Boot {
+                hostname: &plan.hostname,
+                sources: &sources,
+                args: &args,
+                chain_url: s.chain_url,
+                retry_secs: RETRY_SECS,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Settings<'static> = Settings {
+        chain_url: "http://c:8080/ipxe/?mac=${net0/mac}",
+        control_url: "http://c:8080",
+        ca_fingerprint: "ab12",
+    };
+
+    fn js(name: &str, net: i64, load: f64) -> JobServer {
+        JobServer {
+            id: net,
+            name: name.into(),
+            address: Some(format!("10.0.{net}.{}", name.len())),
+            port: None,
+            network: Some(net),
+            load_avg: load,
+            heartbeat_age: None,
+        }
+    }
+
+    fn node() -> NodeView {
+        NodeView {
+            system_id: 7,
+            hostname: "c01".into(),
+            netboot: true,
+            network: Some(1),
+            image: Some(ImageView {
+                id: 1,
+                slug: "compute".into(),
+                version: 3,
+                rootfs_sha256: "0".repeat(64).parse().map_err(|_| String::new()),
+                rootfs_size: 4096,
+            }),
+            jobservers: vec![js("loaded", 1, 4.0), js("far", 2, 0.0), js("idle", 1, 0.5)],
+            layers: view::NodeLayers {
+                system: view::Layer {
+                    id: 7,
+                    name: "c01".into(),
+                    install_kernel_cmdline: "console=ttyS0 quiet mprov_enroll=spoofed".into(),
+                    ..view::Layer::default()
+                },
+                ..view::NodeLayers::default()
+            },
+        }
+    }
+
+    fn cmdline(n: &mut NodeView, line: &str) {
+        n.layers.system.install_kernel_cmdline = line.into();
+    }
+
+    #[test]
+    fn unattested_requests_get_the_same_answer_known_or_not() {
+        let known = decide(&Lookup::Known(Box::new(node())), "aa", false, false, &S);
+        let unknown = decide(&Lookup::Unknown, "aa", false, false, &S);
+        assert_eq!(known, unknown);
+        assert_eq!(known, Decision::Retry(UNATTESTED.into()));
+        assert_eq!(
+            decide(&Lookup::Known(Box::new(node())), "aa", true, true, &S),
+            Decision::Throttled
+        );
+    }
+
+    #[test]
+    fn job_servers_on_the_nodes_network_least_loaded_first() {
+        let Decision::Boot(plan) =
+            decide(&Lookup::Known(Box::new(node())), "aa:bb", true, false, &S)
+        else {
+            panic!("no boot")
+        };
+        assert_eq!(plan.jobservers, ["idle", "loaded"]);
+        assert_eq!(
+            plan.sources[0],
+            (
+                "http://10.0.1.4:8081/images/compute/3/vmlinuz".to_owned(),
+                "http://10.0.1.4:8081/images/compute/3/initramfs.img".to_owned()
+            )
+        );
+        assert_eq!(
+            plan.args,
+            [
+                "console=ttyS0",
+                "quiet",
+                "mprov_ca=ab12",
+                "mprov_url=http://c:8080",
+                "mprov_image=compute:3",
+                "mprov_mac=aa:bb"
+            ]
+        );
+        let script = render(&Decision::Boot(plan), Some("n0nce"), &S).unwrap();
+        assert!(
+            script.contains(" mprov_enroll=n0nce console=ttyS0 quiet "),
+            "{script}"
+        );
+        assert!(
+            script.contains("http://10.0.1.6:8081/images/compute/3/vmlinuz"),
+            "{script}"
+        );
+    }
+
+    #[test]
+    fn every_other_outcome() {
+        assert_eq!(
+            decide(&Lookup::Unknown, "aa", true, false, &S),
+            Decision::Discovery
+        );
+        let mut n = node();
+        n.netboot = false;
+        assert_eq!(
+            decide(&Lookup::Known(Box::new(n)), "aa", true, false, &S),
+            Decision::LocalBoot
+        );
+        let retry = |n: NodeView| match decide(&Lookup::Known(Box::new(n)), "aa", true, false, &S) {
+            Decision::Retry(m) => m,
+            other => panic!("{other:?}"),
+        };
+        let mut n = node();
+        n.image = None;
+        assert!(retry(n).contains("no image"));
+        let mut n = node();
+        n.jobservers.retain(|j| j.network == Some(2));
+        assert!(retry(n).contains("on no job server"));
+        let mut n = node();
+        n.image.as_mut().unwrap().rootfs_sha256 = Err(String::new());
+        assert!(retry(n).contains("no recorded rootfs checksum"));
+        let mut n = node();
+        n.image.as_mut().unwrap().rootfs_sha256 = Err("abc".into());
+        assert!(retry(n).contains("\"abc\" is not a SHA-256"));
+        let mut n = node();
+        n.image.as_mut().unwrap().rootfs_size = 0;
+        assert!(retry(n).contains("rootfs size of 0"));
+        let mut n = node();
+        cmdline(&mut n, "init=$(reboot)");
+        assert!(retry(n).contains("cannot go into an iPXE script"));
+        // iPXE's command separators, as words or inside one.
+        for line in [
+            "console=ttyS0 ; chain http://x/",
+            "console=ttyS0 && chain http://x/",
+            "console=ttyS0 || chain http://x/",
+            "console=ttyS0;chain",
+        ] {
+            let mut n = node();
+            cmdline(&mut n, line);
+            let why = retry(n);
+            assert!(why.contains("fix install_kernel_cmdline"), "{line}: {why}");
+            let script = render(&Decision::Retry(why), None, &S).unwrap();
+            assert_eq!(script.lines().count(), 4, "{script}");
+            assert!(
+                script
+                    .lines()
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .all(|w| !matches!(w, ";" | "&&" | "||")),
+                "{script}"
+            );
+        }
+        // A job server's address that would change the script.
+        let mut n = node();
+        n.jobservers[2].address = Some("10.0.1.9;reboot".into());
+        let why = retry(n);
+        assert!(
+            why.contains("job server idle") && why.contains("addresses"),
+            "{why}"
+        );
+        // No CA certificate to pin: a retry, before any nonce.
+        let no_ca = Settings {
+            ca_fingerprint: "",
+            ..S
+        };
+        match decide(&Lookup::Known(Box::new(node())), "aa", true, false, &no_ca) {
+            Decision::Retry(m) => assert!(m.contains("no CA certificate"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // The service's own URL unfit for a script: a retry too.
+        let bad_url = Settings {
+            control_url: "http://c:8080/a b",
+            ..S
+        };
+        match decide(
+            &Lookup::Known(Box::new(node())),
+            "aa",
+            true,
+            false,
+            &bad_url,
+        ) {
+            Decision::Retry(m) => assert!(m.contains("cannot go into an iPXE script"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        for d in [
+            Decision::Retry("x".into()),
+            Decision::Throttled,
+            Decision::Discovery,
+        ] {
+            let s = render(&d, None, &S).unwrap();
+            assert!(
+                s.contains("chain http://c:8080/ipxe/?mac=${net0/mac}\n"),
+                "{s}"
+            );
+        }
+    }
+}
