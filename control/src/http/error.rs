@@ -359,8 +359,47 @@ impl From<BootError> for ApiError {
 impl From<AccessError> for ApiError {
     fn from(err: AccessError) -> Self {
         match err {
+            AccessError::Anonymous => ApiError::Unauthorized(
+                "this needs a node's or a job server's certificate, or an admin's credentials"
+                    .into(),
+            ),
+            AccessError::BootEventsReadOnly => ApiError::Forbidden(
+                "this account may read boot events but not write them".into(),
+            ),
             AccessError::Forbidden(m) => ApiError::Forbidden(m),
-            AccessError::Unauthorized(m) => ApiError::Unauthorized(m),
+            AccessError::HeartbeatNotFromJobServer => ApiError::Forbidden(
+                "a heartbeat comes from a job server's own certificate, which names it".into(),
+            ),
+            AccessError::ManifestNamesNoNode => {
+                ApiError::invalid("system", "name the node: ?system=<host>")
+            }
+            AccessError::ManifestNotOwn => ApiError::Forbidden(
+                "a boot manifest is for the node itself, with its own certificate".into(),
+            ),
+            AccessError::NodeHasNoSystem { host } => ApiError::Forbidden(format!(
+                "no system {host}: the certificate names a node the inventory no longer has; an administrator adds it again (or revokes the certificate)"
+            )),
+            AccessError::NodeReadsAnother { host } => ApiError::Forbidden(format!(
+                "a node's certificate reads its own boot events ({host}) only"
+            )),
+            AccessError::NodeWritesAnother { host } => ApiError::Forbidden(format!(
+                "a node's certificate writes boot events for its own system ({host}) only"
+            )),
+            AccessError::PhaseNotReportedBy { by, phase } => {
+                ApiError::invalid("phase", format!("{by} does not report {}", phase.as_str()))
+            }
+            AccessError::RenewalNeedsCertificate => ApiError::Forbidden(
+                "renewal needs the client certificate being renewed".into(),
+            ),
+            AccessError::ScriptServedReported => {
+                ApiError::invalid("phase", "script_served is recorded by /ipxe/ itself")
+            }
+            AccessError::SharedKeyNamesNoNode => ApiError::Forbidden(
+                "the shared API key cannot say which node it speaks for; use the node's certificate".into(),
+            ),
+            AccessError::SharedKeyOff => ApiError::Unauthorized(
+                "the shared API key is turned off (MPROV_SHARED_KEY_MODE=off); enroll with a token instead".into(),
+            ),
         }
     }
 }
