@@ -311,17 +311,67 @@ fn unavailable(e: &sqlx::Error) -> ApiError {
 
 impl From<EnrollError> for ApiError {
     fn from(err: EnrollError) -> Self {
+        let again = "boot the node again (through /ipxe/) for a new one";
+        let new_token = "make a new one (mprov-control enroll-token --name <job server>)";
         match err {
-            EnrollError::Refused(m) => ApiError::Unauthorized(m),
-            EnrollError::WrongName(m) => ApiError::Forbidden(m),
-            EnrollError::Conflict { message, field } => ApiError::Conflict { message, field },
-            EnrollError::Invalid { field, message } => ApiError::invalid(&field, message),
-            EnrollError::NoCredential(id) => ApiError::NotFound(format!("no credential {id}")),
+            EnrollError::CredentialUnknown(id) => ApiError::NotFound(format!("no credential {id}")),
             EnrollError::CsrRefused(reason) => ApiError::bad_request("csr_refused", reason),
-            EnrollError::SignerDown { message, .. } => ApiError::Unavailable {
-                message,
+            EnrollError::EnrollmentCollided { identity } => ApiError::Conflict {
+                message: format!(
+                    "{identity} is being enrolled by other requests at the same time; try again"
+                ),
+                field: None,
+            },
+            EnrollError::FilterUnknown(field) => {
+                ApiError::invalid(&field, "filter by identity or kind")
+            }
+            EnrollError::JobServerLive { name } => ApiError::Conflict {
+                message: format!(
+                    "job server {name:?} already has a valid certificate, and this token is for a new job server; to replace its certificate, make a token for that (mprov-control enroll-token --name {name} --replace), or revoke the old one first"
+                ),
+                field: Some("name".into()),
+            },
+            EnrollError::NameInvalid(_) => ApiError::invalid(
+                "name",
+                "the job server's name (letters, digits, '-', '.', '_'): only that name can enroll with the token",
+            ),
+            EnrollError::NonceExpired(at) => {
+                ApiError::Unauthorized(format!("this enrollment nonce expired at {at}; {again}"))
+            }
+            EnrollError::NonceRaced => ApiError::Unauthorized(format!(
+                "this enrollment nonce was used by another request at the same time; {again}"
+            )),
+            EnrollError::NonceUnknown => ApiError::Unauthorized(format!(
+                "the enrollment nonce is not valid (unknown, or cancelled by a newer boot of the node); {again}"
+            )),
+            EnrollError::NonceUsed(at) => ApiError::Unauthorized(format!(
+                "this enrollment nonce was already used at {at}; {again}"
+            )),
+            EnrollError::SignerDown(err) => ApiError::Unavailable {
+                message: format!(
+                    "{err}; it is being started again: try again in a few seconds (nothing was enrolled, the token or nonce is not spent)"
+                ),
                 retry_after: 5,
             },
+            EnrollError::TokenExpired(at) => ApiError::Unauthorized(format!(
+                "this enrollment token expired at {at}; {new_token}"
+            )),
+            EnrollError::TokenForAnotherName { made_for, asked } => ApiError::Forbidden(format!(
+                "this enrollment token was made for {made_for:?} and cannot enroll {asked:?}; make a token for that name (mprov-control enroll-token --name {asked})"
+            )),
+            EnrollError::TokenHoursOutOfRange(_) => ApiError::invalid(
+                "hours",
+                format!("between 1 and {} hours", crate::enrollment::MAX_TOKEN_HOURS),
+            ),
+            EnrollError::TokenRaced => ApiError::Unauthorized(format!(
+                "this enrollment token was used by another request at the same time; {new_token}"
+            )),
+            EnrollError::TokenUnknown => {
+                ApiError::Unauthorized(format!("the enrollment token is not valid; {new_token}"))
+            }
+            EnrollError::TokenUsed(at) => ApiError::Unauthorized(format!(
+                "this enrollment token was already used at {at}; {new_token}"
+            )),
             EnrollError::Db(ref db) if is_unavailable(db) => unavailable(db),
             e @ (EnrollError::Db(_) | EnrollError::NoSigner | EnrollError::Time(_)) => {
                 ApiError::internal(e)
