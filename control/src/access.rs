@@ -549,3 +549,176 @@ pub fn may_renew(principal: &Principal, mode: SharedKeyMode) -> Result<&Machine,
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::Profile;
+
+    fn machine(profile: Profile, identity: &str) -> Principal {
+        Principal::Machine(Machine {
+            profile,
+            identity: identity.into(),
+            serial: "01".into(),
+        })
+    }
+
+    fn shared() -> Principal {
+        Principal::ApiKey {
+            id: 1,
+            name: "shared".into(),
+            shared: true,
+        }
+    }
+
+    #[test]
+    fn boot_roles_follow_the_principal_and_the_shared_key_mode() {
+        let admin = Principal::User {
+            username: "root".into(),
+            is_admin: true,
+        };
+        let reader = Principal::User {
+            username: "ro".into(),
+            is_admin: false,
+        };
+        let all = SharedKeyMode::All;
+        assert_eq!(
+            boot_role(&admin, all),
+            Ok(BootRole::Admin("user:root".into()))
+        );
+        assert_eq!(boot_role(&reader, all), Ok(BootRole::Reader));
+        assert_eq!(
+            boot_role(&shared(), all),
+            Ok(BootRole::Admin("apikey:shared".into()))
+        );
+        for mode in [SharedKeyMode::Nodes, SharedKeyMode::Off] {
+            assert_eq!(
+                boot_role(&shared(), mode),
+                Err(AccessError::SharedKeyNamesNoNode)
+            );
+        }
+        assert_eq!(
+            boot_role(&machine(Profile::Node, "c01"), all),
+            Ok(BootRole::Node("c01".into()))
+        );
+        assert_eq!(
+            boot_role(&machine(Profile::Jobserver, "js1"), all),
+            Ok(BootRole::JobServer("js1".into()))
+        );
+        assert_eq!(
+            boot_role(&Principal::Anonymous, all),
+            Err(AccessError::Anonymous)
+        );
+    }
+
+    #[test]
+    fn who_reports_which_phase_and_who_attests_ipxe() {
+        let node = BootRole::Node("c01".into());
+        let js = BootRole::JobServer("js1".into());
+        let admin = BootRole::Admin("user:root".into());
+        assert_eq!(
+            may_report(&node, BootPhase::Ready),
+            Ok(Reporter::Node("c01"))
+        );
+        assert_eq!(
+            may_report(&node, BootPhase::DhcpAcked),
+            Err(AccessError::PhaseNotReportedBy {
+                by: "a node",
+                phase: BootPhase::DhcpAcked
+            })
+        );
+        assert_eq!(
+            may_report(&js, BootPhase::Ready),
+            Err(AccessError::PhaseNotReportedBy {
+                by: "a job server",
+                phase: BootPhase::Ready
+            })
+        );
+        assert_eq!(
+            may_report(&admin, BootPhase::ScriptServed),
+            Err(AccessError::ScriptServedReported)
+        );
+        assert_eq!(
+            may_report(&BootRole::Reader, BootPhase::Ready),
+            Err(AccessError::BootEventsReadOnly)
+        );
+        // Only a job server's own report attests /ipxe/.
+        let by_js = may_report(&js, BootPhase::DhcpAcked).unwrap();
+        assert_eq!(by_js.attesting_jobserver(), Some("js1"));
+        assert_eq!(by_js.source(), "jobserver:js1");
+        let by_admin = may_report(&admin, BootPhase::DhcpAcked).unwrap();
+        assert_eq!(by_admin.attesting_jobserver(), None);
+        assert_eq!(by_admin.source(), "user:root");
+        assert_eq!(Reporter::Node("c01").attesting_jobserver(), None);
+    }
+
+    #[test]
+    fn a_node_reports_and_reads_only_itself() {
+        let mine = |system, mac| node_reports_itself("c01", Some(7), system, mac);
+        assert_eq!(mine(None, None), Ok(7));
+        assert_eq!(mine(Some(Some(7)), Some(Some(7))), Ok(7));
+        let another = Err(AccessError::NodeWritesAnother { host: "c01".into() });
+        assert_eq!(mine(Some(Some(8)), None), another);
+        assert_eq!(mine(None, Some(Some(8))), another);
+        assert_eq!(mine(None, Some(None)), another);
+        assert_eq!(
+            node_reports_itself("c01", None, None, None),
+            Err(AccessError::NodeHasNoSystem { host: "c01".into() })
+        );
+
+        let node = BootRole::Node("c01".into());
+        assert_eq!(may_read_events(&node, None, false), Ok(Some("c01")));
+        assert_eq!(may_read_events(&node, Some(Some("c01")), false), Ok(None));
+        let reads_another = Err(AccessError::NodeReadsAnother { host: "c01".into() });
+        assert_eq!(
+            may_read_events(&node, Some(Some("c02")), false),
+            reads_another
+        );
+        assert_eq!(may_read_events(&node, Some(None), false), reads_another);
+        assert_eq!(may_read_events(&node, None, true), reads_another);
+        assert_eq!(may_read_events(&BootRole::Reader, None, true), Ok(None));
+    }
+
+    #[test]
+    fn manifests_heartbeats_and_renewals() {
+        let node = BootRole::Node("c01".into());
+        let admin = BootRole::Admin("apikey:k".into());
+        assert_eq!(manifest_for(&node, None), Ok("c01".into()));
+        assert_eq!(manifest_for(&node, Some("c01".into())), Ok("c01".into()));
+        assert_eq!(
+            manifest_for(&node, Some("c02".into())),
+            Err(AccessError::ManifestNotOwn)
+        );
+        assert_eq!(manifest_for(&admin, Some("c02".into())), Ok("c02".into()));
+        assert_eq!(
+            manifest_for(&admin, None),
+            Err(AccessError::ManifestNamesNoNode)
+        );
+        assert_eq!(
+            manifest_for(&BootRole::JobServer("js1".into()), None),
+            Err(AccessError::ManifestNotOwn)
+        );
+
+        assert_eq!(
+            heartbeat_from(&BootRole::JobServer("js1".into())),
+            Ok("js1")
+        );
+        for role in [node, admin, BootRole::Reader] {
+            assert_eq!(
+                heartbeat_from(&role),
+                Err(AccessError::HeartbeatNotFromJobServer)
+            );
+        }
+
+        let js = machine(Profile::Jobserver, "js1");
+        assert!(may_renew(&js, SharedKeyMode::All).is_ok());
+        assert_eq!(
+            may_renew(&shared(), SharedKeyMode::Off).err(),
+            Some(AccessError::SharedKeyOff)
+        );
+        assert_eq!(
+            may_renew(&shared(), SharedKeyMode::All).err(),
+            Some(AccessError::RenewalNeedsCertificate)
+        );
+    }
+}
