@@ -1,5 +1,8 @@
 //! The boot timeline and the boot manifest over HTTP; the timeline itself
-//! is [`crate::boot`].
+//! is [`crate::boot`], and who may report, read or fetch what is decided by
+//! [`crate::access`] (`boot_role`, `may_report`, `node_reports_itself`,
+//! `may_read_events`, `manifest_for`, `heartbeat_from`): these handlers parse,
+//! look up what the request names, and ask.
 //!
 //! - `POST /api/v1/boot/events` ([`EVENTS_PATH`](mprov_api::boot::EVENTS_PATH)): one step of a boot. Job
 //!   servers report what they served (DHCP offered/acked, proxyDHCP, boot
