@@ -453,3 +453,111 @@ impl From<AccessError> for ApiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each enrollment fact keeps the status the API promised before the
+    /// facts had names, and its message says what to do.
+    #[test]
+    fn enrollment_facts_map_to_statuses_and_advice() {
+        let check = |err: EnrollError, status: StatusCode, advice: &str| {
+            let shown = format!("{err}");
+            let (got, _, message, _) = ApiError::from(err).parts();
+            assert_eq!(got, status, "{shown}");
+            assert!(message.contains(advice), "{shown}: {message}");
+        };
+        let at = || "2026-01-01T00:00:00Z".to_owned();
+        check(
+            EnrollError::NonceUnknown,
+            StatusCode::UNAUTHORIZED,
+            "boot the node again",
+        );
+        check(
+            EnrollError::NonceUsed(at()),
+            StatusCode::UNAUTHORIZED,
+            "already used at 2026",
+        );
+        check(
+            EnrollError::NonceExpired(at()),
+            StatusCode::UNAUTHORIZED,
+            "expired at 2026",
+        );
+        check(
+            EnrollError::NonceRaced,
+            StatusCode::UNAUTHORIZED,
+            "nonce was used by another request",
+        );
+        check(
+            EnrollError::TokenUnknown,
+            StatusCode::UNAUTHORIZED,
+            "make a new one",
+        );
+        check(
+            EnrollError::TokenUsed(at()),
+            StatusCode::UNAUTHORIZED,
+            "already used at 2026",
+        );
+        check(
+            EnrollError::TokenExpired(at()),
+            StatusCode::UNAUTHORIZED,
+            "expired at 2026",
+        );
+        check(
+            EnrollError::TokenRaced,
+            StatusCode::UNAUTHORIZED,
+            "make a new one",
+        );
+        check(
+            EnrollError::TokenForAnotherName {
+                made_for: "js9".into(),
+                asked: "js1".into(),
+            },
+            StatusCode::FORBIDDEN,
+            "enroll-token --name js1",
+        );
+        check(
+            EnrollError::JobServerLive { name: "js1".into() },
+            StatusCode::CONFLICT,
+            "--replace",
+        );
+        check(
+            EnrollError::EnrollmentCollided {
+                identity: "js1".into(),
+            },
+            StatusCode::CONFLICT,
+            "try again",
+        );
+        check(
+            EnrollError::TokenHoursOutOfRange(0),
+            StatusCode::BAD_REQUEST,
+            "between 1 and 720",
+        );
+        check(
+            EnrollError::NameInvalid("-x".into()),
+            StatusCode::BAD_REQUEST,
+            "letters, digits",
+        );
+        check(
+            EnrollError::FilterUnknown("colour".into()),
+            StatusCode::BAD_REQUEST,
+            "identity or kind",
+        );
+        check(
+            EnrollError::CredentialUnknown(7),
+            StatusCode::NOT_FOUND,
+            "no credential 7",
+        );
+        check(
+            EnrollError::CsrRefused("weak key".into()),
+            StatusCode::BAD_REQUEST,
+            "weak key",
+        );
+        check(
+            EnrollError::NoSigner,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "log has the cause",
+        );
+    }
+}
