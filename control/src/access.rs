@@ -22,27 +22,104 @@
 //!   admin (the default, warned about at start), `nodes` only the node-self
 //!   paths above (for any node: the key cannot say which), `off` refused.
 //!
-//! Paths are matched on the router's shapes (`/api/v1/<kind>/<key>`); an
-//! object a node does not own is answered 403 without saying whether it
-//! exists elsewhere.
+//! The HTTP layer hands [`check`] the request's [`Target`], parsed from the
+//! router's shapes (`<kind>/<key>` under the API root); an object a node
+//! does not own is answered 403 without saying whether it exists elsewhere.
+//! Which paths anyone may reach is no rule of this module: the router serves
+//! them from its public part, which [`check`] never sees
+//! ([`crate::http::router`]).
+//!
+//! The boot timeline, the boot manifest, the heartbeat and renewal are
+//! decided per request by the rules below [`BootRole`] and [`may_renew`]:
+//! what the request names (a boot phase, a node, a MAC) is in its body or
+//! query, so the handler asks these functions once it has parsed them.
+//!
+//! - A **node** reports the phases [`node_phase`] lists, about its own system
+//!   only (naming another system or another system's MAC is refused, not
+//!   rewritten); it reads its own timeline and its own manifest.
+//! - A **job server** reports the phases [`jobserver_phase`] lists about any
+//!   node, and only its reports attest `/ipxe/` requests
+//!   ([`Reporter::attesting_jobserver`]): only its own certificate says
+//!   which job server reports. It reads every timeline, and it alone sends a
+//!   heartbeat (for the row its certificate names).
+//! - **Admins** report any phase but `script_served` (which `/ipxe/` records
+//!   itself) about any node, and read any node's manifest by naming it.
+//! - **Read-only users** read every timeline and write none.
+//! - The **shared API key** in `all` mode is an admin; otherwise it cannot
+//!   say which node it speaks for, and is refused.
+//! - Renewal is for the holder of an agent certificate only.
 
+use mprov_api::boot::BootPhase;
 use serde_json::Value;
 
+use crate::boot::{jobserver_phase, node_phase};
 use crate::config::SharedKeyMode;
 use crate::db::Db;
 use crate::db::crud::ListQuery;
 use crate::db::kinds::{self, JobServerWrite, Kind, NodeAccess, Ty};
-use crate::identity::Principal;
+use crate::identity::{Machine, Principal};
 
-/// Why a principal may not make a request.
+/// Why a principal may not make a request. The HTTP layer maps each to its
+/// status and message (`From<AccessError> for ApiError`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AccessError {
-    /// Authenticated, but not allowed (403).
+    /// A request without credentials reached a rule that needs them.
+    #[error("no credentials")]
+    Anonymous,
+    /// A read-only account tried to write boot events.
+    #[error("a read-only account cannot write boot events")]
+    BootEventsReadOnly,
+    /// An inventory rule refused it, with what the principal may do.
     #[error("{0}")]
     Forbidden(String),
-    /// These credentials are turned off (401).
-    #[error("{0}")]
-    Unauthorized(String),
+    /// Someone other than a job server's certificate sent a heartbeat.
+    #[error("a heartbeat not from a job server's certificate")]
+    HeartbeatNotFromJobServer,
+    /// An admin asked for a manifest without naming the node.
+    #[error("a manifest asked for without naming the node")]
+    ManifestNamesNoNode,
+    /// A manifest asked for by someone other than the node or an admin.
+    #[error("a manifest asked for by someone other than its node")]
+    ManifestNotOwn,
+    /// A node's certificate whose host name has no system row.
+    #[error("no system {host}")]
+    NodeHasNoSystem {
+        /// The host name the certificate names.
+        host: String,
+    },
+    /// A node's certificate read another node's boot events.
+    #[error("node {host} read another node's boot events")]
+    NodeReadsAnother {
+        /// The node's host name.
+        host: String,
+    },
+    /// A node's certificate wrote a boot event naming another node.
+    #[error("node {host} wrote a boot event for another node")]
+    NodeWritesAnother {
+        /// The node's host name.
+        host: String,
+    },
+    /// A reporter sent a phase its kind does not report.
+    #[error("{by} does not report {phase:?}")]
+    PhaseNotReportedBy {
+        /// Who reported it: `"a node"`, `"a job server"`.
+        by: &'static str,
+        /// The phase.
+        phase: BootPhase,
+    },
+    /// Renewal asked for without an agent's certificate.
+    #[error("renewal without an agent certificate")]
+    RenewalNeedsCertificate,
+    /// An admin reported `script_served`, which `/ipxe/` records itself.
+    #[error("script_served reported by an admin")]
+    ScriptServedReported,
+    /// The shared API key asked for something only a certificate can say
+    /// (which node it speaks for).
+    #[error("the shared API key cannot say which node it speaks for")]
+    SharedKeyNamesNoNode,
+    /// The shared API key, turned off (`MPROV_SHARED_KEY_MODE=off`).
+    #[error("the shared API key is turned off")]
+    SharedKeyOff,
 }
 
 /// A request's method, as the rules tell them apart.
@@ -82,12 +159,24 @@ impl Method {
     }
 }
 
-/// Whether a path is served to anyone.
-pub fn is_public(path: &str) -> bool {
-    matches!(
-        path,
-        "/api/v1/openapi.json" | "/ca.crt" | "/ipxe/" | "/enroll/jobserver/" | "/enroll/node/"
-    )
+/// What an authenticated request reaches, as [`check`] tells it apart: the
+/// HTTP layer parses it from the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target<'a> {
+    /// The API's index (its root).
+    Index,
+    /// `<kind>[/<key>[/<rest>]]` under the API root.
+    Inventory {
+        /// The kind (`systems`, `nics`, ...), as in the path.
+        kind: &'a str,
+        /// The object's id or name.
+        key: Option<&'a str>,
+        /// What follows the key (`config`, `hosts/<name>`, ...).
+        rest: Option<&'a str>,
+    },
+    /// Anything else (an unknown path: answered 404 to those who may read
+    /// the inventory).
+    Elsewhere,
 }
 
 /// Whether `principal` may write `fields` of an object of `kind` it was
@@ -123,40 +212,16 @@ fn forbid(msg: &str) -> AccessError {
     AccessError::Forbidden(msg.to_owned())
 }
 
-/// The path split after `/api/v1/`: kind, key, rest.
-fn api_parts(path: &str) -> Option<(&str, Option<&str>, Option<&str>)> {
-    let rest = path.strip_prefix("/api/v1/")?;
-    let mut it = rest.trim_end_matches('/').splitn(3, '/');
-    let kind = it.next().filter(|k| !k.is_empty())?;
-    Some((kind, it.next().filter(|k| !k.is_empty()), it.next()))
-}
-
-/// Checks that `principal` may make this request.
+/// Checks that `principal` may make this request to the inventory.
 pub async fn check(
     db: &Db,
     mode: SharedKeyMode,
     principal: &Principal,
     method: Method,
-    path: &str,
+    target: Target<'_>,
     query: Option<&str>,
 ) -> Result<(), AccessError> {
     let read = matches!(method, Method::Get | Method::Head | Method::Options);
-    // What anyone may reach, anyone authenticated may too.
-    if is_public(path) {
-        return Ok(());
-    }
-    // The boot timeline, manifest and heartbeat decide per identity
-    // themselves (a node writes and reads its own, a job server writes for
-    // nodes and its own load): crate::http::boot.
-    if [
-        mprov_api::boot::EVENTS_PATH,
-        mprov_api::boot::MANIFEST_PATH,
-        mprov_api::boot::HEARTBEAT_PATH,
-    ]
-    .contains(&path)
-    {
-        return Ok(());
-    }
     match principal {
         Principal::Anonymous => Ok(()),
         Principal::User { is_admin, .. } => {
@@ -168,20 +233,15 @@ pub async fn check(
         }
         Principal::ApiKey { shared, .. } => match (shared, mode) {
             (false, _) | (true, SharedKeyMode::All) => Ok(()),
-            (true, SharedKeyMode::Off) => Err(AccessError::Unauthorized(
-                "the shared API key is turned off (MPROV_SHARED_KEY_MODE=off); enroll with a token instead".into(),
-            )),
-            (true, SharedKeyMode::Nodes) => node_self(db, None, method, path, query)
+            (true, SharedKeyMode::Off) => Err(AccessError::SharedKeyOff),
+            (true, SharedKeyMode::Nodes) => node_self(db, None, method, target, query)
                 .await
                 .map_err(|_| {
                     forbid("MPROV_SHARED_KEY_MODE=nodes: the shared API key only reaches what a node does to itself")
                 }),
         },
         Principal::Machine(agent) if agent.is_node() => {
-            if path == "/enroll/renew/" {
-                return Ok(());
-            }
-            node_self(db, Some(&agent.identity), method, path, query)
+            node_self(db, Some(&agent.identity), method, target, query)
                 .await
                 .map_err(|()| {
                     forbid(&format!(
@@ -190,7 +250,7 @@ pub async fn check(
                     ))
                 })
         }
-        Principal::Machine(agent) => jobserver(db, &agent.identity, method, path, read).await,
+        Principal::Machine(agent) => jobserver(db, &agent.identity, method, target, read).await,
     }
 }
 
@@ -200,11 +260,11 @@ async fn node_self(
     db: &Db,
     hostname: Option<&str>,
     method: Method,
-    path: &str,
+    target: Target<'_>,
     query: Option<&str>,
 ) -> Result<(), ()> {
     let allowed_method = matches!(method, Method::Get | Method::Head | Method::Patch);
-    let Some((kind, key, rest)) = api_parts(path) else {
+    let Target::Inventory { kind, key, rest } = target else {
         return Err(());
     };
     if !allowed_method {
@@ -269,7 +329,7 @@ async fn jobserver(
     db: &Db,
     name: &str,
     method: Method,
-    path: &str,
+    target: Target<'_>,
     read: bool,
 ) -> Result<(), AccessError> {
     let deny = || {
@@ -277,14 +337,10 @@ async fn jobserver(
             "a job server's certificate ({name}) reads the inventory and writes only its own state"
         ))
     };
-    if path == "/enroll/renew/" {
-        return Ok(());
-    }
-    if read && (path == "/api/v1/" || path == "/api/v1") {
-        return Ok(());
-    }
-    let Some((resource, key, rest)) = api_parts(path) else {
-        return Err(deny());
+    let (resource, key, rest) = match target {
+        Target::Index if read => return Ok(()),
+        Target::Inventory { kind, key, rest } => (kind, key, rest),
+        Target::Index | Target::Elsewhere => return Err(deny()),
     };
     if !kinds::visibility(resource).jobservers {
         return Err(deny());
@@ -318,5 +374,351 @@ async fn jobserver(
             }
         }
         _ => Err(deny()),
+    }
+}
+
+/// Who a principal is to the boot timeline, the manifest and the heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootRole {
+    /// Admin users and API keys, by the name their events carry
+    /// (`user:<name>`, `apikey:<name>`): read and write for any node.
+    Admin(String),
+    /// A job server, by name: writes events for nodes, reads every
+    /// timeline, sends its own heartbeat.
+    JobServer(String),
+    /// A node, by host name: its own events and manifest only.
+    Node(String),
+    /// Read-only users read every timeline.
+    Reader,
+}
+
+/// The boot role of `principal` under shared-key `mode`. Pure.
+pub fn boot_role(principal: &Principal, mode: SharedKeyMode) -> Result<BootRole, AccessError> {
+    match principal {
+        Principal::Anonymous => Err(AccessError::Anonymous),
+        Principal::User { username, is_admin } => Ok(if *is_admin {
+            BootRole::Admin(format!("user:{username}"))
+        } else {
+            BootRole::Reader
+        }),
+        Principal::ApiKey { name, shared, .. } => {
+            if !*shared || mode == SharedKeyMode::All {
+                Ok(BootRole::Admin(format!("apikey:{name}")))
+            } else {
+                Err(AccessError::SharedKeyNamesNoNode)
+            }
+        }
+        Principal::Machine(m) if m.is_node() => Ok(BootRole::Node(m.identity.clone())),
+        Principal::Machine(m) => Ok(BootRole::JobServer(m.identity.clone())),
+    }
+}
+
+/// Who writes a boot event, once [`may_report`] allowed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reporter<'a> {
+    /// An admin, by the name its events carry.
+    Admin(&'a str),
+    /// A job server, by name.
+    JobServer(&'a str),
+    /// A node, by host name: about its own system only
+    /// ([`node_reports_itself`]).
+    Node(&'a str),
+}
+
+impl Reporter<'_> {
+    /// What the event's `source` says.
+    pub fn source(&self) -> String {
+        match self {
+            Reporter::Admin(name) => (*name).to_owned(),
+            Reporter::JobServer(name) => format!("jobserver:{name}"),
+            Reporter::Node(host) => format!("node:{host}"),
+        }
+    }
+
+    /// The job server whose report this is, if it is one: only a job
+    /// server's own certificate says which job server reports, so only its
+    /// reports attest `/ipxe/` requests.
+    pub fn attesting_jobserver(&self) -> Option<&str> {
+        match self {
+            Reporter::JobServer(name) => Some(name),
+            Reporter::Admin(_) | Reporter::Node(_) => None,
+        }
+    }
+}
+
+/// Whether `role` may report `phase`, and as whom. Pure.
+pub fn may_report(role: &BootRole, phase: BootPhase) -> Result<Reporter<'_>, AccessError> {
+    match role {
+        BootRole::Reader => Err(AccessError::BootEventsReadOnly),
+        BootRole::Node(_) if !node_phase(phase) => Err(AccessError::PhaseNotReportedBy {
+            by: "a node",
+            phase,
+        }),
+        BootRole::Node(host) => Ok(Reporter::Node(host)),
+        BootRole::JobServer(_) if !jobserver_phase(phase) => Err(AccessError::PhaseNotReportedBy {
+            by: "a job server",
+            phase,
+        }),
+        BootRole::JobServer(name) => Ok(Reporter::JobServer(name)),
+        BootRole::Admin(_) if phase == BootPhase::ScriptServed => {
+            Err(AccessError::ScriptServedReported)
+        }
+        BootRole::Admin(name) => Ok(Reporter::Admin(name)),
+    }
+}
+
+/// A node's event is about its own system: `own` is the system id of its
+/// host name `host`, `named_system` and `named_mac` the system the report's
+/// `system` and `mac` name (`None`: the report names none; `Some(None)`: no
+/// system has it). Naming another node is refused, not silently rewritten.
+/// The node's system id, when allowed. Pure.
+pub fn node_reports_itself(
+    host: &str,
+    own: Option<i64>,
+    named_system: Option<Option<i64>>,
+    named_mac: Option<Option<i64>>,
+) -> Result<i64, AccessError> {
+    let Some(id) = own else {
+        return Err(AccessError::NodeHasNoSystem {
+            host: host.to_owned(),
+        });
+    };
+    let other = |named: Option<Option<i64>>| named.is_some_and(|n| n != Some(id));
+    if other(named_system) || other(named_mac) {
+        tracing::warn!(node = %host, "refused a boot event a node wrote for another node");
+        return Err(AccessError::NodeWritesAnother {
+            host: host.to_owned(),
+        });
+    }
+    Ok(id)
+}
+
+/// Whether `role` may read the timeline a query names: `named_host` is the
+/// host name of the system it names (`None`: it names none; `Some(None)`: no
+/// such system), `names_mac` whether it names a MAC. A node reads its own
+/// only; the host name to read when a node named nothing. Pure.
+pub fn may_read_events<'a>(
+    role: &'a BootRole,
+    named_host: Option<Option<&str>>,
+    names_mac: bool,
+) -> Result<Option<&'a str>, AccessError> {
+    let BootRole::Node(host) = role else {
+        return Ok(None);
+    };
+    match named_host {
+        None if !names_mac => Ok(Some(host)),
+        Some(Some(named)) if named == host => Ok(None),
+        _ => Err(AccessError::NodeReadsAnother { host: host.clone() }),
+    }
+}
+
+/// Whose manifest `role` may read, given the `system` it asked for: a node
+/// its own (naming itself or nobody), an admin anyone it names. Pure.
+pub fn manifest_for(role: &BootRole, asked: Option<String>) -> Result<String, AccessError> {
+    match (role, asked) {
+        (BootRole::Node(h), None) => Ok(h.clone()),
+        (BootRole::Node(h), Some(s)) if s == *h => Ok(s),
+        (BootRole::Admin(_), Some(s)) => Ok(s),
+        (BootRole::Admin(_), None) => Err(AccessError::ManifestNamesNoNode),
+        _ => Err(AccessError::ManifestNotOwn),
+    }
+}
+
+/// The job server a heartbeat from `role` is about: only a job server's own
+/// certificate sends one, since nobody else can say which job server it
+/// speaks for. Pure.
+pub fn heartbeat_from(role: &BootRole) -> Result<&str, AccessError> {
+    match role {
+        BootRole::JobServer(name) => Ok(name),
+        _ => Err(AccessError::HeartbeatNotFromJobServer),
+    }
+}
+
+/// The certificate a renewal replaces: only an agent's (a node's or a job
+/// server's) is renewed. The shared key turned off is refused as it is
+/// everywhere. Pure.
+pub fn may_renew(principal: &Principal, mode: SharedKeyMode) -> Result<&Machine, AccessError> {
+    match principal {
+        Principal::Machine(machine) => Ok(machine),
+        Principal::ApiKey { shared: true, .. } if mode == SharedKeyMode::Off => {
+            Err(AccessError::SharedKeyOff)
+        }
+        Principal::Anonymous => Err(AccessError::Anonymous),
+        Principal::User { .. } | Principal::ApiKey { .. } => {
+            Err(AccessError::RenewalNeedsCertificate)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::Profile;
+
+    fn machine(profile: Profile, identity: &str) -> Principal {
+        Principal::Machine(Machine {
+            profile,
+            identity: identity.into(),
+            serial: "01".into(),
+        })
+    }
+
+    fn shared() -> Principal {
+        Principal::ApiKey {
+            id: 1,
+            name: "shared".into(),
+            shared: true,
+        }
+    }
+
+    #[test]
+    fn boot_roles_follow_the_principal_and_the_shared_key_mode() {
+        let admin = Principal::User {
+            username: "root".into(),
+            is_admin: true,
+        };
+        let reader = Principal::User {
+            username: "ro".into(),
+            is_admin: false,
+        };
+        let all = SharedKeyMode::All;
+        assert_eq!(
+            boot_role(&admin, all),
+            Ok(BootRole::Admin("user:root".into()))
+        );
+        assert_eq!(boot_role(&reader, all), Ok(BootRole::Reader));
+        assert_eq!(
+            boot_role(&shared(), all),
+            Ok(BootRole::Admin("apikey:shared".into()))
+        );
+        for mode in [SharedKeyMode::Nodes, SharedKeyMode::Off] {
+            assert_eq!(
+                boot_role(&shared(), mode),
+                Err(AccessError::SharedKeyNamesNoNode)
+            );
+        }
+        assert_eq!(
+            boot_role(&machine(Profile::Node, "c01"), all),
+            Ok(BootRole::Node("c01".into()))
+        );
+        assert_eq!(
+            boot_role(&machine(Profile::Jobserver, "js1"), all),
+            Ok(BootRole::JobServer("js1".into()))
+        );
+        assert_eq!(
+            boot_role(&Principal::Anonymous, all),
+            Err(AccessError::Anonymous)
+        );
+    }
+
+    #[test]
+    fn who_reports_which_phase_and_who_attests_ipxe() {
+        let node = BootRole::Node("c01".into());
+        let js = BootRole::JobServer("js1".into());
+        let admin = BootRole::Admin("user:root".into());
+        assert_eq!(
+            may_report(&node, BootPhase::Ready),
+            Ok(Reporter::Node("c01"))
+        );
+        assert_eq!(
+            may_report(&node, BootPhase::DhcpAcked),
+            Err(AccessError::PhaseNotReportedBy {
+                by: "a node",
+                phase: BootPhase::DhcpAcked
+            })
+        );
+        assert_eq!(
+            may_report(&js, BootPhase::Ready),
+            Err(AccessError::PhaseNotReportedBy {
+                by: "a job server",
+                phase: BootPhase::Ready
+            })
+        );
+        assert_eq!(
+            may_report(&admin, BootPhase::ScriptServed),
+            Err(AccessError::ScriptServedReported)
+        );
+        assert_eq!(
+            may_report(&BootRole::Reader, BootPhase::Ready),
+            Err(AccessError::BootEventsReadOnly)
+        );
+        // Only a job server's own report attests /ipxe/.
+        let by_js = may_report(&js, BootPhase::DhcpAcked).unwrap();
+        assert_eq!(by_js.attesting_jobserver(), Some("js1"));
+        assert_eq!(by_js.source(), "jobserver:js1");
+        let by_admin = may_report(&admin, BootPhase::DhcpAcked).unwrap();
+        assert_eq!(by_admin.attesting_jobserver(), None);
+        assert_eq!(by_admin.source(), "user:root");
+        assert_eq!(Reporter::Node("c01").attesting_jobserver(), None);
+    }
+
+    #[test]
+    fn a_node_reports_and_reads_only_itself() {
+        let mine = |system, mac| node_reports_itself("c01", Some(7), system, mac);
+        assert_eq!(mine(None, None), Ok(7));
+        assert_eq!(mine(Some(Some(7)), Some(Some(7))), Ok(7));
+        let another = Err(AccessError::NodeWritesAnother { host: "c01".into() });
+        assert_eq!(mine(Some(Some(8)), None), another);
+        assert_eq!(mine(None, Some(Some(8))), another);
+        assert_eq!(mine(None, Some(None)), another);
+        assert_eq!(
+            node_reports_itself("c01", None, None, None),
+            Err(AccessError::NodeHasNoSystem { host: "c01".into() })
+        );
+
+        let node = BootRole::Node("c01".into());
+        assert_eq!(may_read_events(&node, None, false), Ok(Some("c01")));
+        assert_eq!(may_read_events(&node, Some(Some("c01")), false), Ok(None));
+        let reads_another = Err(AccessError::NodeReadsAnother { host: "c01".into() });
+        assert_eq!(
+            may_read_events(&node, Some(Some("c02")), false),
+            reads_another
+        );
+        assert_eq!(may_read_events(&node, Some(None), false), reads_another);
+        assert_eq!(may_read_events(&node, None, true), reads_another);
+        assert_eq!(may_read_events(&BootRole::Reader, None, true), Ok(None));
+    }
+
+    #[test]
+    fn manifests_heartbeats_and_renewals() {
+        let node = BootRole::Node("c01".into());
+        let admin = BootRole::Admin("apikey:k".into());
+        assert_eq!(manifest_for(&node, None), Ok("c01".into()));
+        assert_eq!(manifest_for(&node, Some("c01".into())), Ok("c01".into()));
+        assert_eq!(
+            manifest_for(&node, Some("c02".into())),
+            Err(AccessError::ManifestNotOwn)
+        );
+        assert_eq!(manifest_for(&admin, Some("c02".into())), Ok("c02".into()));
+        assert_eq!(
+            manifest_for(&admin, None),
+            Err(AccessError::ManifestNamesNoNode)
+        );
+        assert_eq!(
+            manifest_for(&BootRole::JobServer("js1".into()), None),
+            Err(AccessError::ManifestNotOwn)
+        );
+
+        assert_eq!(
+            heartbeat_from(&BootRole::JobServer("js1".into())),
+            Ok("js1")
+        );
+        for role in [node, admin, BootRole::Reader] {
+            assert_eq!(
+                heartbeat_from(&role),
+                Err(AccessError::HeartbeatNotFromJobServer)
+            );
+        }
+
+        let js = machine(Profile::Jobserver, "js1");
+        assert!(may_renew(&js, SharedKeyMode::All).is_ok());
+        assert_eq!(
+            may_renew(&shared(), SharedKeyMode::Off).err(),
+            Some(AccessError::SharedKeyOff)
+        );
+        assert_eq!(
+            may_renew(&shared(), SharedKeyMode::All).err(),
+            Some(AccessError::RenewalNeedsCertificate)
+        );
     }
 }

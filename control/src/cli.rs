@@ -376,6 +376,26 @@ async fn serve(settings: Settings) -> Result<()> {
     // after must shut it down cleanly, not kill it.
     let signals = mprov_process::Signals::new()?;
     let (config, db, sb) = open(settings).await?;
+    let report = set_up(&config, &db, &sb).await?;
+    let web_user = service_user(&config)?;
+    close_first_start_pool(db).await;
+    tighten_folders(&config, web_user.as_ref())?;
+    let (signer, tls) = spawn_signer(&config).await?;
+    let listeners = bind(&config, &tls, &report).await?;
+    drop_privileges(&config, web_user.as_ref())?;
+    let db = reopen_pool(&config).await?;
+    let state = Arc::new(
+        http::Inner::new(db, Arc::new(config), sb)
+            .with_ca(tls.ca_pem.clone())
+            .with_signer(signer),
+    );
+    run_servers(state, listeners, signals).await
+}
+
+/// Start-up step: the first start's set-up with the database opened as the
+/// starting user (schema, admin account, secrets), the token the local job
+/// server enrolls with, and the site certificate's settings checked.
+async fn set_up(config: &Config, db: &Db, sb: &SecretBox) -> Result<first_start::Report> {
     tracing::info!(
         "database: {} ({}); time zone {}",
         crate::db::redact_url(&config.database_url),
@@ -387,43 +407,60 @@ async fn serve(settings: Settings) -> Result<()> {
             "MPROV_SKIP_VERSION_CHECK=1: the API version check is off; never do this in production"
         );
     }
-    let report = first_start::run(&config, &db, &sb).await?;
+    let report = first_start::run(config, db, sb).await?;
     if config.shared_key_mode == crate::config::SharedKeyMode::All {
         tracing::warn!(
             "MPROV_SHARED_KEY_MODE=all: the shared API key still works everywhere; enroll job servers and nodes with certificates, then set it to nodes or off"
         );
     }
-    local_enroll_token(&config, &db).await?;
-    https::site_cert(&config).context("cannot set up TLS")?;
-    // Started as root, the helper and this service each become their own
-    // system user; MPROV_SERVICE_USER=root keeps this service root (not advised).
-    let root = privileges::is_root();
-    let web_user = match &config.user {
-        Some(name) if root => Some(privileges::system_user(name)?),
+    local_enroll_token(config, db).await?;
+    https::site_cert(config).context("cannot set up TLS")?;
+    Ok(report)
+}
+
+/// Start-up step: the user this service becomes. Started as root, the
+/// helper and this service each become their own system user;
+/// MPROV_SERVICE_USER=root keeps this service root (not advised). `None`:
+/// this service keeps the user it runs as.
+fn service_user(config: &Config) -> Result<Option<nix::unistd::User>> {
+    Ok(match &config.user {
+        Some(name) if privileges::is_root() => Some(privileges::system_user(name)?),
         _ => None,
-    };
-    // The first start is done with the database; the service's own pool is
-    // opened below, once the files are the service user's and this process
-    // is that user. Setting owners and modes opens and closes the SQLite
-    // files, which would drop the pool's locks (see `Db::close`).
+    })
+}
+
+/// Start-up step: the first start is done with the database; the service's
+/// own pool is opened by [`reopen_pool`], once the files are the service
+/// user's and this process is that user. Setting owners and modes opens and
+/// closes the SQLite files, which would drop the pool's locks (see
+/// `Db::close`).
+async fn close_first_start_pool(db: Db) {
     db.close().await;
-    drop(db);
-    // Before the signer reads the CA: the folders are root's again, and only
-    // the database's own folder is the service user's.
-    secure_folders(&config, web_user.as_ref())?;
+}
+
+/// Start-up step, before the signer reads the CA: the folders are root's
+/// again, and only the database's own folder is the service user's.
+fn tighten_folders(config: &Config, web_user: Option<&nix::unistd::User>) -> Result<()> {
+    secure_folders(config, web_user)?;
     ca::ensure_dir(&config.tls_dir).context("cannot set up TLS")?;
+    Ok(())
+}
+
+/// Start-up step: the signing helper, started (as its own user when this
+/// process is root), and the TLS set-up it signs.
+async fn spawn_signer(config: &Config) -> Result<(SignerClient, https::Tls)> {
     let signer = SignerClient::spawn(SpawnSpec {
         exe: std::env::current_exe().context("cannot find this program's path")?,
         tls_dir: config.tls_dir.clone(),
         hostname: config.hostname.clone(),
-        user: if root {
+        user: if privileges::is_root() {
             config.signer_user.clone()
         } else {
             None
         },
     })
     .await?;
-    let tls = https::prepare(&config, &signer)
+    let tls = https::prepare(config, &signer)
         .await
         .context("cannot set up TLS")?;
     match &tls.server {
@@ -438,6 +475,24 @@ async fn serve(settings: Settings) -> Result<()> {
         tls.dir.join(ca::CA_CERT).display(),
         tls.ca_fingerprint()
     );
+    Ok((signer, tls))
+}
+
+/// What [`bind`] bound: the HTTP listener, and the HTTPS one with its TLS
+/// configuration.
+struct Listeners {
+    http: tokio::net::TcpListener,
+    https: Option<(std::net::TcpListener, Arc<rustls::ServerConfig>)>,
+}
+
+/// Start-up step: binds the listeners (ports under 1024 need root, so before
+/// the switch of user) and writes the listen files, where only root may
+/// write.
+async fn bind(
+    config: &Config,
+    tls: &https::Tls,
+    report: &first_start::Report,
+) -> Result<Listeners> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -449,7 +504,7 @@ async fn serve(settings: Settings) -> Result<()> {
                     "cannot listen on {at} for HTTPS (MPROV_HTTPS_LISTEN; `off` turns HTTPS off)"
                 )
             })?;
-            Some((l.local_addr()?, l, https::server_config(&tls)?))
+            Some((l.local_addr()?, l, https::server_config(tls)?))
         }
         None => None,
     };
@@ -460,18 +515,25 @@ async fn serve(settings: Settings) -> Result<()> {
     if let Some((at, _, _)) = &https {
         tracing::info!("HTTPS on https://{at}/api/v1/ (client certificates from the CA accepted)");
     }
-    if let Some(p) = report.password_file {
+    if let Some(p) = &report.password_file {
         tracing::info!("the admin password is in {}", p.display());
     }
-    // Written before the switch of user: the files may be where only root
-    // writes.
     if let Some(path) = &config.listen_file {
         write_address(path, addr)?;
     }
     if let (Some(path), Some((at, _, _))) = (&config.https_listen_file, &https) {
         write_address(path, *at)?;
     }
-    match &web_user {
+    Ok(Listeners {
+        http: listener,
+        https: https.map(|(_, l, server_config)| (l, server_config)),
+    })
+}
+
+/// Start-up step: becomes the service user, and checks it can open the
+/// SQLite database.
+fn drop_privileges(config: &Config, web_user: Option<&nix::unistd::User>) -> Result<()> {
+    match web_user {
         Some(user) => {
             privileges::drop_to(user)?;
             if let Some(db) = crate::db::sqlite_path(&config.database_url) {
@@ -493,21 +555,30 @@ async fn serve(settings: Settings) -> Result<()> {
                 config.signer_user.as_deref().unwrap_or("root")
             );
         }
-        None if root => {
+        None if privileges::is_root() => {
             tracing::warn!("MPROV_SERVICE_USER=root: the web service keeps running as root")
         }
         None => tracing::info!(
             "not started as root: the web service and the signing helper share this user"
         ),
     }
-    // Opened as the user that serves, after every file of the database was
-    // handled (so any -wal and -shm files it makes are that user's too).
-    let db = Db::connect(&config.database_url).await?;
-    let state = Arc::new(
-        http::Inner::new(db, Arc::new(config), sb)
-            .with_ca(tls.ca_pem.clone())
-            .with_signer(signer),
-    );
+    Ok(())
+}
+
+/// Start-up step: the service's own pool, opened as the user that serves,
+/// after every file of the database was handled (so any -wal and -shm files
+/// it makes are that user's too).
+async fn reopen_pool(config: &Config) -> Result<Db> {
+    Ok(Db::connect(&config.database_url).await?)
+}
+
+/// The last step: serves on `listeners` until a signal (or the loss of the
+/// signing helper) stops it.
+async fn run_servers(
+    state: http::AppState,
+    listeners: Listeners,
+    signals: mprov_process::Signals,
+) -> Result<()> {
     let shutdown = CancellationToken::new();
     signals.cancel_on_signal(shutdown.clone());
     let mut servers = JoinSet::new();
@@ -526,12 +597,13 @@ async fn serve(settings: Settings) -> Result<()> {
         });
     }
     let (plain, stop) = (state.clone(), shutdown.clone());
+    let http_listener = listeners.http;
     servers.spawn(async move {
-        http::serve(listener, plain, stop)
+        http::serve(http_listener, plain, stop)
             .await
             .context("HTTP server failed")
     });
-    if let Some((_, l, server_config)) = https {
+    if let Some((l, server_config)) = listeners.https {
         let stop = shutdown.clone();
         servers.spawn(async move {
             http::serve_tls(l, server_config, state, stop)
@@ -542,8 +614,6 @@ async fn serve(settings: Settings) -> Result<()> {
     mprov_process::run_servers(servers, shutdown).await
 }
 
-/// Until a job server has enrolled, leaves a fresh one-time token in the
-/// config folder for the job server on this host; afterwards removes it.
 async fn local_enroll_token(config: &Config, db: &Db) -> Result<()> {
     let path = config.config_dir.join(crate::enrollment::TOKEN_FILE);
     if crate::enrollment::jobserver_enrolled(db).await? {

@@ -31,68 +31,91 @@ use crate::secrets;
 use crate::time::{format_ts, now};
 use mprov_api::enroll::{Enrolled, JobserverEnrollment, NodeEnrollment};
 
-/// Why an enrollment, a token or a credential operation failed. The HTTP
-/// layer maps each to its status (`From<EnrollError> for ApiError`).
+/// Why an enrollment, a token or a credential operation failed: the facts,
+/// which the HTTP layer alone turns into statuses and messages
+/// (`From<EnrollError> for ApiError`).
 #[derive(Debug, thiserror::Error)]
 pub enum EnrollError {
-    /// The token, nonce or certificate does not allow it (401).
-    #[error("{0}")]
-    Refused(String),
-    /// The token was made for another name (403).
-    #[error("{0}")]
-    WrongName(String),
-    /// It clashes with a live certificate or a concurrent enrollment (409).
-    #[error("{message}")]
-    Conflict {
-        /// What clashes and what to do.
-        message: String,
-        /// The field at fault.
-        field: Option<String>,
-    },
-    /// A field of the request is not valid (400).
-    #[error("{field}: {message}")]
-    Invalid {
-        /// The field.
-        field: String,
-        /// What it must be.
-        message: String,
-    },
-    /// No such credential (404).
+    /// No credential has this id.
     #[error("no credential {0}")]
-    NoCredential(i64),
-    /// The helper refused the CSR, with its reason (400).
-    #[error("{0}")]
+    CredentialUnknown(i64),
+    /// The helper refused the CSR, with its reason.
+    #[error("the signing helper refused the CSR: {0}")]
     CsrRefused(String),
-    /// The helper is down for now; nothing was enrolled (503).
-    #[error("{message}")]
-    SignerDown {
-        /// What is down and what to do.
-        message: String,
-        /// Why the helper could not be reached.
-        #[source]
-        source: SignerError,
-    },
-    /// This service runs without a signing helper.
-    #[error("no signing helper")]
-    NoSigner,
     /// The database failed.
     #[error("enrollment database")]
     Db(#[from] sqlx::Error),
+    /// Other requests kept enrolling the same identity at the same time,
+    /// past every retry.
+    #[error("{identity} is being enrolled by other requests at the same time")]
+    EnrollmentCollided {
+        /// The identity.
+        identity: String,
+    },
+    /// A list of credentials was filtered by a field that has no filter.
+    #[error("credentials have no filter {0:?}")]
+    FilterUnknown(String),
+    /// A new-server token was presented for a job server that already holds
+    /// a valid certificate.
+    #[error("job server {name:?} already has a valid certificate")]
+    JobServerLive {
+        /// The job server's name.
+        name: String,
+    },
+    /// The job server's name cannot be one (see [`valid_name`]).
+    #[error("{0:?} is not a job server's name")]
+    NameInvalid(String),
+    /// The nonce expired at this time.
+    #[error("the enrollment nonce expired at {0}")]
+    NonceExpired(String),
+    /// Another request spent the nonce while this one was being signed.
+    #[error("the enrollment nonce was spent by a concurrent request")]
+    NonceRaced,
+    /// No nonce has this hash: never minted, cancelled by a newer one (each
+    /// boot through `/ipxe/` cancels the system's earlier unused nonces), or
+    /// expired long ago and deleted.
+    #[error("the enrollment nonce is unknown")]
+    NonceUnknown,
+    /// The nonce was already used at this time (a replay).
+    #[error("the enrollment nonce was already used at {0}")]
+    NonceUsed(String),
+    /// This service runs without a signing helper.
+    #[error("no signing helper")]
+    NoSigner,
+    /// The helper is down for now; nothing was enrolled.
+    #[error("the signing helper is down")]
+    SignerDown(#[source] SignerError),
     /// A time could not be computed.
     #[error("enrollment time")]
     Time(#[from] jiff::Error),
+    /// The token expired at this time.
+    #[error("the enrollment token expired at {0}")]
+    TokenExpired(String),
+    /// The token was made for another job server's name.
+    #[error("the enrollment token was made for {made_for:?}, not {asked:?}")]
+    TokenForAnotherName {
+        /// The name it was made for.
+        made_for: String,
+        /// The name asked for.
+        asked: String,
+    },
+    /// A token's lifetime out of range, in hours.
+    #[error("a token cannot last {0} hours")]
+    TokenHoursOutOfRange(u32),
+    /// Another request spent the token while this one was being signed.
+    #[error("the enrollment token was spent by a concurrent request")]
+    TokenRaced,
+    /// No token has this prefix and secret.
+    #[error("the enrollment token is unknown")]
+    TokenUnknown,
+    /// The token was already used at this time.
+    #[error("the enrollment token was already used at {0}")]
+    TokenUsed(String),
 }
 
-fn invalid(field: &str, message: &str) -> EnrollError {
-    EnrollError::Invalid {
-        field: field.to_owned(),
-        message: message.to_owned(),
-    }
-}
+/// The longest a token may last, in hours (30 days).
+pub const MAX_TOKEN_HOURS: u32 = 24 * 30;
 
-fn refused(message: &str) -> EnrollError {
-    EnrollError::Refused(message.to_owned())
-}
 /// How long an enrollment token is valid unless said otherwise.
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 /// The file a fresh token is left in for the local job server.
@@ -255,17 +278,13 @@ pub async fn enroll_jobserver(
     body: JobserverEnrollment,
 ) -> Result<Enrolled, EnrollError> {
     let prefix = match token_state(db, &body.token).await? {
-        Token::Unknown => return Err(refused("the enrollment token is not valid")),
+        Token::Unknown => return Err(EnrollError::TokenUnknown),
         Token::Used(at) => {
             tracing::warn!("enrollment: a used token was presented again");
-            return Err(refused(&format!(
-                "this enrollment token was already used at {at}; make a new one"
-            )));
+            return Err(EnrollError::TokenUsed(at));
         }
         Token::Unused { expires_at, .. } if expires_at <= now() => {
-            return Err(refused(&format!(
-                "this enrollment token expired at {expires_at}; make a new one"
-            )));
+            return Err(EnrollError::TokenExpired(expires_at));
         }
         Token::Unused {
             name,
@@ -275,20 +294,14 @@ pub async fn enroll_jobserver(
         } => {
             if name != body.name {
                 tracing::warn!(token_for = %name, asked = %body.name, "enrollment: a token was presented for another name");
-                return Err(EnrollError::WrongName(format!(
-                    "this enrollment token was made for {name:?} and cannot enroll {:?}; make a token for that name (mprov-control enroll-token --name {})",
-                    body.name, body.name
-                )));
+                return Err(EnrollError::TokenForAnotherName {
+                    made_for: name,
+                    asked: body.name,
+                });
             }
             if purpose == Purpose::New && live_certificate(db, "jobserver", &body.name).await? {
                 tracing::warn!(name = %body.name, "enrollment: a new-server token was presented for a live job server");
-                return Err(EnrollError::Conflict {
-                    message: format!(
-                        "job server {:?} already has a valid certificate, and this token is for a new job server; to replace its certificate, make a token for that (mprov-control enroll-token --name {} --replace), or revoke the old one first",
-                        body.name, body.name
-                    ),
-                    field: Some("name".into()),
-                });
+                return Err(EnrollError::JobServerLive { name: body.name });
             }
             prefix
         }
@@ -394,9 +407,10 @@ pub async fn enroll_node(
 ) -> Result<Enrolled, EnrollError> {
     let hash = secrets::hash_api_secret(body.nonce.trim());
     let select = "SELECT n.system_id AS system_id, n.expires_at AS expires_at, n.used_at AS used_at, s.hostname AS hostname FROM enroll_nonces n JOIN systems s ON s.id = n.system_id WHERE n.hash = ";
-    let row = db.row_where(select, &hash).await?.ok_or_else(|| {
-        refused("the enrollment nonce is not valid; boot the node again for a new one")
-    })?;
+    let row = db
+        .row_where(select, &hash)
+        .await?
+        .ok_or(EnrollError::NonceUnknown)?;
     let used: Option<String> = row.try_get("used_at").unwrap_or(None);
     if let Some(at) = used {
         tracing::warn!("enrollment: a used nonce was presented again");
@@ -415,15 +429,11 @@ pub async fn enroll_node(
         if let Err(e) = crate::boot::record(db, replay).await {
             tracing::warn!(error = %e, "cannot record the refused replay");
         }
-        return Err(refused(&format!(
-            "this enrollment nonce was already used at {at}; boot the node again for a new one"
-        )));
+        return Err(EnrollError::NonceUsed(at));
     }
     let expires: String = row.try_get("expires_at")?;
     if expires <= now() {
-        return Err(refused(&format!(
-            "this enrollment nonce expired at {expires}; boot the node again for a new one"
-        )));
+        return Err(EnrollError::NonceExpired(expires));
     }
     let hostname: String = row.try_get("hostname")?;
     let (enrolled, serial) = issue_agent_certificate(
@@ -527,12 +537,7 @@ async fn issue_agent_certificate(
         Ok(SignReply::Refused { reason }) => Err(EnrollError::CsrRefused(reason)),
         Err(err) => {
             tracing::error!("enrollment: {err}");
-            Err(EnrollError::SignerDown {
-                message: format!(
-                    "{err}; it is being started again: try again in a few seconds (nothing was enrolled, the token or nonce is not spent)"
-                ),
-                source: err,
-            })
+            Err(EnrollError::SignerDown(err))
         }
     }
 }
@@ -589,23 +594,18 @@ async fn commit_enrollment(
         match try_commit(db, consume.as_ref(), kind, identity, serial, not_after).await {
             Ok(true) => return Ok(()),
             Ok(false) => {
-                return Err(refused(match consume {
-                    Some(Consume::Token { .. }) => {
-                        "this enrollment token was used by another request at the same time"
-                    }
-                    _ => "this enrollment nonce was used by another request at the same time",
-                }));
+                return Err(match consume {
+                    Some(Consume::Token { .. }) => EnrollError::TokenRaced,
+                    _ => EnrollError::NonceRaced,
+                });
             }
             Err(e) if collision(&e) && attempt < COLLISION_RETRIES => {
                 tracing::debug!(%identity, attempt, "enrollment: collided with another enrollment; again");
                 tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
             }
             Err(e) if collision(&e) => {
-                return Err(EnrollError::Conflict {
-                    message: format!(
-                        "{identity} is being enrolled by other requests at the same time; try again"
-                    ),
-                    field: None,
+                return Err(EnrollError::EnrollmentCollided {
+                    identity: identity.to_owned(),
                 });
             }
             Err(e) => return Err(e.into()),
@@ -686,14 +686,11 @@ pub struct TokenRequest {
 /// `POST /api/v1/enroll-tokens/`: checks the request and makes the token.
 pub async fn new_token(db: &Db, body: TokenRequest) -> Result<NewToken, EnrollError> {
     let hours = body.hours.unwrap_or(24);
-    if hours == 0 || hours > 24 * 30 {
-        return Err(invalid("hours", "between 1 and 720 hours"));
+    if hours == 0 || hours > MAX_TOKEN_HOURS {
+        return Err(EnrollError::TokenHoursOutOfRange(hours));
     }
     if !valid_name(&body.name) {
-        return Err(invalid(
-            "name",
-            "the job server's name (letters, digits, '-', '.', '_'): only that name can enroll with the token",
-        ));
+        return Err(EnrollError::NameInvalid(body.name));
     }
     let ttl = Duration::from_secs(u64::from(hours) * 3600);
     Ok(create_token_for(db, &body.name, ttl, body.purpose.unwrap_or(Purpose::New)).await?)
@@ -735,7 +732,7 @@ pub async fn list_credentials<'a>(
                 sql.bind(Val::Text(Some(value.clone())));
             }
             other => {
-                return Err(invalid(other, "filter by identity or kind"));
+                return Err(EnrollError::FilterUnknown(other.to_owned()));
             }
         }
     }
@@ -768,7 +765,7 @@ pub async fn revoke_credential(db: &Db, id: i64) -> Result<(String, bool), Enrol
         .query()
         .fetch_optional(db.pool())
         .await?
-        .ok_or(EnrollError::NoCredential(id))?
+        .ok_or(EnrollError::CredentialUnknown(id))?
         .try_get("serial")?;
     let revoked = revoke_serial(db, &serial, "revoked by an administrator").await?;
     if revoked {

@@ -291,11 +291,6 @@ pub async fn index() -> Json<Value> {
     }))
 }
 
-/// `GET /api/v1/openapi.json`.
-pub async fn openapi() -> Json<&'static Value> {
-    Json(super::openapi::document())
-}
-
 /// `GET /api/v1/revision`: the inventory revision.
 pub async fn revision(State(st): State<AppState>) -> Result<Json<mprov_api::Revision>, ApiError> {
     let revision = st.db.revision().await.map_err(ApiError::internal)?;

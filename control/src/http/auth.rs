@@ -66,20 +66,56 @@ pub async fn authenticate(
     }
 }
 
-/// Authentication, authorisation and the version lock.
-pub async fn auth_layer(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+/// Which part of the router a request was routed to, and so what is checked
+/// before its handler: the router's structure says which paths are public
+/// ([`super::router`]), not a list here or in [`crate::access`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// Served to anyone: credentials, if sent, are still checked (and the
+    /// version lock with them), so a handler may tell who asks.
+    Public,
+    /// Needs credentials; the handler asks [`crate::access`] itself, with
+    /// what the request names (the boot timeline, manifest, heartbeat and
+    /// renewal).
+    Authenticated,
+    /// Needs credentials and [`access::check`] on the path: the inventory.
+    Inventory,
+}
+
+/// The layer of the router's public part.
+pub async fn public_layer(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    gate(&state, Part::Public, req, next).await
+}
+
+/// The layer of the part whose handlers decide access themselves.
+pub async fn authenticated_layer(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    gate(&state, Part::Authenticated, req, next).await
+}
+
+/// The layer of the inventory.
+pub async fn inventory_layer(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    gate(&state, Part::Inventory, req, next).await
+}
+
+/// Authentication, the version lock and, for the inventory, authorisation;
+/// the handler finds the [`Principal`] in the request's extensions.
+async fn gate(state: &AppState, part: Part, mut req: Request, next: Next) -> Response {
     let tls = req
         .extensions()
         .get::<std::sync::Arc<axum_server::tls::TlsInfo>>()
         .cloned();
-    let client = client_ip(&state, &req);
-    let principal = match authenticate(&state, req.headers(), tls.as_deref(), client).await {
+    let client = client_ip(state, &req);
+    let principal = match authenticate(state, req.headers(), tls.as_deref(), client).await {
         Ok(p) => p,
         Err(e) => return refuse(req, e).await,
     };
     let path = req.uri().path().to_owned();
     if principal == Principal::Anonymous {
-        if !access::is_public(&path) {
+        if part != Part::Public {
             return refuse(
                 req,
                 ApiError::Unauthorized(
@@ -104,21 +140,45 @@ pub async fn auth_layer(State(state): State<AppState>, mut req: Request, next: N
                 return refuse(req, ApiError::UpgradeRequired { client: sent }).await;
             }
         }
-        if let Err(e) = access::check(
-            &state.db,
-            state.config.shared_key_mode,
-            &principal,
-            access::Method::from_name(req.method().as_str()),
-            &path,
-            req.uri().query(),
-        )
-        .await
+        if part == Part::Inventory
+            && let Err(e) = access::check(
+                &state.db,
+                state.config.shared_key_mode,
+                &principal,
+                access::Method::from_name(req.method().as_str()),
+                target(&path),
+                req.uri().query(),
+            )
+            .await
         {
             return refuse(req, ApiError::from(e)).await;
         }
     }
     req.extensions_mut().insert(principal);
     next.run(req).await
+}
+
+/// What an inventory path reaches: `<kind>[/<key>[/<rest>]]` under
+/// [`mprov_api::API_PREFIX`], its root, or anything else.
+fn target(path: &str) -> access::Target<'_> {
+    let Some(under) = path.strip_prefix(mprov_api::API_PREFIX) else {
+        return access::Target::Elsewhere;
+    };
+    if under.is_empty() || under == "/" {
+        return access::Target::Index;
+    }
+    let Some(under) = under.strip_prefix('/') else {
+        return access::Target::Elsewhere;
+    };
+    let mut it = under.trim_end_matches('/').splitn(3, '/');
+    match it.next().filter(|k| !k.is_empty()) {
+        Some(kind) => access::Target::Inventory {
+            kind,
+            key: it.next().filter(|k| !k.is_empty()),
+            rest: it.next(),
+        },
+        None => access::Target::Elsewhere,
+    }
 }
 
 /// How much of a refused request's body is read before the refusal.
@@ -166,4 +226,37 @@ pub async fn edge_layer(State(state): State<AppState>, req: Request, next: Next)
         .unwrap_or_else(|| "-".into());
     tracing::debug!(%client, %method, %path, status = resp.status().as_u16(), "request");
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use access::Target;
+
+    #[test]
+    fn inventory_paths_become_targets() {
+        let inventory = |kind, key, rest| Target::Inventory { kind, key, rest };
+        for (path, want) in [
+            ("/api/v1", Target::Index),
+            ("/api/v1/", Target::Index),
+            ("/api/v1/systems/", inventory("systems", None, None)),
+            (
+                "/api/v1/systems/c01",
+                inventory("systems", Some("c01"), None),
+            ),
+            (
+                "/api/v1/systems/c01/config",
+                inventory("systems", Some("c01"), Some("config")),
+            ),
+            (
+                "/api/v1/images/x/hosts/js1",
+                inventory("images", Some("x"), Some("hosts/js1")),
+            ),
+            ("/api/v1//", Target::Elsewhere),
+            ("/api/v1x/systems", Target::Elsewhere),
+            ("/elsewhere", Target::Elsewhere),
+        ] {
+            assert_eq!(target(path), want, "{path}");
+        }
+    }
 }

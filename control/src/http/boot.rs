@@ -1,5 +1,8 @@
 //! The boot timeline and the boot manifest over HTTP; the timeline itself
-//! is [`crate::boot`].
+//! is [`crate::boot`], and who may report, read or fetch what is decided by
+//! [`crate::access`] (`boot_role`, `may_report`, `node_reports_itself`,
+//! `may_read_events`, `manifest_for`, `heartbeat_from`): these handlers parse,
+//! look up what the request names, and ask.
 //!
 //! - `POST /api/v1/boot/events` ([`EVENTS_PATH`](mprov_api::boot::EVENTS_PATH)): one step of a boot. Job
 //!   servers report what they served (DHCP offered/acked, proxyDHCP, boot
@@ -22,56 +25,22 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use mprov_api::boot::{
-    BootEvent, BootEventReport, BootManifest, BootPhase, Heartbeat, ImageFile, image_file_url,
+    BootEvent, BootEventReport, BootManifest, Heartbeat, ImageFile, image_file_url,
     jobserver_base_url,
 };
 
 use super::AppState;
 use super::error::ApiError;
+use crate::access::{self, BootRole};
 use crate::boot::{
-    MAX_DETAIL, NewEvent, Timeline, by_leased_ip, jobserver_phase, node_phase, record,
-    system_by_key, system_by_mac,
+    MAX_DETAIL, NewEvent, Timeline, by_leased_ip, record, system_by_key, system_by_mac,
 };
-use crate::config::SharedKeyMode;
 use crate::identity::Principal;
 use crate::netboot::{Lookup, NodeKey};
 
-/// Who is asking, for the timeline and the manifest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Role {
-    /// Admin users and API keys: read and write for any node.
-    Admin(String),
-    /// Read-only users and job servers read everything.
-    Reader,
-    /// A job server, by name: writes events for nodes.
-    JobServer(String),
-    /// A node, by host name: its own events and manifest only.
-    Node(String),
-}
-
-fn role(st: &AppState, p: &Principal) -> Result<Role, ApiError> {
-    match p {
-        Principal::Anonymous => Err(ApiError::Unauthorized(
-            "boot events need a node's or a job server's certificate, or an admin's credentials"
-                .into(),
-        )),
-        Principal::User { username, is_admin } => Ok(if *is_admin {
-            Role::Admin(format!("user:{username}"))
-        } else {
-            Role::Reader
-        }),
-        Principal::ApiKey { name, shared, .. } => {
-            if !*shared || st.config.shared_key_mode == SharedKeyMode::All {
-                Ok(Role::Admin(format!("apikey:{name}")))
-            } else {
-                Err(ApiError::Forbidden(
-                    "the shared API key cannot say which node it speaks for; use the node's certificate".into(),
-                ))
-            }
-        }
-        Principal::Machine(m) if m.is_node() => Ok(Role::Node(m.identity.clone())),
-        Principal::Machine(m) => Ok(Role::JobServer(m.identity.clone())),
-    }
+/// The caller's boot role ([`access::boot_role`]).
+fn role(st: &AppState, p: &Principal) -> Result<BootRole, ApiError> {
+    Ok(access::boot_role(p, st.config.shared_key_mode)?)
 }
 
 fn normal_mac(mac: &str) -> Result<String, ApiError> {
@@ -90,18 +59,15 @@ pub async fn heartbeat(
     axum::Extension(principal): axum::Extension<Principal>,
     Json(beat): Json<Heartbeat>,
 ) -> Result<StatusCode, ApiError> {
-    let Role::JobServer(name) = role(&st, &principal)? else {
-        return Err(ApiError::Forbidden(
-            "a heartbeat comes from a job server's own certificate, which names it".into(),
-        ));
-    };
+    let role = role(&st, &principal)?;
+    let name = access::heartbeat_from(&role)?;
     if !(0.0..=MAX_LOAD).contains(&beat.load_avg) {
         return Err(ApiError::invalid(
             "load_avg",
             format!("a load average from 0 to {MAX_LOAD}"),
         ));
     }
-    if crate::boot::heartbeat(&st.db, &name, beat.load_avg).await? {
+    if crate::boot::heartbeat(&st.db, name, beat.load_avg).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::Forbidden(format!(
@@ -125,62 +91,29 @@ pub async fn post_event(
         ));
     }
     let mac = body.mac.as_deref().map(normal_mac).transpose()?;
-    let ev = match role {
-        Role::Reader => {
-            return Err(ApiError::Forbidden(
-                "this account may read boot events but not write them".into(),
-            ));
-        }
-        Role::Node(host) => {
-            if !node_phase(body.phase) {
-                return Err(ApiError::invalid(
-                    "phase",
-                    format!("a node does not report {}", body.phase.as_str()),
-                ));
-            }
-            let (id, _) = system_by_key(db, &host)
-                .await?
-                .ok_or_else(|| ApiError::Forbidden(format!("no system {host}")))?;
-            // A node writes for itself only: naming another is refused, not
-            // silently rewritten.
-            let other_system = match &body.system {
-                Some(s) => system_by_key(db, s).await?.map(|(i, _)| i) != Some(id),
-                None => false,
+    let ev = match access::may_report(&role, body.phase)? {
+        reporter @ access::Reporter::Node(host) => {
+            let own = system_by_key(db, host).await?.map(|(i, _)| i);
+            let named_system = match &body.system {
+                Some(s) => Some(system_by_key(db, s).await?.map(|(i, _)| i)),
+                None => None,
             };
-            let other_mac = match &mac {
-                Some(m) => system_by_mac(db, m).await? != Some(id),
-                None => false,
+            let named_mac = match &mac {
+                Some(m) => Some(system_by_mac(db, m).await?),
+                None => None,
             };
-            if other_system || other_mac {
-                tracing::warn!(node = %host, "refused a boot event a node wrote for another node");
-                return Err(ApiError::Forbidden(format!(
-                    "a node's certificate writes boot events for its own system ({host}) only"
-                )));
-            }
+            let id = access::node_reports_itself(host, own, named_system, named_mac)?;
             NewEvent {
                 system_id: Some(id),
                 mac,
                 phase: body.phase,
-                source: format!("node:{host}"),
+                source: reporter.source(),
                 jobserver_id: None,
                 ip: body.ip,
                 detail: body.detail,
             }
         }
-        Role::JobServer(ref name) | Role::Admin(ref name) => {
-            let jobserver = matches!(role, Role::JobServer(_));
-            if jobserver && !jobserver_phase(body.phase) {
-                return Err(ApiError::invalid(
-                    "phase",
-                    format!("a job server does not report {}", body.phase.as_str()),
-                ));
-            }
-            if !jobserver && body.phase == BootPhase::ScriptServed {
-                return Err(ApiError::invalid(
-                    "phase",
-                    "script_served is recorded by /ipxe/ itself",
-                ));
-            }
+        reporter @ (access::Reporter::JobServer(_) | access::Reporter::Admin(_)) => {
             let (system_id, mac) = match (&body.system, &mac, body.ip) {
                 (Some(s), _, _) => {
                     let (id, _) = system_by_key(db, s)
@@ -207,22 +140,15 @@ pub async fn post_event(
                     ));
                 }
             };
-            // Only a job server's own certificate says which job server
-            // reports, so only its reports can attest `/ipxe/` requests.
-            let jobserver_id = if jobserver {
-                crate::boot::jobserver_id(db, name).await?
-            } else {
-                None
+            let jobserver_id = match reporter.attesting_jobserver() {
+                Some(name) => crate::boot::jobserver_id(db, name).await?,
+                None => None,
             };
             NewEvent {
                 system_id,
                 mac,
                 phase: body.phase,
-                source: if jobserver {
-                    format!("jobserver:{name}")
-                } else {
-                    name.clone()
-                },
+                source: reporter.source(),
                 jobserver_id,
                 ip: body.ip,
                 detail: body.detail,
@@ -257,22 +183,16 @@ pub async fn get_events(
             }
         }
     }
-    if let Role::Node(host) = &role {
-        // A node reads its own timeline only.
-        let own = match &system {
-            None => mac.is_none(),
-            Some(s) => {
-                system_by_key(db, s).await?.map(|(_, h)| h).as_deref() == Some(host.as_str())
-            }
-        };
-        if !own {
-            return Err(ApiError::Forbidden(format!(
-                "a node's certificate reads its own boot events ({host}) only"
-            )));
-        }
-        if system.is_none() {
-            system = Some(host.clone());
-        }
+    let named_host = match (&role, &system) {
+        (BootRole::Node(_), Some(s)) => Some(system_by_key(db, s).await?.map(|(_, h)| h)),
+        _ => None,
+    };
+    if let Some(own) = access::may_read_events(
+        &role,
+        named_host.as_ref().map(Option::as_deref),
+        mac.is_some(),
+    )? {
+        system = Some(own.to_owned());
     }
     let timeline = match (&system, &mac) {
         (Some(s), _) => {
@@ -296,19 +216,7 @@ pub async fn manifest(
     let asked = url::form_urlencoded::parse(q.unwrap_or_default().as_bytes())
         .find(|(k, _)| k == "system")
         .map(|(_, v)| v.into_owned());
-    let host = match (role(&st, &principal)?, asked) {
-        (Role::Node(h), None) => h,
-        (Role::Node(h), Some(s)) if s == h => h,
-        (Role::Admin(_), Some(s)) => s,
-        (Role::Admin(_), None) => {
-            return Err(ApiError::invalid("system", "name the node: ?system=<host>"));
-        }
-        _ => {
-            return Err(ApiError::Forbidden(
-                "a boot manifest is for the node itself, with its own certificate".into(),
-            ));
-        }
-    };
+    let host = access::manifest_for(&role(&st, &principal)?, asked)?;
     // The node's view, by the host name its certificate names; the same
     // bootability rule as `/ipxe/`.
     let Lookup::Known(view) = crate::netboot::view::load(&st.db, NodeKey::Host(&host)).await?

@@ -13,6 +13,7 @@ use mprov_api::enroll::{Enrolled, JobserverEnrollment, NodeEnrollment, Renewal};
 
 use super::AppState;
 use super::error::ApiError;
+use crate::access;
 use crate::enrollment::{self, NewToken, TokenRequest};
 use crate::identity::Principal;
 
@@ -48,16 +49,12 @@ pub async fn renew(
     Extension(principal): Extension<Principal>,
     Json(body): Json<Renewal>,
 ) -> Result<Json<Enrolled>, ApiError> {
-    let Principal::Machine(machine) = principal else {
-        return Err(ApiError::Forbidden(
-            "renewal needs the client certificate being renewed".into(),
-        ));
-    };
+    let machine = access::may_renew(&principal, st.config.shared_key_mode)?;
     let enrolled = enrollment::renew(
         &st.db,
         st.signer.as_ref(),
         st.config.jobserver_cert_seconds,
-        &machine,
+        machine,
         body.csr,
     )
     .await?;

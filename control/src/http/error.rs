@@ -312,17 +312,67 @@ fn unavailable(e: &sqlx::Error) -> ApiError {
 
 impl From<EnrollError> for ApiError {
     fn from(err: EnrollError) -> Self {
+        let again = "boot the node again (through /ipxe/) for a new one";
+        let new_token = "make a new one (mprov-control enroll-token --name <job server>)";
         match err {
-            EnrollError::Refused(m) => ApiError::Unauthorized(m),
-            EnrollError::WrongName(m) => ApiError::Forbidden(m),
-            EnrollError::Conflict { message, field } => ApiError::Conflict { message, field },
-            EnrollError::Invalid { field, message } => ApiError::invalid(&field, message),
-            EnrollError::NoCredential(id) => ApiError::NotFound(format!("no credential {id}")),
+            EnrollError::CredentialUnknown(id) => ApiError::NotFound(format!("no credential {id}")),
             EnrollError::CsrRefused(reason) => ApiError::bad_request("csr_refused", reason),
-            EnrollError::SignerDown { message, .. } => ApiError::Unavailable {
-                message,
+            EnrollError::EnrollmentCollided { identity } => ApiError::Conflict {
+                message: format!(
+                    "{identity} is being enrolled by other requests at the same time; try again"
+                ),
+                field: None,
+            },
+            EnrollError::FilterUnknown(field) => {
+                ApiError::invalid(&field, "filter by identity or kind")
+            }
+            EnrollError::JobServerLive { name } => ApiError::Conflict {
+                message: format!(
+                    "job server {name:?} already has a valid certificate, and this token is for a new job server; to replace its certificate, make a token for that (mprov-control enroll-token --name {name} --replace), or revoke the old one first"
+                ),
+                field: Some("name".into()),
+            },
+            EnrollError::NameInvalid(_) => ApiError::invalid(
+                "name",
+                "the job server's name (letters, digits, '-', '.', '_'): only that name can enroll with the token",
+            ),
+            EnrollError::NonceExpired(at) => {
+                ApiError::Unauthorized(format!("this enrollment nonce expired at {at}; {again}"))
+            }
+            EnrollError::NonceRaced => ApiError::Unauthorized(format!(
+                "this enrollment nonce was used by another request at the same time; {again}"
+            )),
+            EnrollError::NonceUnknown => ApiError::Unauthorized(format!(
+                "the enrollment nonce is not valid (unknown, or cancelled by a newer boot of the node); {again}"
+            )),
+            EnrollError::NonceUsed(at) => ApiError::Unauthorized(format!(
+                "this enrollment nonce was already used at {at}; {again}"
+            )),
+            EnrollError::SignerDown(err) => ApiError::Unavailable {
+                message: format!(
+                    "{err}; it is being started again: try again in a few seconds (nothing was enrolled, the token or nonce is not spent)"
+                ),
                 retry_after: 5,
             },
+            EnrollError::TokenExpired(at) => ApiError::Unauthorized(format!(
+                "this enrollment token expired at {at}; {new_token}"
+            )),
+            EnrollError::TokenForAnotherName { made_for, asked } => ApiError::Forbidden(format!(
+                "this enrollment token was made for {made_for:?} and cannot enroll {asked:?}; make a token for that name (mprov-control enroll-token --name {asked})"
+            )),
+            EnrollError::TokenHoursOutOfRange(_) => ApiError::invalid(
+                "hours",
+                format!("between 1 and {} hours", crate::enrollment::MAX_TOKEN_HOURS),
+            ),
+            EnrollError::TokenRaced => ApiError::Unauthorized(format!(
+                "this enrollment token was used by another request at the same time; {new_token}"
+            )),
+            EnrollError::TokenUnknown => {
+                ApiError::Unauthorized(format!("the enrollment token is not valid; {new_token}"))
+            }
+            EnrollError::TokenUsed(at) => ApiError::Unauthorized(format!(
+                "this enrollment token was already used at {at}; {new_token}"
+            )),
             EnrollError::Db(ref db) if is_unavailable(db) => unavailable(db),
             e @ (EnrollError::Db(_) | EnrollError::NoSigner | EnrollError::Time(_)) => {
                 ApiError::internal(e)
@@ -380,8 +430,155 @@ impl From<NotBootable> for ApiError {
 impl From<AccessError> for ApiError {
     fn from(err: AccessError) -> Self {
         match err {
+            AccessError::Anonymous => ApiError::Unauthorized(
+                "this needs a node's or a job server's certificate, or an admin's credentials"
+                    .into(),
+            ),
+            AccessError::BootEventsReadOnly => ApiError::Forbidden(
+                "this account may read boot events but not write them".into(),
+            ),
             AccessError::Forbidden(m) => ApiError::Forbidden(m),
-            AccessError::Unauthorized(m) => ApiError::Unauthorized(m),
+            AccessError::HeartbeatNotFromJobServer => ApiError::Forbidden(
+                "a heartbeat comes from a job server's own certificate, which names it".into(),
+            ),
+            AccessError::ManifestNamesNoNode => {
+                ApiError::invalid("system", "name the node: ?system=<host>")
+            }
+            AccessError::ManifestNotOwn => ApiError::Forbidden(
+                "a boot manifest is for the node itself, with its own certificate".into(),
+            ),
+            AccessError::NodeHasNoSystem { host } => ApiError::Forbidden(format!(
+                "no system {host}: the certificate names a node the inventory no longer has; an administrator adds it again (or revokes the certificate)"
+            )),
+            AccessError::NodeReadsAnother { host } => ApiError::Forbidden(format!(
+                "a node's certificate reads its own boot events ({host}) only"
+            )),
+            AccessError::NodeWritesAnother { host } => ApiError::Forbidden(format!(
+                "a node's certificate writes boot events for its own system ({host}) only"
+            )),
+            AccessError::PhaseNotReportedBy { by, phase } => {
+                ApiError::invalid("phase", format!("{by} does not report {}", phase.as_str()))
+            }
+            AccessError::RenewalNeedsCertificate => ApiError::Forbidden(
+                "renewal needs the client certificate being renewed".into(),
+            ),
+            AccessError::ScriptServedReported => {
+                ApiError::invalid("phase", "script_served is recorded by /ipxe/ itself")
+            }
+            AccessError::SharedKeyNamesNoNode => ApiError::Forbidden(
+                "the shared API key cannot say which node it speaks for; use the node's certificate".into(),
+            ),
+            AccessError::SharedKeyOff => ApiError::Unauthorized(
+                "the shared API key is turned off (MPROV_SHARED_KEY_MODE=off); enroll with a token instead".into(),
+            ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each enrollment fact keeps the status the API promised before the
+    /// facts had names, and its message says what to do.
+    #[test]
+    fn enrollment_facts_map_to_statuses_and_advice() {
+        let check = |err: EnrollError, status: StatusCode, advice: &str| {
+            let shown = format!("{err}");
+            let (got, _, message, _) = ApiError::from(err).parts();
+            assert_eq!(got, status, "{shown}");
+            assert!(message.contains(advice), "{shown}: {message}");
+        };
+        let at = || "2026-01-01T00:00:00Z".to_owned();
+        check(
+            EnrollError::NonceUnknown,
+            StatusCode::UNAUTHORIZED,
+            "boot the node again",
+        );
+        check(
+            EnrollError::NonceUsed(at()),
+            StatusCode::UNAUTHORIZED,
+            "already used at 2026",
+        );
+        check(
+            EnrollError::NonceExpired(at()),
+            StatusCode::UNAUTHORIZED,
+            "expired at 2026",
+        );
+        check(
+            EnrollError::NonceRaced,
+            StatusCode::UNAUTHORIZED,
+            "nonce was used by another request",
+        );
+        check(
+            EnrollError::TokenUnknown,
+            StatusCode::UNAUTHORIZED,
+            "make a new one",
+        );
+        check(
+            EnrollError::TokenUsed(at()),
+            StatusCode::UNAUTHORIZED,
+            "already used at 2026",
+        );
+        check(
+            EnrollError::TokenExpired(at()),
+            StatusCode::UNAUTHORIZED,
+            "expired at 2026",
+        );
+        check(
+            EnrollError::TokenRaced,
+            StatusCode::UNAUTHORIZED,
+            "make a new one",
+        );
+        check(
+            EnrollError::TokenForAnotherName {
+                made_for: "js9".into(),
+                asked: "js1".into(),
+            },
+            StatusCode::FORBIDDEN,
+            "enroll-token --name js1",
+        );
+        check(
+            EnrollError::JobServerLive { name: "js1".into() },
+            StatusCode::CONFLICT,
+            "--replace",
+        );
+        check(
+            EnrollError::EnrollmentCollided {
+                identity: "js1".into(),
+            },
+            StatusCode::CONFLICT,
+            "try again",
+        );
+        check(
+            EnrollError::TokenHoursOutOfRange(0),
+            StatusCode::BAD_REQUEST,
+            "between 1 and 720",
+        );
+        check(
+            EnrollError::NameInvalid("-x".into()),
+            StatusCode::BAD_REQUEST,
+            "letters, digits",
+        );
+        check(
+            EnrollError::FilterUnknown("colour".into()),
+            StatusCode::BAD_REQUEST,
+            "identity or kind",
+        );
+        check(
+            EnrollError::CredentialUnknown(7),
+            StatusCode::NOT_FOUND,
+            "no credential 7",
+        );
+        check(
+            EnrollError::CsrRefused("weak key".into()),
+            StatusCode::BAD_REQUEST,
+            "weak key",
+        );
+        check(
+            EnrollError::NoSigner,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "log has the cause",
+        );
     }
 }

@@ -104,17 +104,41 @@ impl Inner {
 /// The shared state, cheap to clone.
 pub type AppState = Arc<Inner>;
 
-/// The whole API.
+/// The whole API, in three parts that differ only in what is checked before
+/// their handlers ([`auth`]):
+///
+/// - **public**: served to anyone; credentials, if sent, are still checked.
+///   Being listed here is what makes a path public: nothing else says so.
+/// - **own**: needs credentials; the handler asks [`crate::access`] with
+///   what the request names (a boot phase, a node, a MAC), which only the
+///   handler has parsed.
+/// - **inventory**: needs credentials and [`crate::access::check`] on the
+///   path before the handler; every other path (the fallback) is here too, so
+///   an unknown path is a 401 to the anonymous and a 404 to readers.
 pub fn router(state: AppState) -> Router {
-    let mut api = Router::new()
-        .route("/api/v1/", get(api::index))
-        .route("/api/v1/openapi.json", get(api::openapi))
-        .route("/api/v1/revision", get(api::revision))
+    use auth::{authenticated_layer, inventory_layer, public_layer};
+    use axum::middleware::from_fn_with_state;
+    let public = Router::new()
+        .route("/api/v1/openapi.json", get(openapi::serve))
         .route("/ca.crt", get(api::ca_cert))
         .route("/ipxe/", get(ipxe::ipxe))
         .route("/enroll/jobserver/", post(enroll::enroll_jobserver))
         .route("/enroll/node/", post(enroll::enroll_node))
+        .method_not_allowed_fallback(api::method_not_allowed)
+        .layer(from_fn_with_state(state.clone(), public_layer));
+    let own = Router::new()
         .route("/enroll/renew/", post(enroll::renew))
+        .route(
+            mprov_api::boot::EVENTS_PATH,
+            get(boot::get_events).post(boot::post_event),
+        )
+        .route(mprov_api::boot::MANIFEST_PATH, get(boot::manifest))
+        .route(mprov_api::boot::HEARTBEAT_PATH, post(boot::heartbeat))
+        .method_not_allowed_fallback(api::method_not_allowed)
+        .layer(from_fn_with_state(state.clone(), authenticated_layer));
+    let mut inventory = Router::new()
+        .route("/api/v1/", get(api::index))
+        .route("/api/v1/revision", get(api::revision))
         .route("/api/v1/enroll-tokens/", post(enroll::new_token))
         .route("/api/v1/credentials/", get(enroll::list_credentials))
         .route(
@@ -122,34 +146,23 @@ pub fn router(state: AppState) -> Router {
             post(enroll::revoke_credential),
         )
         .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
-        .route(
-            mprov_api::boot::EVENTS_PATH,
-            get(boot::get_events).post(boot::post_event),
-        )
-        .route(mprov_api::boot::MANIFEST_PATH, get(boot::manifest))
-        .route(mprov_api::boot::HEARTBEAT_PATH, post(boot::heartbeat))
         .route("/api/v1/systems/{key}/config", get(api::effective_config))
         .route(
             "/api/v1/images/{key}/hosts/{jobserver}",
             axum::routing::put(api::image_host).delete(api::image_host),
         );
     for kind in KINDS {
-        api = api::kind_routes(api, kind);
+        inventory = api::kind_routes(inventory, kind);
     }
-    api.fallback(api::not_found)
+    let inventory = inventory
+        .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::auth_layer,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::edge_layer,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            outage::outage_layer,
-        ))
+        .layer(from_fn_with_state(state.clone(), inventory_layer));
+    public
+        .merge(own)
+        .merge(inventory)
+        .layer(from_fn_with_state(state.clone(), auth::edge_layer))
+        .layer(from_fn_with_state(state.clone(), outage::outage_layer))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }

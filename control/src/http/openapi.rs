@@ -8,6 +8,11 @@ use serde_json::{Map, Value, json};
 
 use crate::db::kinds::{self, Access, KINDS, Kind, Ty};
 
+/// `GET /api/v1/openapi.json`.
+pub async fn serve() -> axum::Json<&'static Value> {
+    axum::Json(document())
+}
+
 /// The document, built once.
 pub fn document() -> &'static Value {
     static DOC: OnceLock<Value> = OnceLock::new();

@@ -21,6 +21,18 @@
 //! * **upward**: a module names a top-level module of a higher layer; and
 //!   **unlayered**: a top-level module that no layer lists, so a new module
 //!   has to be placed before it passes.
+//! * **handler names a handler**: in a folder of handlers
+//!   ([`Spec::handler_folders`], control's `http/`), every child module is a
+//!   handler module except the folder's shared plumbing (its error type and
+//!   middleware); a handler module may name the folder's own module (the
+//!   router and the shared state, `http/mod.rs`) and the plumbing, never
+//!   another handler module. What two handlers share belongs in the domain
+//!   below them.
+//! * **path in the access rules**: a module of [`Spec::pathless`]
+//!   (control's `access`) holds no path: no string literal starting with
+//!   `/` (in code or inside a macro call) and no constant named `*_PATH` or
+//!   `*_PREFIX`. Which paths are public, or which a handler decides itself,
+//!   is said by the router's structure, not by a list of exempt paths.
 //!
 //! The check is a plain function over a folder, unit-tested on fixture trees;
 //! `cargo xtask layering` prints what it finds in `control/src` against
@@ -56,6 +68,22 @@ pub struct Spec {
     pub layers: &'static [Layer],
     /// The external crates only an HTTP layer may name.
     pub http_crates: &'static [&'static str],
+    /// Folders whose child modules are handlers that may not name each
+    /// other.
+    pub handler_folders: &'static [HandlerFolder],
+    /// Top-level modules that may hold no path (string literal starting with
+    /// `/`, constant named `*_PATH` or `*_PREFIX`).
+    pub pathless: &'static [&'static str],
+}
+
+/// A folder of handler modules.
+#[derive(Debug, Clone, Copy)]
+pub struct HandlerFolder {
+    /// The folder's module, from the crate root (`["http"]`).
+    pub folder: &'static [&'static str],
+    /// Its child modules that are shared plumbing, not handlers: any child
+    /// may name them.
+    pub shared: &'static [&'static str],
 }
 
 /// The crates that carry HTTP types.
@@ -112,6 +140,13 @@ pub const CONTROL: Spec = Spec {
         },
     ],
     http_crates: HTTP_CRATES,
+    // `error` is the one error type, `auth` and `outage` the middleware; the
+    // router and `AppState` are `http` itself.
+    handler_folders: &[HandlerFolder {
+        folder: &["http"],
+        shared: &["auth", "error", "outage"],
+    }],
+    pathless: &["access"],
 };
 
 /// Options of `cargo xtask layering`.
@@ -197,6 +232,24 @@ pub enum Violation {
         /// Where.
         site: Site,
     },
+    /// A handler module names another handler module of its folder.
+    HandlerNamesHandler {
+        /// The naming handler module.
+        from: String,
+        /// The handler module named.
+        to: String,
+        /// Where.
+        site: Site,
+    },
+    /// A module that may hold no path holds one.
+    PathInPathless {
+        /// The module.
+        module: String,
+        /// The literal or the constant's path, as written.
+        path: String,
+        /// Where.
+        site: Site,
+    },
     /// A top-level module no layer lists.
     Unlayered {
         /// The module.
@@ -247,6 +300,14 @@ impl Violation {
                 "http in a lower layer: {module} (layer {layer}) names {krate}: {}",
                 site.relative(root)
             ),
+            Violation::HandlerNamesHandler { from, to, site } => format!(
+                "handler names a handler: {from} names {to}: {}; move what they share into the domain, or into the folder's shared modules",
+                site.relative(root)
+            ),
+            Violation::PathInPathless { module, path, site } => format!(
+                "path in the access rules: {module} holds the path {path}: {}; say which paths are public (or decided by their handler) with the router's structure",
+                site.relative(root)
+            ),
             Violation::Unlayered { module } => {
                 format!("unlayered: top-level module {module} is in no layer; add it to one")
             }
@@ -276,6 +337,8 @@ pub fn check(src: &Path, spec: &Spec) -> Result<Vec<Violation>> {
     let tree = ModuleTree::read(src)?;
     let mut violations = tree.cycles();
     violations.extend(tree.layer_violations(spec));
+    violations.extend(tree.handler_violations(spec));
+    violations.extend(tree.path_violations(spec));
     Ok(violations)
 }
 
@@ -295,6 +358,8 @@ struct Module {
     children: BTreeSet<String>,
     /// Everything it names, with where.
     refs: Vec<(Target, Site)>,
+    /// Its string literals that start with `/`, with where.
+    slash_literals: Vec<Site>,
 }
 
 /// A crate's modules, keyed by their path from the root (empty: the root).
@@ -348,12 +413,13 @@ impl ModuleTree {
             }
         }
         let names: BTreeSet<String> = children.iter().map(|m| m.ident.to_string()).collect();
-        let refs = collect_refs(items, file, &path, &names);
+        let (refs, slash_literals) = collect_refs(items, file, &path, &names);
         self.modules.insert(
             path.clone(),
             Module {
                 children: names,
                 refs,
+                slash_literals,
             },
         );
         for m in children {
@@ -519,6 +585,70 @@ impl ModuleTree {
     }
 }
 
+impl ModuleTree {
+    /// Handler modules naming other handler modules of their folder: one
+    /// report per pair, at the first site.
+    fn handler_violations(&self, spec: &Spec) -> Vec<Violation> {
+        let mut out = Vec::new();
+        for folder in spec.handler_folders {
+            let depth = folder.folder.len();
+            // The handler a module belongs to: the folder's child on its path.
+            let handler = |path: &[String]| -> Option<String> {
+                let child = path.get(depth)?;
+                let inside = path[..depth].iter().zip(folder.folder).all(|(a, b)| a == b);
+                (inside && !folder.shared.contains(&child.as_str())).then(|| child.clone())
+            };
+            for (path, module) in &self.modules {
+                let Some(from) = handler(path) else { continue };
+                let mut seen = BTreeSet::new();
+                for (target, site) in &module.refs {
+                    let Target::Crate(abs) = target else { continue };
+                    let Some(to) = handler(self.module_of(abs)) else {
+                        continue;
+                    };
+                    if to != from && seen.insert(to.clone()) {
+                        let mut to_path: Vec<String> =
+                            folder.folder.iter().map(|s| (*s).to_owned()).collect();
+                        to_path.push(to);
+                        out.push(Violation::HandlerNamesHandler {
+                            from: name(path),
+                            to: name(&to_path),
+                            site: site.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Paths held by modules that may hold none.
+    fn path_violations(&self, spec: &Spec) -> Vec<Violation> {
+        let mut out = Vec::new();
+        for (path, module) in &self.modules {
+            let Some(top) = path.first() else { continue };
+            if !spec.pathless.contains(&top.as_str()) {
+                continue;
+            }
+            let constants = module.refs.iter().filter_map(|(_, site)| {
+                let last = site.path.rsplit("::").next()?;
+                (last.ends_with("_PATH") || last.ends_with("_PREFIX")).then_some(site)
+            });
+            let mut sites: Vec<&Site> = module.slash_literals.iter().chain(constants).collect();
+            sites.sort();
+            sites.dedup();
+            for site in sites {
+                out.push(Violation::PathInPathless {
+                    module: name(path),
+                    path: site.path.clone(),
+                    site: site.clone(),
+                });
+            }
+        }
+        out
+    }
+}
+
 /// `crate::a::b` for `[a, b]`, `crate` for the root.
 fn name(path: &[String]) -> String {
     std::iter::once("crate")
@@ -612,7 +742,7 @@ fn collect_refs(
     file: &Path,
     module: &[String],
     children: &BTreeSet<String>,
-) -> Vec<(Target, Site)> {
+) -> (Vec<(Target, Site)>, Vec<Site>) {
     let mut resolver = Resolver {
         module,
         children,
@@ -652,7 +782,16 @@ fn collect_refs(
         }
     }
     refs.sort_by_key(|(_, site)| site.line);
-    refs
+    let literals = found
+        .slash_literals
+        .into_iter()
+        .map(|(text, line)| Site {
+            file: file.to_path_buf(),
+            line,
+            path: format!("{text:?}"),
+        })
+        .collect();
+    (refs, literals)
 }
 
 /// What the items of one module name, outside `#[cfg(test)]` functions and
@@ -665,6 +804,9 @@ struct RefCollector {
     /// Every path outside `use` items (of one segment too: it may be an
     /// alias), with its line.
     paths: Vec<(Vec<String>, usize)>,
+    /// String literals that start with `/`, in code and in macro calls,
+    /// with their line.
+    slash_literals: Vec<(String, usize)>,
 }
 
 impl RefCollector {
@@ -708,6 +850,23 @@ impl RefCollector {
     }
 }
 
+impl RefCollector {
+    /// The string literals among `tokens`, nested groups included.
+    fn macro_tokens(&mut self, tokens: proc_macro2::TokenStream) {
+        for token in tokens {
+            match token {
+                proc_macro2::TokenTree::Group(g) => self.macro_tokens(g.stream()),
+                proc_macro2::TokenTree::Literal(l) => {
+                    if let syn::Lit::Str(s) = syn::Lit::new(l) {
+                        self.visit_lit_str(&s);
+                    }
+                }
+                proc_macro2::TokenTree::Ident(_) | proc_macro2::TokenTree::Punct(_) => {}
+            }
+        }
+    }
+}
+
 impl<'ast> Visit<'ast> for RefCollector {
     fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
         if !is_cfg_test(&item.attrs) {
@@ -721,6 +880,23 @@ impl<'ast> Visit<'ast> for RefCollector {
             self.paths.push((segments, first.ident.span().start().line));
         }
         syn::visit::visit_path(self, path);
+    }
+
+    fn visit_lit_str(&mut self, lit: &'ast syn::LitStr) {
+        let text = lit.value();
+        if text.starts_with('/') {
+            self.slash_literals.push((text, lit.span().start().line));
+        }
+    }
+
+    fn visit_attribute(&mut self, _: &'ast syn::Attribute) {
+        // Doc comments and `#[path]` are no code: their text is not read.
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        // A macro's arguments are tokens, not syntax: read its literals.
+        self.macro_tokens(mac.tokens.clone());
+        syn::visit::visit_macro(self, mac);
     }
 
     fn visit_item_mod(&mut self, _: &'ast syn::ItemMod) {

@@ -13,12 +13,13 @@ fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
     dir
 }
 
-/// Two layers: `low` (no HTTP) under `web` (HTTP).
+/// Two layers: `low` (no HTTP) under `web` (HTTP); `web`'s children are
+/// handlers but for `error` and `auth`, and `rules` may hold no path.
 const SPEC: Spec = Spec {
     layers: &[
         Layer {
             name: "low",
-            modules: &["a", "b", "low", "store"],
+            modules: &["a", "b", "low", "rules", "store"],
             http: false,
         },
         Layer {
@@ -28,6 +29,11 @@ const SPEC: Spec = Spec {
         },
     ],
     http_crates: HTTP_CRATES,
+    handler_folders: &[HandlerFolder {
+        folder: &["web"],
+        shared: &["auth", "error"],
+    }],
+    pathless: &["rules"],
 };
 
 fn violations(files: &[(&str, &str)]) -> Vec<Violation> {
@@ -257,4 +263,108 @@ pub fn app() -> Router { let _ = crate::store::get(); Router::new() }
         (site.line, site.path.as_str()),
         (1, "axum::response::IntoResponse")
     );
+}
+
+#[test]
+fn a_handler_naming_another_handler_is_found() {
+    // `boot` names `nodes` twice (once reported, at the first site); naming
+    // the folder's root, its shared modules and its own submodule is fine,
+    // and so is the root naming every handler (the router).
+    let found = violations(&[
+        ("lib.rs", "mod web;\n"),
+        (
+            "web/mod.rs",
+            "mod auth;\nmod boot;\nmod error;\nmod nodes;\npub struct State;\n\
+             pub fn router() { let _ = (boot::get, nodes::load); }\n",
+        ),
+        ("web/auth.rs", "pub fn check() {}\n"),
+        ("web/error.rs", "pub struct ApiError;\n"),
+        (
+            "web/boot.rs",
+            "mod parse;\nuse super::State;\nuse super::error::ApiError;\n\
+             use super::nodes::load;\n\
+             pub fn get() { super::auth::check(); parse::f(); crate::web::nodes::load(); }\n",
+        ),
+        ("web/boot/parse.rs", "pub fn f() { let _ = super::get; }\n"),
+        (
+            "web/nodes.rs",
+            "use super::error::ApiError;\npub fn load() {}\n",
+        ),
+    ]);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let Violation::HandlerNamesHandler { from, to, site } = &found[0] else {
+        panic!("{found:#?}");
+    };
+    assert_eq!(
+        (from.as_str(), to.as_str()),
+        ("crate::web::boot", "crate::web::nodes")
+    );
+    assert!(site.file.ends_with("src/web/boot.rs"), "{site:?}");
+    assert_eq!((site.line, site.path.as_str()), (4, "super::nodes::load"));
+    assert!(found[0].to_string().starts_with("handler names a handler"));
+}
+
+#[test]
+fn a_handler_submodule_naming_another_handler_is_found() {
+    // The rule holds for a handler's own submodules too.
+    let found = violations(&[
+        ("lib.rs", "mod web;\n"),
+        ("web/mod.rs", "mod boot;\nmod nodes;\n"),
+        ("web/boot/mod.rs", "mod parse;\n"),
+        (
+            "web/boot/parse.rs",
+            "pub fn f() { crate::web::nodes::load() }\n",
+        ),
+        ("web/nodes.rs", "pub fn load() {}\n"),
+    ]);
+    assert!(
+        matches!(found.as_slice(), [Violation::HandlerNamesHandler { from, to, .. }]
+            if from == "crate::web::boot::parse" && to == "crate::web::nodes"),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn a_path_in_the_access_rules_is_found() {
+    // An exemption list (inside a macro call too), a path literal in code,
+    // and a path constant; doc comments, relative strings and test code are
+    // not read.
+    let found = violations(&[
+        ("lib.rs", "mod rules;\n"),
+        (
+            "rules.rs",
+            "//! Rules; `/api/v1/` in a doc comment is no code.\n\
+             use mprov_api::boot::EVENTS_PATH;\n\
+             /// /ca.crt is public.\n\
+             pub fn is_public(path: &str) -> bool {\n\
+             \x20   matches!(path, \"/ca.crt\" | \"/ipxe/\")\n\
+             }\n\
+             pub fn renew(path: &str) -> bool { path == \"/enroll/renew/\" || path == EVENTS_PATH }\n\
+             pub fn kind(k: &str) -> bool { k == \"systems\" || k.contains('/') }\n\
+             #[cfg(test)]\nfn t() -> &'static str { \"/test\" }\n",
+        ),
+    ]);
+    let paths: Vec<(usize, &str)> = found
+        .iter()
+        .map(|v| match v {
+            Violation::PathInPathless { module, path, site } => {
+                assert_eq!(module, "crate::rules");
+                assert!(site.file.ends_with("src/rules.rs"), "{site:?}");
+                (site.line, path.as_str())
+            }
+            other => panic!("{other:#?}"),
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            (2, "mprov_api::boot::EVENTS_PATH"),
+            (5, "\"/ca.crt\""),
+            (5, "\"/ipxe/\""),
+            (7, "\"/enroll/renew/\""),
+            (7, "EVENTS_PATH"),
+        ],
+        "{found:#?}"
+    );
+    assert!(found[0].to_string().starts_with("path in the access rules"));
 }
