@@ -16,7 +16,7 @@
 //! - [`cmdline`]: the kernel command line, split the way the kernel splits it,
 //!   and the typed `mprov_*` parameters. The line is untrusted input (anyone on
 //!   the provisioning network can serve a node an iPXE script), so the parser
-//!   takes any bytes and is fuzzed ([`fuzz`]).
+//!   takes any bytes and is fuzzed (`fuzz`).
 //! - [`image`]: `rootfs.tar.zst` streamed, hashed, decompressed and unpacked
 //!   in one pass, resumed, waited for and fallen back as the pure
 //!   [`image::plan`] decides; only a verified root comes out.
@@ -38,6 +38,7 @@ pub mod cli;
 pub mod cmdline;
 pub mod dhcp;
 pub mod enroll;
+#[cfg(any(test, feature = "fuzz"))]
 #[doc(hidden)]
 pub mod fuzz;
 pub mod image;

@@ -21,7 +21,8 @@
 //!    bootability rule and the pure `/ipxe/` decision), [`first_start`] (what a new install makes once), [`backup`];
 //! 4. [`access`]: what each principal may reach;
 //! 5. [`http`]: router, middleware, thin handlers, the one `ApiError`;
-//!    [`fuzz`]: the fuzz targets' entry points;
+//!    `fuzz`: the fuzz targets' entry points, built only for tests and
+//!    with the `fuzz` feature (which `tests/fuzz` enables);
 //! 6. [`cli`]: the subcommands.
 //!
 //! Only this crate touches the database: every other component goes
@@ -39,6 +40,7 @@ pub mod db;
 pub mod effective;
 pub mod enrollment;
 pub mod first_start;
+#[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
 pub mod http;
 pub mod identity;

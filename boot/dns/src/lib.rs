@@ -27,7 +27,7 @@
 //! `tests/bench/dns.sh`). The receive loops are ours, so that unanswerable
 //! packets are dropped before any work and the work in flight is bounded;
 //! see `src/server.rs` and its submodules (one per job: UDP, TCP, request
-//! handling, the zone swap, the forwarder). [`fuzz_query`] is the fuzzing
+//! handling, the zone swap, the forwarder). `fuzz_query` is the fuzzing
 //! entry point: request bytes through both paths, checking that they agree.
 //!
 //! # Metrics
@@ -45,6 +45,7 @@
 use std::time::Duration;
 
 mod fast;
+#[cfg(any(test, feature = "fuzz"))]
 mod fuzz;
 mod metrics;
 mod mmsg;
@@ -52,6 +53,7 @@ pub mod sample;
 mod server;
 mod zones;
 
+#[cfg(any(test, feature = "fuzz"))]
 pub use fuzz::fuzz_query;
 pub use server::Server;
 

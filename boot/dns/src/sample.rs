@@ -1,5 +1,5 @@
 //! Sample zone data, written once: the unit tests, the integration tests
-//! (`tests/dns.rs`) and [`crate::fuzz_query`] build their snapshots from
+//! (`tests/dns.rs`) and `fuzz_query` build their snapshots from
 //! these.
 
 use std::net::Ipv6Addr;

@@ -61,6 +61,7 @@ use tracing::warn;
 use crate::metrics::Metrics;
 use crate::{DnsConfig, ServeError};
 
+#[cfg(any(test, feature = "fuzz"))]
 mod fixture;
 mod forward;
 mod handler;

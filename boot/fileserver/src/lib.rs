@@ -60,6 +60,7 @@
 mod conn;
 mod download;
 mod file;
+#[cfg(any(test, feature = "fuzz"))]
 mod fuzz;
 mod metrics;
 mod request;
@@ -76,6 +77,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use crate::download::{Download, Outcome, node_name};
+#[cfg(any(test, feature = "fuzz"))]
 pub use crate::fuzz::fuzz_request;
 pub use crate::metrics::{Metrics, metrics_router};
 use crate::stream::DownloadHook;

@@ -36,6 +36,8 @@ pub mod validate;
 pub mod write;
 
 pub use read::{ListQuery, Page};
+// The cursor codec is only named outside `read` by the tests and `fuzz`.
+#[cfg(any(test, feature = "fuzz"))]
 pub(crate) use read::{decode_cursor, encode_cursor};
 pub use validate::{
     Sha256, parse_hostname, parse_mac, parse_sha256, parse_slug, validate, validate_value,
