@@ -4,8 +4,11 @@
 //! router advertisements, in network namespaces; `dhcp`: its DHCP server
 //! against a DISCOVER flood, UEFI HTTP boot and proxyDHCP; `enroll`: its enrollment
 //! and certificate over HTTPS; `renew`: its certificate renewal; `tftp`: lock-step and windowed TFTP clients; `images`: its image server's admission limit
-//! as set on the command line.
+//! as set on the command line; `attacks`: its image server under a connection
+//! flood and with links out of its export.
 
+#[path = "jobserver/attacks.rs"]
+mod attacks;
 #[path = "jobserver/dhcp.rs"]
 mod dhcp;
 #[path = "jobserver/enroll.rs"]
