@@ -1265,3 +1265,72 @@ pub(crate) async fn races(engine: Engine) {
     })
     .await;
 }
+
+/// Issue 21: a hard link defeats no hand-over. A root-owned file
+/// hard-linked as the database's `-wal`, or as the database itself, in the
+/// service user's folder (where `fs.protected_hardlinks=0` lets that user
+/// make one; root plants it here) stops the start with what to do, before
+/// the database is opened; another user's file does too. Each keeps its
+/// owner, mode and bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_hard_links_are_never_handed_over() {
+    on_sqlite(|dir, _| {
+        let url = started_once(dir);
+        let folder = dir.join("var/db");
+        let db = folder.join("mprov.sqlite3");
+        let secret = dir.join("root-only");
+        let bytes = b"root's secret, not a database\n".repeat(200);
+        std::fs::write(&secret, &bytes).unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let untouched = |p: &Path, owner: u32| {
+            assert_eq!(owner_mode(p), (owner, 0o600), "{}", p.display());
+            assert_eq!(std::fs::read(p).unwrap(), bytes, "{}", p.display());
+        };
+
+        // As the -wal (after a clean stop there is none).
+        let wal = folder.join("mprov.sqlite3-wal");
+        let _ = std::fs::remove_file(&wal);
+        std::fs::hard_link(&secret, &wal).unwrap();
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(
+            !ok && log.contains("mprov.sqlite3-wal: it has 2 hard links")
+                && log.contains("move it aside"),
+            "{log}"
+        );
+        untouched(&secret, 0);
+        std::fs::remove_file(&wal).unwrap();
+
+        // As the database itself.
+        let aside = folder.join("real");
+        std::fs::rename(&db, &aside).unwrap();
+        std::fs::hard_link(&secret, &db).unwrap();
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(
+            !ok && log.contains("mprov.sqlite3: it has 2 hard links"),
+            "{log}"
+        );
+        untouched(&secret, 0);
+        std::fs::remove_file(&db).unwrap();
+        std::fs::rename(&aside, &db).unwrap();
+
+        // Another user's file, one link, as the -shm.
+        let shm = folder.join("mprov.sqlite3-shm");
+        let _ = std::fs::remove_file(&shm);
+        std::fs::write(&shm, &bytes).unwrap();
+        std::fs::set_permissions(&shm, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::lchown(&shm, Some(65534), Some(65534)).unwrap();
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(
+            !ok && log.contains("mprov.sqlite3-shm: it belongs to uid 65534"),
+            "{log}"
+        );
+        untouched(&shm, 65534);
+        std::fs::remove_file(&shm).unwrap();
+
+        // Put right, the service starts on its database.
+        let mut s = Server::start(dir, &url, 2, &[]);
+        s.stop();
+        untouched(&secret, 0);
+    })
+    .await;
+}
