@@ -318,6 +318,7 @@ impl From<EnrollError> for ApiError {
             EnrollError::Invalid { field, message } => ApiError::invalid(&field, message),
             EnrollError::NoCredential(id) => ApiError::NotFound(format!("no credential {id}")),
             EnrollError::CsrRefused(reason) => ApiError::bad_request("csr_refused", reason),
+            e @ EnrollError::CsrTooLarge { .. } => ApiError::invalid("csr", e.to_string()),
             EnrollError::SignerDown { message, .. } => ApiError::Unavailable {
                 message,
                 retry_after: 5,
