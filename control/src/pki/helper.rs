@@ -15,7 +15,10 @@
 //! the supervisor itself is gone, [`SignerClient::lost`](super::client::SignerClient::lost) fires and `serve`
 //! exits, so that systemd starts the whole service again. Requests carry an
 //! id, so an answer a new worker gives to a request sent before the restart
-//! is never taken for the answer to a later one.
+//! is never taken for the answer to a later one; a refusal keeps the id even
+//! of a line that is not a valid request or is longer than the helper reads
+//! ([`request_id`]), so no request waits for an
+//! answer that was given.
 //!
 //! Started as root, the helper makes the CA if the TLS folder has none, reads
 //! the CA key, and then drops to its own system user before it reads a single
