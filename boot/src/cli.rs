@@ -145,6 +145,14 @@ pub struct Cli {
     /// under the limit.
     #[arg(long, env = "MPROV_HTTP_STREAM_MIB", default_value_t = mprov_fileserver::DEFAULT_STREAM_THRESHOLD >> 20)]
     pub(crate) http_stream_mib: u64,
+    /// Connections the image server keeps open at once. At the limit a new
+    /// connection closes the one idle longest (waiting for a request), so
+    /// a flood of idle connections cannot keep a node out; a warning says
+    /// so, at most every 10 s. Lowered to what the open-file limit allows
+    /// (half of it, less 256), which the job server raises to its hard
+    /// limit at start.
+    #[arg(long, env = "MPROV_HTTP_MAX_CONNECTIONS", default_value_t = mprov_fileserver::DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(usize))]
+    pub(crate) http_max_connections: usize,
     /// The export folder: `images/<slug>/<version>/...`
     #[arg(long, default_value = "/var/lib/mprov/export")]
     pub(crate) export: PathBuf,
@@ -170,6 +178,13 @@ pub struct Cli {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     mprov_process::logging::init(&cli.log);
+    match mprov_process::raise_file_limit() {
+        Ok(l) if l.now > l.was => {
+            tracing::info!("open-file limit raised from {} to {}", l.was, l.now)
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+    }
     // The image server gets worker threads of its own: `sendfile` reads the
     // file in the calling thread, and an image that is not in the page cache
     // stalls that thread for the length of a disk read. Those stalls must not

@@ -145,6 +145,7 @@ impl Start {
         config.ipxe_dir = cli.tftp_root.clone();
         config.max_streams = cli.http_max_streams;
         config.stream_threshold = cli.http_stream_mib.saturating_mul(1 << 20);
+        config.max_connections = cli.http_max_connections;
         let mut state = mprov_fileserver::ImageState::new(config, snapshot.clone());
         if let Some(reports) = reports.clone() {
             state = state.on_download(move |download| {

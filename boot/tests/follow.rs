@@ -8,6 +8,8 @@
 //! port 0 binds that answer. Every test waits for a job server on its
 //! listen file, never on its log.
 
+#[path = "jobserver/attacks.rs"]
+mod attacks;
 #[path = "jobserver/dhcp.rs"]
 mod dhcp;
 #[path = "jobserver/enroll.rs"]

@@ -375,6 +375,7 @@ async fn serve(settings: Settings) -> Result<()> {
     // supervisors and tests that the service is up, and a stop sent right
     // after must shut it down cleanly, not kill it.
     let signals = mprov_process::Signals::new()?;
+    raise_file_limit();
     let (config, db, sb) = open(settings).await?;
     let report = set_up(&config, &db, &sb).await?;
     let web_user = service_user(&config)?;
@@ -390,6 +391,18 @@ async fn serve(settings: Settings) -> Result<()> {
             .with_signer(signer),
     );
     run_servers(state, listeners, signals).await
+}
+
+/// Start-up step: the soft open-file limit raised to the hard one, so that
+/// connections have room (`http::listen` fits its cap to what is left).
+fn raise_file_limit() {
+    match mprov_process::raise_file_limit() {
+        Ok(l) if l.now > l.was => {
+            tracing::info!("open-file limit raised from {} to {}", l.was, l.now);
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the open-file limit: {e}"),
+    }
 }
 
 /// Start-up step: the first start's set-up with the database opened as the

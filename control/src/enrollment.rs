@@ -42,6 +42,15 @@ pub enum EnrollError {
     /// The helper refused the CSR, with its reason.
     #[error("the signing helper refused the CSR: {0}")]
     CsrRefused(String),
+    /// The CSR is longer than any the CA signs; it never reaches the
+    /// signing helper.
+    #[error(
+        "the CSR is {size} bytes; the CA signs CSRs of at most {MAX_CSR_BYTES} bytes (a P-256 CSR is under 1 KiB)"
+    )]
+    CsrTooLarge {
+        /// Its length in bytes.
+        size: usize,
+    },
     /// The database failed.
     #[error("enrollment database")]
     Db(#[from] sqlx::Error),
@@ -115,6 +124,12 @@ pub enum EnrollError {
 
 /// The longest a token may last, in hours (30 days).
 pub const MAX_TOKEN_HOURS: u32 = 24 * 30;
+
+/// The longest CSR (PEM, bytes) sent to the signing helper: far above
+/// the largest key the CA accepts (an RSA-8192 CSR is about 3.5 KiB) and
+/// well below the helper's request line.
+pub const MAX_CSR_BYTES: usize = 16 * 1024;
+const _: () = assert!(2 * MAX_CSR_BYTES < crate::pki::protocol::MAX_REQUEST);
 
 /// How long an enrollment token is valid unless said otherwise.
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -504,6 +519,15 @@ async fn issue_agent_certificate(
     validity: Validity,
 ) -> Result<(Enrolled, String), EnrollError> {
     let signer = signer.ok_or(EnrollError::NoSigner)?;
+    if csr.len() > MAX_CSR_BYTES {
+        tracing::warn!(
+            kind = %profile.as_str(),
+            %identity,
+            size = csr.len(),
+            "enrollment: a CSR over the size limit is refused"
+        );
+        return Err(EnrollError::CsrTooLarge { size: csr.len() });
+    }
     let request = SignRequest {
         profile,
         identity: identity.to_owned(),

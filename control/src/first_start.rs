@@ -69,7 +69,9 @@ pub struct Report {
 /// user passes through it to its database, and lists nothing) and the
 /// SQLite database's folder (0700) if they are missing, and moves a
 /// database from where earlier versions kept it (`state/mprov.sqlite3`) into
-/// `state/db/`, so the state folder can stay root's.
+/// `state/db/`, so the state folder can stay root's. A database file that
+/// is a link, has more than one link, or belongs to someone other than root,
+/// this user or the service user stops it before anything opens the file.
 pub fn make_dirs(config: &Config) -> Result<()> {
     make_dir(&config.config_dir, 0o700)?;
     make_dir(&config.state_dir, 0o711)?;
@@ -118,6 +120,19 @@ pub fn make_dirs(config: &Config) -> Result<()> {
                 legacy.display(),
                 db.display()
             );
+        }
+        // Opened as root next, and handed to the service user: a hard link
+        // to another file, or another user's file, is neither.
+        let mut allowed = vec![0, nix::unistd::Uid::effective().as_raw()];
+        if let Some(name) = &config.user
+            && let Ok(Some(user)) = nix::unistd::User::from_name(name)
+        {
+            allowed.push(user.uid.as_raw());
+        }
+        for suffix in DB_SUFFIXES {
+            let mut p = db.clone().into_os_string();
+            p.push(suffix);
+            crate::privileges::check_handover(Path::new(&p), &allowed)?;
         }
     }
     Ok(())

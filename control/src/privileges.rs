@@ -9,6 +9,12 @@
 //!   to be a regular file or a folder, and changed through that descriptor
 //!   (`fchown`, `fchmod`), so a link planted by the service user is skipped
 //!   and a file swapped in between check and change is never the one changed;
+//! - a regular file handed to the service user must have one link and belong
+//!   to root or that user already: a hard link is the file it links to, so a
+//!   root-owned file hard-linked into the database's folder (the service user
+//!   can make one where `fs.protected_hardlinks` is 0) would otherwise be
+//!   handed over; such a file stops the start, checked on the descriptor
+//!   that is then changed ([`handover_problem`]);
 //! - the config folder, the state folder and the TLS folder stay root's; the
 //!   service user gets only the SQLite database's own folder (`state/db/` by
 //!   default), which must not hold or be above any of the others;
@@ -102,6 +108,15 @@ pub enum PrivError {
         why: String,
         /// Where the database could go instead.
         suggested: PathBuf,
+    },
+    /// A file in the service user's folder that must not be handed over or
+    /// opened as root.
+    #[error("{}: {problem}", path.display())]
+    NoHandover {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        problem: Handover,
     },
     /// The switch itself failed.
     #[error("cannot switch to user {user}")]
@@ -229,9 +244,69 @@ pub fn open_nofollow(path: &Path) -> std::io::Result<Option<(File, Metadata)>> {
 /// started as root cannot give files away).
 pub type Owner = Option<(Uid, Gid)>;
 
+/// Why a file in the service user's folder is neither handed to it nor
+/// opened as root.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Handover {
+    /// More than one link: it is also another file, perhaps root's.
+    #[error(
+        "it has {links} hard links, so it is also another file (perhaps one of root's), and mProv hands it to the service user and opens it as root: stop the service, move it aside, and if it is your database put a copy of it back (`cp --preserve=all <aside> <file>`, one link)"
+    )]
+    HardLinked {
+        /// The link count.
+        links: u64,
+    },
+    /// Owned by someone other than root or the service user.
+    #[error(
+        "it belongs to uid {owner}, neither root nor the service user: mProv never hands another user's file to the service user; move it aside (and restore the database from a backup if it was replaced)"
+    )]
+    ForeignOwner {
+        /// Its owner.
+        owner: u32,
+    },
+}
+
+/// Whether a regular file with `links` links, owned by `owner`, may be
+/// handed to the service user (or opened as root in its folder): one link,
+/// and an owner among `allowed` (root, the service user). Pure.
+pub fn handover_problem(links: u64, owner: u32, allowed: &[u32]) -> Option<Handover> {
+    if links > 1 {
+        return Some(Handover::HardLinked { links });
+    }
+    if !allowed.contains(&owner) {
+        return Some(Handover::ForeignOwner { owner });
+    }
+    None
+}
+
+/// Checks the regular file at `path`, if there is one, as
+/// [`handover_problem`] does, on a descriptor opened without following a
+/// link; the service user's folder is checked before root opens the
+/// database in it. A link or an odd file is left to the callers' own checks.
+pub fn check_handover(path: &Path, allowed: &[u32]) -> Result<(), PrivError> {
+    let fail = |err: std::io::Error| PrivError::Chown {
+        path: path.to_owned(),
+        err,
+    };
+    match open_nofollow(path).map_err(fail)? {
+        Some((_, meta)) if meta.is_file() => {
+            match handover_problem(meta.nlink(), meta.uid(), allowed) {
+                Some(problem) => Err(PrivError::NoHandover {
+                    path: path.to_owned(),
+                    problem,
+                }),
+                None => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Sets the owner and mode of `path` through a descriptor opened without
 /// following links. Returns what the path was; a link or an odd file is left
-/// alone (and reported), never followed.
+/// alone (and reported), never followed. A regular file given to a user
+/// other than root must pass [`handover_problem`] (checked on the same
+/// descriptor), or nothing is changed.
 pub fn set_owner_mode(path: &Path, owner: Owner, mode: u32) -> Result<Kind, PrivError> {
     let fail = |err: std::io::Error| PrivError::Chown {
         path: path.to_owned(),
@@ -240,6 +315,16 @@ pub fn set_owner_mode(path: &Path, owner: Owner, mode: u32) -> Result<Kind, Priv
     let Some((file, meta)) = open_nofollow(path).map_err(fail)? else {
         return kind_of(path).map_err(fail);
     };
+    if let Some((uid, _)) = owner
+        && !uid.is_root()
+        && meta.is_file()
+        && let Some(problem) = handover_problem(meta.nlink(), meta.uid(), &[0, uid.as_raw()])
+    {
+        return Err(PrivError::NoHandover {
+            path: path.to_owned(),
+            problem,
+        });
+    }
     if let Some((uid, gid)) = owner
         && (meta.uid() != uid.as_raw() || meta.gid() != gid.as_raw())
     {
@@ -402,4 +487,48 @@ pub fn make_dir(dir: &Path, mode: u32) -> anyhow::Result<()> {
             .with_context(|| format!("cannot set the mode of {}", p.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_single_link_owned_by_root_or_the_user_is_handed_over() {
+        let allowed = [0, 990];
+        assert_eq!(handover_problem(1, 0, &allowed), None);
+        assert_eq!(handover_problem(1, 990, &allowed), None);
+        assert_eq!(
+            handover_problem(2, 0, &allowed),
+            Some(Handover::HardLinked { links: 2 })
+        );
+        assert_eq!(
+            handover_problem(2, 990, &allowed),
+            Some(Handover::HardLinked { links: 2 })
+        );
+        assert_eq!(
+            handover_problem(1, 1000, &allowed),
+            Some(Handover::ForeignOwner { owner: 1000 })
+        );
+    }
+
+    #[test]
+    fn a_hard_link_is_refused_on_its_descriptor_and_left_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let me = Uid::effective().as_raw();
+        check_handover(&file, &[me]).unwrap();
+        std::fs::hard_link(&file, dir.path().join("other")).unwrap();
+        let err = check_handover(&file, &[me]).unwrap_err();
+        assert!(err.to_string().contains("2 hard links"), "{err}");
+        // Given to a user other than root: refused, the mode unchanged.
+        let owner = Some((Uid::from_raw(me.max(1)), Gid::effective()));
+        let err = set_owner_mode(&file, owner, 0o600).unwrap_err();
+        assert!(matches!(err, PrivError::NoHandover { .. }), "{err}");
+        assert_eq!(std::fs::metadata(&file).unwrap().mode() & 0o777, 0o644);
+        // Missing and links are the callers' business.
+        check_handover(&dir.path().join("missing"), &[me]).unwrap();
+    }
 }

@@ -9,6 +9,9 @@
 //!   [`Signals`] (SIGTERM and SIGINT, registered before start-up) and
 //!   [`run_servers`] (bound servers run until a signal or the first failure,
 //!   then stopped together through one shutdown token).
+//! - [`raise_file_limit`]: the soft open-file limit raised to the hard
+//!   limit at start (both services call it first), and
+//!   [`open_file_limit`], which connection caps are sized from.
 //! - With the `metrics` feature, for the boot services' Prometheus counters:
 //!   [`metrics::Prefixed`] (a metric registered with its name and help in one
 //!   call).
@@ -20,6 +23,7 @@
 #![warn(missing_docs)]
 
 mod file;
+mod limits;
 #[cfg(feature = "service")]
 pub mod logging;
 #[cfg(feature = "metrics")]
@@ -28,6 +32,7 @@ pub mod metrics;
 mod run;
 
 pub use file::write_atomic;
+pub use limits::{FileLimit, open_file_limit, raise_file_limit};
 #[cfg(feature = "service")]
 pub use run::{Signals, exit, run_servers};
 

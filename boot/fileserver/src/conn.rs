@@ -22,6 +22,8 @@
 //! * Methods other than GET and HEAD get 405; a request with a body gets 400
 //!   (we would not know where the next request starts), both with a close.
 //! * Requests may be pipelined: bytes after a head are the next request.
+//! * While it waits for a head the connection is idle and may be closed to
+//!   make room for a new one at the connection cap (`crate::limit`).
 //! * A body whose client stops reading for [`Config::stall_timeout`](crate::Config::stall_timeout) is
 //!   abandoned, so a hung node does not hold an admission permit for ever.
 //! * `sendfile` reads the file in the calling thread, like nginx without
@@ -36,6 +38,7 @@ use std::hash::BuildHasher;
 use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::pin::pin;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -46,8 +49,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::beneath::open_beneath;
 use crate::download::{Download, Outcome, node_name};
 use crate::file::{Area, FileMeta, Plan, plan, resolve};
+use crate::limit::Slot;
 use crate::request::{self, Head, HeadError, Method};
 use crate::stream::{Permit, Stream};
 use crate::{ImageState, retry_after_secs};
@@ -62,16 +67,23 @@ const SENDFILE_CHUNK: usize = 4 * 1024 * 1024;
 pub(crate) async fn serve_connection(
     mut stream: TcpStream,
     peer: SocketAddr,
+    mut slot: Slot,
     state: ImageState,
     shutdown: CancellationToken,
     abort: CancellationToken,
 ) {
     let mut buf = Vec::with_capacity(4096);
     loop {
+        // Waiting for a head, the connection may be closed for room.
+        slot.idle();
         let head = tokio::select! {
             head = read_head(&mut stream, &mut buf, state.inner.config.head_timeout, &shutdown) => head,
             () = abort.cancelled() => return,
+            () = slot.evicted() => return,
         };
+        if !slot.busy() {
+            return;
+        }
         let head = match head {
             Ok(Some(head)) => head,
             Ok(None) => return,
@@ -206,7 +218,7 @@ fn answer(peer: SocketAddr, state: &ImageState, head: &Head) -> Answer {
     let Some((area, path)) = resolve(&head.target, &config.root, &config.ipxe_dir) else {
         return Answer::Reply(Reply::status(404));
     };
-    let (file, meta) = match open(&path) {
+    let (file, meta) = match open(area, &path, &config.root.join("images")) {
         Ok(opened) => opened,
         Err(status) => return Answer::Reply(Reply::status(status)),
     };
@@ -313,23 +325,46 @@ fn refuse(peer: SocketAddr, state: &ImageState, head: &Head) -> Reply {
     reply
 }
 
-/// Opens a regular file; the error is the status to answer with.
+/// Opens a regular file; the error is the status to answer with. Files
+/// under `/images/` are opened beneath the export's `images/` folder
+/// (`images`), never through a link that leads out of it
+/// ([`crate::beneath`]); `/boot/` files from the iPXE folder follow links
+/// (Debian's `ipxe.efi` is a link to `/boot/ipxe.efi`).
 ///
 /// `O_NONBLOCK`: opening a FIFO that found its way into an export must not
 /// wait for a writer (it is then refused as not a regular file); for regular
 /// files the flag changes nothing.
-fn open(path: &std::path::Path) -> Result<(File, FileMeta), u16> {
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(path)
-        .and_then(|file| {
-            let metadata = file.metadata()?;
-            Ok((file, metadata))
-        });
+fn open(area: Area, path: &Path, images: &Path) -> Result<(File, FileMeta), u16> {
+    let opened = match area {
+        Area::Boot => std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(path),
+        Area::Images => match path.strip_prefix(images) {
+            Ok(rel) => open_beneath(images, rel).map_err(io::Error::from),
+            Err(_) => Err(io::ErrorKind::NotFound.into()),
+        },
+    }
+    .and_then(|file| {
+        let metadata = file.metadata()?;
+        Ok((file, metadata))
+    });
     match opened {
         Ok((file, metadata)) if metadata.is_file() => Ok((file, FileMeta::new(&metadata))),
         Ok(_) => Err(404),
+        Err(err)
+            if matches!(
+                err.raw_os_error(),
+                Some(nix::libc::EXDEV | nix::libc::ELOOP)
+            ) =>
+        {
+            tracing::warn!(
+                "HTTP file server: {} is reached through a link that leads out of {} (or a link where links cannot be checked): not served",
+                path.display(),
+                images.display()
+            );
+            Err(404)
+        }
         Err(err) => match err.kind() {
             io::ErrorKind::NotFound
             | io::ErrorKind::NotADirectory

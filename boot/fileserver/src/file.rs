@@ -5,8 +5,8 @@
 //!
 //! * Paths are percent-decoded, then every segment must be a plain name: an
 //!   empty, `.` or `..` segment, or a NUL byte, names nothing (404), so a
-//!   request cannot leave its folder. Symbolic links inside the folder are
-//!   followed; do not put links to elsewhere in an export.
+//!   request cannot leave its folder. Links in the export are dealt with
+//!   where the file is opened (`beneath.rs`).
 //! * Validators: a strong `ETag` from the inode, size and modification time
 //!   (to the nanosecond), and `Last-Modified`.
 //! * Preconditions in the order of RFC 9110 §13.2.2: `If-Match` (strong

@@ -26,8 +26,21 @@
 //! served as `multipart/byteranges`: the whole file comes back with `200`,
 //! which RFC 9110 §14.2 allows and every client handles. Paths are
 //! percent-decoded and any empty, `.` or `..` segment is refused (404), so a
-//! request cannot leave its folder; symbolic links inside the folder are
-//! followed, so do not put links to elsewhere in an export.
+//! request cannot leave its folder. Under `/images/` no link leads out
+//! either: files are opened with `openat2(RESOLVE_BENEATH)` below the
+//! export's `images/` folder (`src/beneath.rs`), so a link to `/etc/shadow`
+//! placed in an export is a 404 (and a warning in the log), while a relative
+//! link that stays inside is served. `/boot/` follows links: the iPXE folder
+//! is the distribution's (Debian links `ipxe.efi` to `/boot/ipxe.efi`).
+//!
+//! # Connections
+//!
+//! A request head must arrive within [`Config::head_timeout`] (a slow,
+//! slowloris head gets 408 and a close), and at most
+//! [`Config::max_connections`] connections are open at once, lowered to what
+//! the open-file limit carries. At the cap a new connection closes the one
+//! idle longest, so a flood of idle connections cannot keep a node's
+//! download out; see `src/limit.rs`.
 //!
 //! # Admission control
 //!
@@ -57,11 +70,13 @@
 
 #![warn(missing_docs)]
 
+mod beneath;
 mod conn;
 mod download;
 mod file;
 #[cfg(any(test, feature = "fuzz"))]
 mod fuzz;
+mod limit;
 mod metrics;
 mod request;
 mod stream;
@@ -79,6 +94,7 @@ use tokio_util::task::TaskTracker;
 pub use crate::download::{Download, Outcome, node_name};
 #[cfg(any(test, feature = "fuzz"))]
 pub use crate::fuzz::fuzz_request;
+pub use crate::limit::{RESERVED_FILES, connections_for};
 pub use crate::metrics::{Metrics, metrics_router};
 use crate::stream::DownloadHook;
 
@@ -100,6 +116,8 @@ pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default time a body may go without the client taking a byte before it is
 /// abandoned.
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default cap on open connections (see [`Config::max_connections`]).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 /// Default time streams get to finish after shutdown is requested.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
 
@@ -127,6 +145,11 @@ pub struct Config {
     /// Time a body may go without the client taking a byte; then the
     /// download is abandoned and its permit freed.
     pub stall_timeout: Duration,
+    /// Connections open at once. At the cap a new connection closes the
+    /// one idle longest (waiting for a request head), or is closed itself
+    /// when every connection is answering a request. [`serve`] lowers it to
+    /// what the open-file limit carries ([`connections_for`]).
+    pub max_connections: usize,
 }
 
 impl Config {
@@ -142,6 +165,7 @@ impl Config {
             drain: DEFAULT_DRAIN,
             head_timeout: DEFAULT_HEAD_TIMEOUT,
             stall_timeout: DEFAULT_STALL_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -215,6 +239,10 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let drain = state.inner.config.drain;
+    let conns = limit::Conns::new(
+        connection_cap(state.inner.config.max_connections),
+        state.inner.metrics.clone(),
+    );
     let tracker = TaskTracker::new();
     let abort = CancellationToken::new();
     let result = loop {
@@ -232,12 +260,18 @@ pub async fn serve(
                 Err(err) => break Err(ServeError::Accept(err)),
             },
         };
+        // At the cap with every connection busy: closed at once.
+        let Some(slot) = conns.admit() else {
+            drop(stream);
+            continue;
+        };
         // Latency of small files matters more than packet count here; a file
         // reply's head still shares a segment with its body (MSG_MORE).
         let _ = stream.set_nodelay(true);
         tracker.spawn(conn::serve_connection(
             stream,
             peer,
+            slot,
             state.clone(),
             shutdown.clone(),
             abort.clone(),
@@ -253,6 +287,26 @@ pub async fn serve(
         tracker.wait().await;
     }
     result
+}
+
+/// `configured`, lowered to what the open-file limit carries (logged).
+fn connection_cap(configured: usize) -> usize {
+    let files = match mprov_process::open_file_limit() {
+        Ok(files) => files,
+        Err(err) => {
+            tracing::warn!("HTTP file server: cannot read the open-file limit: {err}");
+            return configured;
+        }
+    };
+    let fits = connections_for(files);
+    if configured > fits {
+        tracing::warn!(
+            "HTTP file server: at most {fits} connections (not {configured}): the open-file limit is {files}; raise it (LimitNOFILE=) for more"
+        );
+        return fits;
+    }
+    tracing::info!("HTTP file server: at most {configured} connections");
+    configured
 }
 
 fn is_transient(err: &std::io::Error) -> bool {

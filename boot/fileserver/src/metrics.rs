@@ -36,6 +36,12 @@ pub struct Metrics {
     pub(crate) active_streams: Gauge,
     /// Image streams refused with 503 by admission control.
     pub(crate) rejected_streams: Counter,
+    /// Connections open (counted against the connection cap).
+    pub(crate) open_connections: Gauge,
+    /// Idle connections closed to make room at the connection cap.
+    pub(crate) closed_connections: Counter,
+    /// New connections closed at once: the cap was reached and none was idle.
+    pub(crate) refused_connections: Counter,
 }
 
 impl Metrics {
@@ -57,6 +63,21 @@ impl Metrics {
             "rejected_streams",
             "Image streams refused with 503 by admission control",
             &self.rejected_streams,
+        );
+        r.share(
+            "open_connections",
+            "Connections open, counted against the connection cap",
+            &self.open_connections,
+        );
+        r.share(
+            "closed_idle_connections",
+            "Idle connections closed to make room at the connection cap",
+            &self.closed_connections,
+        );
+        r.share(
+            "refused_connections",
+            "New connections closed at once: the cap was reached and none was idle",
+            &self.refused_connections,
         );
     }
 

@@ -317,6 +317,7 @@ impl From<EnrollError> for ApiError {
         match err {
             EnrollError::CredentialUnknown(id) => ApiError::NotFound(format!("no credential {id}")),
             EnrollError::CsrRefused(reason) => ApiError::bad_request("csr_refused", reason),
+            e @ EnrollError::CsrTooLarge { .. } => ApiError::invalid("csr", e.to_string()),
             EnrollError::EnrollmentCollided { identity } => ApiError::Conflict {
                 message: format!(
                     "{identity} is being enrolled by other requests at the same time; try again"

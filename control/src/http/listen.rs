@@ -62,9 +62,7 @@ impl Registry {
     /// A registry enforcing `limits`, the cap lowered to what the process's
     /// file limit leaves room for (see [`fit_file_limit`]).
     pub fn new(limits: Limits) -> Arc<Registry> {
-        let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-            .map(|(soft, _)| soft)
-            .unwrap_or(u64::MAX);
+        let soft = mprov_process::open_file_limit().unwrap_or(u64::MAX);
         let fitted = fit_file_limit(limits, soft);
         if fitted.max < limits.max {
             tracing::info!(

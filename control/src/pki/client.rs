@@ -1,14 +1,21 @@
 //! The web service's side of the signing helper: [`SignerClient`] starts
-//! the supervised helper (`mprov-control signer`), sends it one request at
-//! a time and waits for the answer; while the helper is down a request
-//! fails at once with [`SignerError::Unavailable`].
+//! the supervised helper (`mprov-control signer`), sends it requests and
+//! waits for their answers; while the helper is down a request fails at
+//! once with [`SignerError::Unavailable`].
+//!
+//! Requests are pipelined: one task writes whole request lines to the
+//! helper in the order they come, and the reader hands each answer to the
+//! request with its id. No lock is held while a request waits, and each
+//! wait is bounded ([`SIGN_TIMEOUT`]), so a request the helper never
+//! answers delays nobody else. A request line longer than the helper reads
+//! ([`MAX_REQUEST`]) is refused here, never sent.
 
 use std::path::Path;
 use std::time::Duration;
 
 use super::ca::TlsError;
 use super::helper::Signer;
-use super::protocol::{Incoming, SignReply, SignRequest, SignerError};
+use super::protocol::{Incoming, MAX_REQUEST, SignReply, SignRequest, SignerError};
 
 /// How the helper is started.
 #[derive(Debug, Clone)]
@@ -41,7 +48,7 @@ impl SpawnSpec {
     }
 }
 
-/// Where the answer to the request in flight goes.
+/// Where the answer to a request in flight goes.
 type Waiter = tokio::sync::oneshot::Sender<Result<SignReply, SignerError>>;
 
 /// What the reader task and the callers share.
@@ -51,8 +58,8 @@ struct Link {
     up: std::sync::atomic::AtomicBool,
     /// Why it is not, when it is not.
     why_down: std::sync::Mutex<String>,
-    /// The request waiting for its answer.
-    pending: std::sync::Mutex<Option<(u64, Waiter)>>,
+    /// The requests waiting for their answers, by id.
+    pending: std::sync::Mutex<std::collections::HashMap<u64, Waiter>>,
     /// Fires when the supervisor is gone for good.
     lost: tokio_util::sync::CancellationToken,
 }
@@ -61,23 +68,40 @@ impl Link {
     fn set_down(&self, why: &str) {
         self.up.store(false, std::sync::atomic::Ordering::SeqCst);
         why.clone_into(&mut self.why_down.lock().unwrap_or_else(|e| e.into_inner()));
-        let pending = self
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some((_, tx)) = pending {
+        let pending = std::mem::take(&mut *self.pending());
+        for (_, tx) in pending {
             let _ = tx.send(Err(SignerError::Unavailable(why.to_owned())));
         }
     }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Waiter>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
+
+/// A request's place among the pending ones, given up when dropped (the
+/// answer came, the wait ended, or the caller went away).
+struct Pending<'a> {
+    link: &'a Link,
+    id: u64,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.link.pending().remove(&self.id);
+    }
+}
+
+/// Request lines queued for the writer task at most.
+const QUEUE: usize = 256;
 
 #[derive(Debug)]
 enum Backend {
     /// The supervised helper over its socket pair.
     Process {
         child: tokio::sync::Mutex<tokio::process::Child>,
-        writer: tokio::sync::Mutex<tokio::net::unix::OwnedWriteHalf>,
+        /// Whole request lines, for the task that writes them.
+        lines: tokio::sync::mpsc::Sender<(u64, String)>,
         link: std::sync::Arc<Link>,
         next_id: std::sync::atomic::AtomicU64,
     },
@@ -95,8 +119,8 @@ pub struct SignerClient {
 
 /// How long the helper may take to start (making a CA included).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long one signature may take.
-const SIGN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one request may wait for its answer.
+pub const SIGN_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl SignerClient {
     /// Starts the supervised helper and waits until it is ready.
@@ -142,15 +166,17 @@ impl SignerClient {
         let link = std::sync::Arc::new(Link {
             up: std::sync::atomic::AtomicBool::new(true),
             why_down: std::sync::Mutex::new(String::new()),
-            pending: std::sync::Mutex::new(None),
+            pending: std::sync::Mutex::new(std::collections::HashMap::new()),
             lost: tokio_util::sync::CancellationToken::new(),
         });
         tokio::spawn(read_loop(reader, link.clone()));
+        let (lines, queued) = tokio::sync::mpsc::channel(QUEUE);
+        tokio::spawn(write_loop(writer, queued, link.clone()));
         Ok(SignerClient {
             ca_pem,
             backend: Backend::Process {
                 child: tokio::sync::Mutex::new(child),
-                writer: tokio::sync::Mutex::new(writer),
+                lines,
                 link,
                 next_id: std::sync::atomic::AtomicU64::new(1),
             },
@@ -188,24 +214,22 @@ impl SignerClient {
         }
     }
 
-    /// Asks for a signature; fails at once while the helper is down.
+    /// Asks for a signature; fails at once while the helper is down, and
+    /// after [`SIGN_TIMEOUT`] without an answer.
     pub async fn request_certificate(&self, req: &SignRequest) -> Result<SignReply, SignerError> {
         use std::sync::atomic::Ordering;
-        use tokio::io::AsyncWriteExt as _;
-        let (writer, link, next_id) = match &self.backend {
+        let (lines, link, next_id) = match &self.backend {
             Backend::InProcess(signer) => {
                 let line = serde_json::to_string(req).map_err(SignerError::Encode)?;
                 return Ok(signer.answer(&line).reply);
             }
             Backend::Process {
-                writer,
+                lines,
                 link,
                 next_id,
                 ..
-            } => (writer, link, next_id),
+            } => (lines, link, next_id),
         };
-        // One request at a time: the helper answers in order.
-        let mut writer = writer.lock().await;
         if !link.up.load(Ordering::SeqCst) {
             let why = link
                 .why_down
@@ -218,28 +242,52 @@ impl SignerClient {
         let mut req = req.clone();
         req.id = id;
         let mut line = serde_json::to_string(&req).map_err(SignerError::Encode)?;
+        if line.len() >= MAX_REQUEST {
+            return Ok(SignReply::Refused {
+                reason: format!(
+                    "the request is {} bytes, more than the signing helper reads ({MAX_REQUEST})",
+                    line.len()
+                ),
+            });
+        }
         line.push('\n');
         let (tx, rx) = tokio::sync::oneshot::channel();
-        *link.pending.lock().unwrap_or_else(|e| e.into_inner()) = Some((id, tx));
+        link.pending().insert(id, tx);
+        let _pending = Pending { link, id };
+        let answered = tokio::time::timeout(SIGN_TIMEOUT, async {
+            lines
+                .send((id, line))
+                .await
+                .map_err(|_| SignerError::Unavailable("the helper went away".into()))?;
+            rx.await
+                .map_err(|_| SignerError::Unavailable("the helper went away".into()))?
+        })
+        .await;
+        answered.unwrap_or_else(|_| {
+            tracing::error!(
+                "the signing helper did not answer request {id} within {SIGN_TIMEOUT:?}"
+            );
+            Err(SignerError::Unavailable(format!(
+                "it did not answer within {SIGN_TIMEOUT:?}"
+            )))
+        })
+    }
+}
+
+/// Writes request lines to the helper, each whole, in the order they were
+/// queued, until the client is dropped. A line that cannot be written fails
+/// its request.
+async fn write_loop(
+    mut writer: tokio::net::unix::OwnedWriteHalf,
+    mut queued: tokio::sync::mpsc::Receiver<(u64, String)>,
+    link: std::sync::Arc<Link>,
+) {
+    use tokio::io::AsyncWriteExt as _;
+    while let Some((id, line)) = queued.recv().await {
         if let Err(e) = writer.write_all(line.as_bytes()).await {
-            link.pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            return Err(SignerError::Write(e));
-        }
-        match tokio::time::timeout(SIGN_TIMEOUT, rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(SignerError::Unavailable("the helper went away".into())),
-            Err(_) => {
-                link.pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take();
-                tracing::error!("the signing helper did not answer within {SIGN_TIMEOUT:?}");
-                Err(SignerError::Unavailable(format!(
-                    "it did not answer within {SIGN_TIMEOUT:?}"
-                )))
+            tracing::warn!("signer: writing request {id}: {e}");
+            if let Some(tx) = link.pending().remove(&id) {
+                let _ = tx.send(Err(SignerError::Write(e)));
             }
         }
     }
@@ -266,18 +314,12 @@ async fn read_loop(
             Ok(_) => {}
         }
         match serde_json::from_str::<Incoming>(&line) {
-            Ok(Incoming::Answer(answer)) => {
-                let mut pending = link.pending.lock().unwrap_or_else(|e| e.into_inner());
-                match pending.take() {
-                    Some((id, tx)) if id == answer.id => {
-                        let _ = tx.send(Ok(answer.reply));
-                    }
-                    other => {
-                        *pending = other;
-                        tracing::debug!(id = answer.id, "signer: an answer nobody waits for");
-                    }
+            Ok(Incoming::Answer(answer)) => match link.pending().remove(&answer.id) {
+                Some(tx) => {
+                    let _ = tx.send(Ok(answer.reply));
                 }
-            }
+                None => tracing::debug!(id = answer.id, "signer: an answer nobody waits for"),
+            },
             Ok(Incoming::Ready(_)) => {
                 link.up.store(true, std::sync::atomic::Ordering::SeqCst);
                 tracing::info!("the signing helper is back");

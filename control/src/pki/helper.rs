@@ -15,7 +15,10 @@
 //! the supervisor itself is gone, [`SignerClient::lost`](super::client::SignerClient::lost) fires and `serve`
 //! exits, so that systemd starts the whole service again. Requests carry an
 //! id, so an answer a new worker gives to a request sent before the restart
-//! is never taken for the answer to a later one.
+//! is never taken for the answer to a later one; a refusal keeps the id even
+//! of a line that is not a valid request or is longer than the helper reads
+//! ([`request_id`]), so no request waits for an
+//! answer that was given.
 //!
 //! Started as root, the helper makes the CA if the TLS folder has none, reads
 //! the CA key, and then drops to its own system user before it reads a single
@@ -50,11 +53,11 @@ use super::BACKDATE;
 use super::ca::{self, TlsError};
 use super::protocol::{
     Answer, Down, DownInfo, MIN_SECONDS, Profile, Ready, ReadyInfo, Refusal, SignReply,
-    SignRequest, SignerError, identity_uri,
+    SignRequest, SignerError, identity_uri, request_id,
 };
 
 /// Longest request line read from the web service.
-const MAX_REQUEST: u64 = 64 * 1024;
+const MAX_REQUEST: u64 = super::protocol::MAX_REQUEST as u64;
 
 /// The CA, loaded once by the helper.
 #[derive(Debug)]
@@ -187,7 +190,7 @@ impl Signer {
     /// Answers one request line: the reply, logged when refused.
     pub fn answer(&self, line: &str) -> Answer {
         let parsed = serde_json::from_str::<SignRequest>(line);
-        let id = parsed.as_ref().map_or(0, |r| r.id);
+        let id = parsed.as_ref().map_or_else(|_| request_id(line), |r| r.id);
         let result = parsed
             .map_err(|e| Refusal::Malformed(e.to_string()))
             .and_then(|req| {
@@ -229,7 +232,7 @@ pub fn serve(signer: &Signer, input: impl BufRead, mut output: impl Write) -> st
             input.set_limit(u64::MAX);
             input.read_until(b'\n', &mut rest)?;
             Answer {
-                id: 0,
+                id: request_id(&line),
                 reply: SignReply::Refused {
                     reason: format!("the request is longer than {MAX_REQUEST} bytes"),
                 },
@@ -647,15 +650,23 @@ mod tests {
         let (_dir, s) = signer();
         let good = serde_json::to_string(&node("c01", csr(blank()), 7)).unwrap();
         let huge = "x".repeat(70_000);
-        let input = format!("{good}\nnot json\n{huge}\n{good}\n");
+        // Refusals keep the request's id, even of a line too long to read.
+        let mut long = node("c01", "x".repeat(70_000), 7);
+        long.id = 9;
+        let long = serde_json::to_string(&long).unwrap();
+        let input = format!(
+            "{good}\nnot json\n{huge}\n{{\"id\":8,\"profile\":\"nothing\"}}\n{long}\n{good}\n"
+        );
         let mut out = Vec::new();
         serve(&s, input.as_bytes(), &mut out).unwrap();
-        let replies: Vec<SignReply> = String::from_utf8(out)
+        let answers: Vec<Answer> = String::from_utf8(out)
             .unwrap()
             .lines()
-            .map(|l| serde_json::from_str::<Answer>(l).unwrap().reply)
+            .map(|l| serde_json::from_str::<Answer>(l).unwrap())
             .collect();
-        assert_eq!(replies.len(), 4, "{replies:?}");
+        let ids: Vec<u64> = answers.iter().map(|a| a.id).collect();
+        assert_eq!(ids, [0, 0, 0, 8, 9, 0]);
+        let replies: Vec<SignReply> = answers.into_iter().map(|a| a.reply).collect();
         assert!(matches!(replies[0], SignReply::Signed { .. }));
         assert!(
             matches!(&replies[1], SignReply::Refused { reason } if reason.contains("not understood"))
@@ -663,6 +674,12 @@ mod tests {
         assert!(
             matches!(&replies[2], SignReply::Refused { reason } if reason.contains("longer than"))
         );
-        assert!(matches!(replies[3], SignReply::Signed { .. }));
+        assert!(
+            matches!(&replies[3], SignReply::Refused { reason } if reason.contains("not understood"))
+        );
+        assert!(
+            matches!(&replies[4], SignReply::Refused { reason } if reason.contains("longer than"))
+        );
+        assert!(matches!(replies[5], SignReply::Signed { .. }));
     }
 }

@@ -51,9 +51,18 @@ pub fn identity_uri(profile: Profile, identity: &str) -> String {
     format!("urn:mprov:{}:{identity}", profile.as_str())
 }
 
+/// The longest request line the helper reads; a longer one is refused
+/// (with its id) unread. The web service refuses to send one.
+pub const MAX_REQUEST: usize = 64 * 1024;
+
 /// One request to the helper.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SignRequest {
+    /// The request's number, echoed in the [`Answer`]. First, so that it
+    /// is at the start of the line: the helper finds it even in a line it
+    /// cannot parse or read whole.
+    #[serde(default)]
+    pub id: u64,
     /// The kind of certificate.
     pub profile: Profile,
     /// Who it is for: a system's name, a job server's name, or for
@@ -71,9 +80,34 @@ pub struct SignRequest {
     /// [`MIN_SECONDS`], at most the profile's maximum.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<u64>,
-    /// The request's number, echoed in the [`Answer`].
-    #[serde(default)]
-    pub id: u64,
+}
+
+/// The id of a request line that is not a valid request: from the JSON
+/// object if it is one, else from the line's start (`{"id":N,`, as
+/// [`SignRequest`] is written), so even a line cut at [`MAX_REQUEST`] keeps
+/// it. 0 when it has none. Pure.
+pub fn request_id(line: &str) -> u64 {
+    #[derive(Deserialize)]
+    struct Id {
+        #[serde(default)]
+        id: u64,
+    }
+    if let Ok(Id { id }) = serde_json::from_str::<Id>(line) {
+        return id;
+    }
+    let digits = line
+        .trim_start()
+        .strip_prefix('{')
+        .map(str::trim_start)
+        .and_then(|rest| rest.strip_prefix("\"id\""))
+        .map(str::trim_start)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .map(str::trim_start)
+        .unwrap_or_default();
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    digits[..end].parse().unwrap_or(0)
 }
 
 /// One line the helper writes: the reply to request `id`.
@@ -234,4 +268,32 @@ pub enum SignerError {
     /// The request could not be encoded.
     #[error("the signing request cannot be encoded")]
     Encode(#[source] serde_json::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_id_comes_first_and_is_found_in_any_line() {
+        let req = SignRequest {
+            id: 42,
+            profile: Profile::Node,
+            identity: "c01".into(),
+            names: Vec::new(),
+            csr_pem: "x".repeat(100),
+            days: 1,
+            seconds: None,
+        };
+        let line = serde_json::to_string(&req).unwrap();
+        assert!(line.starts_with("{\"id\":42,"), "{line}");
+        // Cut anywhere after the id, or of the wrong shape: still 42.
+        assert_eq!(request_id(&line[..20]), 42);
+        assert_eq!(request_id(r#"{"id": 42, "profile": "nothing"}"#), 42);
+        assert_eq!(request_id(r#" { "id" : 7"#), 7);
+        // No id to be found.
+        assert_eq!(request_id("not json"), 0);
+        assert_eq!(request_id(r#"{"profile":"node","id":9"#), 0);
+        assert_eq!(request_id(""), 0);
+    }
 }

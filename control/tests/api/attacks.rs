@@ -1382,3 +1382,146 @@ pub(crate) async fn races(engine: Engine) {
     })
     .await;
 }
+
+/// Issue 21: a hard link defeats no hand-over. A root-owned file
+/// hard-linked as the database's `-wal`, or as the database itself, in the
+/// service user's folder (where `fs.protected_hardlinks=0` lets that user
+/// make one; root plants it here) stops the start with what to do, before
+/// the database is opened; another user's file does too. Each keeps its
+/// owner, mode and bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_hard_links_are_never_handed_over() {
+    on_sqlite(|dir, _| {
+        let url = started_once(dir);
+        let folder = dir.join("var/db");
+        let db = folder.join("mprov.sqlite3");
+        let secret = dir.join("root-only");
+        let bytes = b"root's secret, not a database\n".repeat(200);
+        std::fs::write(&secret, &bytes).unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let untouched = |p: &Path, owner: u32| {
+            assert_eq!(owner_mode(p), (owner, 0o600), "{}", p.display());
+            assert_eq!(std::fs::read(p).unwrap(), bytes, "{}", p.display());
+        };
+
+        // As the -wal (after a clean stop there is none).
+        let wal = folder.join("mprov.sqlite3-wal");
+        let _ = std::fs::remove_file(&wal);
+        std::fs::hard_link(&secret, &wal).unwrap();
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(
+            !ok && log.contains("mprov.sqlite3-wal: it has 2 hard links")
+                && log.contains("move it aside"),
+            "{log}"
+        );
+        untouched(&secret, 0);
+        std::fs::remove_file(&wal).unwrap();
+
+        // As the database itself.
+        let aside = folder.join("real");
+        std::fs::rename(&db, &aside).unwrap();
+        std::fs::hard_link(&secret, &db).unwrap();
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(
+            !ok && log.contains("mprov.sqlite3: it has 2 hard links"),
+            "{log}"
+        );
+        untouched(&secret, 0);
+        std::fs::remove_file(&db).unwrap();
+        std::fs::rename(&aside, &db).unwrap();
+
+        // Another user's file, one link, as the -shm.
+        let shm = folder.join("mprov.sqlite3-shm");
+        let _ = std::fs::remove_file(&shm);
+        std::fs::write(&shm, &bytes).unwrap();
+        std::fs::set_permissions(&shm, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::lchown(&shm, Some(65534), Some(65534)).unwrap();
+        let (ok, log) = serve_to_exit(dir, &url, &[]);
+        assert!(
+            !ok && log.contains("mprov.sqlite3-shm: it belongs to uid 65534"),
+            "{log}"
+        );
+        untouched(&shm, 65534);
+        std::fs::remove_file(&shm).unwrap();
+
+        // Put right, the service starts on its database.
+        let mut s = Server::start(dir, &url, 2, &[]);
+        s.stop();
+        untouched(&secret, 0);
+    })
+    .await;
+}
+
+/// Issue 21: oversized CSRs do not stall enrollment. With its certificate,
+/// node c01 sends three CSRs larger than the signing helper reads to
+/// `/enroll/renew/` at once with node c02's enrollment. Each gets a 400
+/// that names the limit without reaching the helper (before, each held the
+/// helper's one-at-a-time lock for its whole timeout and came back 503);
+/// c02 is enrolled, and c01's certificate is neither renewed nor revoked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_oversized_csrs_do_not_stall_enrollment() {
+    on_admin(Engine::Sqlite, |_, url, s, c| {
+        let image = hosted_image(c);
+        let (mac1, mac2) = ("aa:bb:cc:00:21:01", "aa:bb:cc:00:21:02");
+        for (host, mac) in [("c01", mac1), ("c02", mac2)] {
+            c.post(
+                "systems",
+                serde_json::json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]}),
+            );
+        }
+        let node = As::Cert(c.enroll_node("c01", &c.nonce(url, mac1)));
+        let nonce = c.nonce(url, mac2);
+        let csr = c.csr("c02", &P256, &[]);
+        let huge = format!(
+            "-----BEGIN CERTIFICATE REQUEST-----\n{}\n-----END CERTIFICATE REQUEST-----\n",
+            "QUFB".repeat(20 * 1024)
+        );
+        let spawn = |path: &str, who: &As, body: serde_json::Value, tag: &str| {
+            c.command("POST", path, who, Some(&body), tag)
+                .args(["--max-time", "60"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let floods: Vec<_> = (0..3)
+            .map(|i| {
+                spawn(
+                    "/enroll/renew/",
+                    &node,
+                    serde_json::json!({"csr": huge}),
+                    &format!("huge{i}"),
+                )
+            })
+            .collect();
+        let enrolling = spawn(
+            "/enroll/node/",
+            &As::Nobody,
+            serde_json::json!({"nonce": nonce, "csr": csr}),
+            "c02",
+        );
+        let (code, v, _) = Client::parse(&enrolling.wait_with_output().unwrap());
+        assert_eq!(code, 200, "c02's enrollment: {v}");
+        for flood in floods {
+            let (code, v, _) = Client::parse(&flood.wait_with_output().unwrap());
+            assert!(
+                code == 400
+                    && v["field"] == "csr"
+                    && v["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains("at most 16384 bytes"),
+                "{code} {v}"
+            );
+        }
+        assert_eq!(c.live("c01"), 1);
+        assert_eq!(c.call("GET", "/api/v1/systems/c01", &node, None).0, 200);
+        let log = s.log_text();
+        assert!(!log.contains("did not answer"), "{log}");
+        assert!(
+            log.contains("a CSR over the size limit is refused"),
+            "{log}"
+        );
+        s.stop();
+    })
+    .await;
+}
