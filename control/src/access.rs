@@ -193,6 +193,7 @@ pub fn check_fields<'a>(
 ) -> Result<(), AccessError> {
     let node = match principal {
         Principal::Machine(agent) if agent.is_node() => true,
+        Principal::Machine(_) => return jobserver_fields(kind, fields),
         Principal::ApiKey { shared: true, .. } => mode == SharedKeyMode::Nodes,
         _ => false,
     };
@@ -204,6 +205,27 @@ pub fn check_fields<'a>(
         Some(field) => Err(forbid(&format!(
             "a node may not write {field:?} of its {}: a node reports only what it does (boot events, script results, status and facts); who it is, what it boots and its NICs and BMC are set by an administrator",
             kind.name
+        ))),
+    }
+}
+
+/// The fields a job server's certificate may write of `kind`: of a row it
+/// claimed, those its descriptor lists ([`JobServerWrite::Claimed`]);
+/// whether the row is its own, [`check`] decides.
+fn jobserver_fields<'a>(
+    kind: &Kind,
+    mut fields: impl Iterator<Item = &'a str>,
+) -> Result<(), AccessError> {
+    let allowed: &[&str] = match kind.jobserver_writes {
+        JobServerWrite::Claimed { fields, .. } => fields,
+        JobServerWrite::Hosts(_) | JobServerWrite::Nothing => &[],
+    };
+    match fields.find(|f| !allowed.contains(f)) {
+        None => Ok(()),
+        Some(field) => Err(forbid(&format!(
+            "a job server may not write {field:?} of its {}: it reports only {} of what it claimed",
+            kind.name,
+            allowed.join(", ")
         ))),
     }
 }
@@ -360,7 +382,7 @@ async fn jobserver(
         {
             Ok(())
         }
-        (JobServerWrite::Claimed(field), Some(key), None) if method == Method::Patch => {
+        (JobServerWrite::Claimed { by: field, .. }, Some(key), None) if method == Method::Patch => {
             let row = db.get(k, key).await.map_err(|_| deny())?;
             let Some(Ty::Ref(jobservers)) = k.field(field).map(|f| f.ty) else {
                 return Err(deny());

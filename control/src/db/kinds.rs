@@ -232,9 +232,16 @@ pub enum Hook {
 pub enum JobServerWrite {
     /// Nothing.
     Nothing,
-    /// A `PATCH` of a row whose reference field of this name points at its
-    /// own job-server row (the jobs it claimed).
-    Claimed(&'static str),
+    /// A `PATCH` of a row whose reference field `by` points at its own
+    /// job-server row (the jobs it claimed), of the fields `fields` only
+    /// (a job's status and output, never which job server owns it, its
+    /// module or its parameters).
+    Claimed {
+        /// The reference to the job server that claimed the row.
+        by: &'static str,
+        /// The fields it may write.
+        fields: &'static [&'static str],
+    },
     /// `PUT` and `DELETE` of `/api/v1/<kind>/{key}/hosts/{itself}`: adding
     /// itself to, or taking itself out of, the many-to-many relation of
     /// this name (the images whose current version it holds).
@@ -1006,7 +1013,10 @@ pub static KINDS: &[Kind] = &[
         timestamps: true,
         doc: "A unit of work for a job server.",
         visibility: Visibility::JOBSERVERS,
-        jobserver_writes: JobServerWrite::Claimed("jobserver"),
+        jobserver_writes: JobServerWrite::Claimed {
+            by: "jobserver",
+            fields: &["status", "output", "return_code"],
+        },
         ..Kind::DEFAULTS
     },
     Kind {
@@ -1240,18 +1250,31 @@ mod tests {
         use JobServerWrite::{Claimed, Hosts, Nothing};
         for k in KINDS {
             let want = match k.name {
-                "jobs" => Claimed("jobserver"),
+                "jobs" => Claimed {
+                    by: "jobserver",
+                    fields: &["status", "output", "return_code"],
+                },
                 "images" => Hosts("jobservers"),
                 _ => Nothing,
             };
             assert_eq!(k.jobserver_writes, want, "{}", k.name);
             match k.jobserver_writes {
-                Claimed(field) => assert_eq!(
-                    k.field(field).map(|f| f.ty),
-                    Some(Ty::Ref("jobservers")),
-                    "{}.{field}",
-                    k.name
-                ),
+                Claimed { by, fields } => {
+                    assert_eq!(
+                        k.field(by).map(|f| f.ty),
+                        Some(Ty::Ref("jobservers")),
+                        "{}.{by}",
+                        k.name
+                    );
+                    for name in fields {
+                        assert!(*name != by, "{}: the owner is not writable", k.name);
+                        assert!(
+                            k.field(name).is_some_and(|f| f.access == Access::ReadWrite),
+                            "{}.{name}",
+                            k.name
+                        );
+                    }
+                }
                 Hosts(rel) => assert_eq!(
                     k.relation(rel).map(|m| m.kind),
                     Some("jobservers"),

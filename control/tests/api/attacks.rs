@@ -991,6 +991,59 @@ async fn attack_12_a_deleted_or_renamed_row_keeps_no_certificate() {
     .await;
 }
 
+/// Attack 13: a job server rewrites a job it claimed: which job server owns
+/// it, its module, its parameters. It may write only the job's status,
+/// output and exit code, and nothing of a job it did not claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_13_a_job_server_writes_only_the_status_of_its_jobs() {
+    on_admin(Engine::Sqlite, |_, _, s, c| {
+        let mut ids = Vec::new();
+        for (name, address) in [("js1", "10.0.0.2"), ("js2", "10.0.0.3")] {
+            ids.push(c.post("jobservers", serde_json::json!({"name": name, "addresses": [address]}))["id"].clone());
+        }
+        let (code, v) = c.enroll_js(&c.token("js1", "new"), "js1", &c.csr("js1", &P256, &[]));
+        assert_eq!(code, 200, "{v}");
+        let crt = c.work.join("js1");
+        std::fs::write(crt.with_extension("crt"), v["certificate"].as_str().unwrap()).unwrap();
+        let js1 = As::Cert(crt);
+        let own = c.post("jobs", serde_json::json!({"module": "image-update", "params": {"image": "compute"}, "jobserver": ids[0]}));
+        let other = c.post("jobs", serde_json::json!({"module": "image-update", "jobserver": ids[1]}));
+        let path = |job: &serde_json::Value| format!("/api/v1/jobs/{}", job["id"]);
+        let before = [c.ok("GET", &path(&own), None), c.ok("GET", &path(&other), None)];
+        for body in [
+            serde_json::json!({"jobserver": ids[1]}),
+            serde_json::json!({"module": "image-delete"}),
+            serde_json::json!({"params": {"image": "other"}}),
+            serde_json::json!({"status": "running", "jobserver": null}),
+        ] {
+            let (code, v) = c.call("PATCH", &path(&own), &js1, Some(body.clone()));
+            assert_eq!(code, 403, "{body}: {v}");
+        }
+        let (code, v) = c.call("PATCH", &path(&other), &js1, Some(serde_json::json!({"status": "failed"})));
+        assert_eq!(code, 403, "another's job: {v}");
+        assert_eq!(
+            [c.ok("GET", &path(&own), None), c.ok("GET", &path(&other), None)],
+            before,
+            "the attacks changed a job"
+        );
+        // What it may write: its own job's status, output and exit code.
+        let (code, v) = c.call(
+            "PATCH",
+            &path(&own),
+            &js1,
+            Some(serde_json::json!({"status": "success", "output": "built", "return_code": 0})),
+        );
+        assert_eq!(code, 200, "{v}");
+        let after = c.ok("GET", &path(&own), None);
+        assert_eq!((&after["status"], &after["output"], &after["return_code"]), (&"success".into(), &"built".into(), &0.into()));
+        for field in ["jobserver", "module", "params"] {
+            assert_eq!(after[field], before[0][field], "{field}");
+        }
+        s.stop();
+    })
+    .await;
+}
+
 /// The process ids of `pid`'s children.
 fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
