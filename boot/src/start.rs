@@ -23,6 +23,14 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::Cli;
 use crate::{events, identity};
 
+/// The metrics listener's limits: a few scrapers, each of which must start
+/// a request soon after connecting.
+const METRICS_LIMITS: mprov_process::listen::Limits = mprov_process::listen::Limits {
+    max: 64,
+    first_request: Duration::from_secs(10),
+    idle: Duration::from_secs(60),
+};
+
 /// The current boot config, as every server reads it.
 pub type Snapshot = watch::Receiver<Arc<BootConfig>>;
 
@@ -316,10 +324,25 @@ impl Start {
         self.listening.insert("metrics", listener.local_addr()?);
         let registry = std::mem::replace(&mut self.registry, Registry::with_prefix("mprov"));
         let app = mprov_fileserver::metrics_router(Arc::new(registry));
+        // Its own small cap and deadlines: a scraper makes one request a
+        // few seconds apart, and nobody may hold the listener open.
+        let guard = mprov_process::listen::Guard::new(
+            mprov_process::listen::Registry::new(METRICS_LIMITS, "the metrics listener's cap"),
+            axum_server::accept::DefaultAcceptor,
+        );
+        let handle = axum_server::Handle::new();
+        let stopper = handle.clone();
         let stop = self.shutdown.clone();
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            stopper.graceful_shutdown(Some(Duration::from_secs(5)));
+        });
+        let listener = listener.into_std()?;
         self.tasks.spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stop.cancelled_owned())
+            axum_server::from_tcp(listener)?
+                .acceptor(guard)
+                .handle(handle)
+                .serve(app.into_make_service())
                 .await
                 .context("metrics listener")
         });

@@ -201,19 +201,6 @@ pub enum ConfigError {
     PublicUrl(String),
 }
 
-/// The limits every connection to the service is held to (see
-/// `http::listen`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionLimits {
-    /// The most connections open at once.
-    pub max: usize,
-    /// How long a new connection may take to start its first request (the
-    /// TLS handshake included).
-    pub first_request: std::time::Duration,
-    /// How long a connection may stay open with no request in flight.
-    pub idle: std::time::Duration,
-}
-
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -270,7 +257,7 @@ pub struct Config {
     /// `/ipxe/` requests a minute in total.
     pub ipxe_limit_total: u32,
     /// What a connection may hold, and for how long.
-    pub connections: ConnectionLimits,
+    pub connections: mprov_process::listen::Limits,
     /// The first-start admin password, if given.
     pub superuser_password: Option<String>,
     /// The secret key, if given in the environment.
@@ -439,7 +426,7 @@ impl Config {
             public_url,
             ipxe_limit_per_mac: s.ipxe_limit_per_mac,
             ipxe_limit_total: s.ipxe_limit_total,
-            connections: ConnectionLimits {
+            connections: mprov_process::listen::Limits {
                 max: s.max_connections.max(1),
                 first_request: std::time::Duration::from_secs(s.first_request_seconds.max(1)),
                 idle: std::time::Duration::from_secs(s.idle_seconds.max(1)),

@@ -12,6 +12,9 @@
 //! - [`raise_file_limit`]: the soft open-file limit raised to the hard
 //!   limit at start (both services call it first), and
 //!   [`open_file_limit`], which connection caps are sized from.
+//! - With the `listen` feature, for HTTP listeners: [`listen`] (a deadline
+//!   on every connection with no request in flight, and a connection cap
+//!   that makes room by closing the longest-idle one).
 //! - With the `metrics` feature, for the boot services' Prometheus counters:
 //!   [`metrics::Prefixed`] (a metric registered with its name and help in one
 //!   call).
@@ -24,6 +27,8 @@
 
 mod file;
 mod limits;
+#[cfg(feature = "listen")]
+pub mod listen;
 #[cfg(feature = "service")]
 pub mod logging;
 #[cfg(feature = "metrics")]

@@ -11,7 +11,6 @@ pub mod boot;
 pub mod enroll;
 pub mod error;
 pub mod ipxe;
-pub mod listen;
 pub mod openapi;
 pub mod outage;
 
@@ -60,7 +59,7 @@ pub struct Inner {
     /// `/ipxe/`'s rate limit.
     pub ipxe_limiter: ipxe::Limiter,
     /// The open connections of every listener, and their limits.
-    pub connections: Arc<listen::Registry>,
+    pub connections: Arc<mprov_process::listen::Registry>,
 }
 
 impl Inner {
@@ -78,7 +77,10 @@ impl Inner {
             signer: None,
             boot_events: tokio::sync::Notify::new(),
             ipxe_limiter: ipxe::Limiter::new(config.ipxe_limit_per_mac, config.ipxe_limit_total),
-            connections: listen::Registry::new(config.connections),
+            connections: mprov_process::listen::Registry::new(
+                config.connections,
+                "MPROV_MAX_CONNECTIONS",
+            ),
         }
     }
 
@@ -174,14 +176,14 @@ const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 /// cancelled, then lets in-flight requests finish for a bounded time.
 /// Requests carry the client's certificates (if it sent any) as
 /// `Arc<axum_server::tls::TlsInfo>` (see [`auth`]). Connections are held to
-/// the limits of [`listen`].
+/// the limits of [`mprov_process::listen`].
 pub async fn serve_tls(
     listener: std::net::TcpListener,
     tls: Arc<rustls::ServerConfig>,
     state: AppState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let guard = listen::Guard::new(
+    let guard = mprov_process::listen::Guard::new(
         state.connections.clone(),
         axum_server::accept::DefaultAcceptor,
     );
@@ -199,13 +201,13 @@ pub async fn serve_tls(
 
 /// Serves the API on `listener` until `shutdown` is cancelled, then lets
 /// in-flight requests finish for a bounded time. Connections are held to
-/// the limits of [`listen`].
+/// the limits of [`mprov_process::listen`].
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let guard = listen::Guard::new(
+    let guard = mprov_process::listen::Guard::new(
         state.connections.clone(),
         axum_server::accept::DefaultAcceptor,
     );

@@ -32,8 +32,10 @@ pub(super) async fn listen(
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(err) => {
-                    // Out of descriptors and the like: keep listening.
+                    // Out of descriptors and the like: keep listening, but
+                    // not in a hot loop while the condition lasts.
                     debug!(%err, "TCP accept error");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     continue;
                 }
             },

@@ -1,6 +1,9 @@
-//! What every connection to the control service may hold, and for how long.
+//! What every connection to an HTTP service may hold, and for how long: the
+//! control service's HTTP and HTTPS listeners and the job server's metrics
+//! listener take it (the job server's image server, which speaks HTTP
+//! itself, has its own cap in `mprov-fileserver`).
 //!
-//! The service is reachable from a whole provisioning network, so a client
+//! A service is reachable from a whole provisioning network, so a client
 //! that opens connections and sends nothing, or trickles a request head a
 //! byte at a time, must not use up the process's file descriptors (a
 //! systemd service gets 1,024 by default) and stop `/ipxe/`, enrollment and
@@ -42,15 +45,27 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-pub use crate::config::ConnectionLimits as Limits;
-
 /// The fewest seconds between two warnings that the cap was reached.
 pub const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// The limits every connection to a service is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The most connections open at once.
+    pub max: usize,
+    /// How long a new connection may take to start its first request (the
+    /// TLS handshake included).
+    pub first_request: Duration,
+    /// How long a connection may stay open with no request in flight.
+    pub idle: Duration,
+}
 
 /// The connections open, shared by every listener of a service.
 #[derive(Debug)]
 pub struct Registry {
     limits: Limits,
+    /// The setting that raises the cap, for the warnings.
+    setting: &'static str,
     /// Open connections by number.
     open: Mutex<HashMap<u64, Arc<Conn>>>,
     next: AtomicU64,
@@ -60,19 +75,21 @@ pub struct Registry {
 
 impl Registry {
     /// A registry enforcing `limits`, the cap lowered to what the process's
-    /// file limit leaves room for (see [`fit_file_limit`]).
-    pub fn new(limits: Limits) -> Arc<Registry> {
-        let soft = mprov_process::open_file_limit().unwrap_or(u64::MAX);
+    /// file limit leaves room for (see [`fit_file_limit`]); `setting` names
+    /// what raises the cap, in its warnings.
+    pub fn new(limits: Limits, setting: &'static str) -> Arc<Registry> {
+        let soft = crate::open_file_limit().unwrap_or(u64::MAX);
         let fitted = fit_file_limit(limits, soft);
         if fitted.max < limits.max {
             tracing::info!(
-                "at most {} connections at once (MPROV_MAX_CONNECTIONS={}, lowered to fit the file limit of {soft})",
+                "at most {} connections at once ({setting}={}, lowered to fit the file limit of {soft})",
                 fitted.max,
                 limits.max
             );
         }
         Arc::new(Registry {
             limits: fitted,
+            setting,
             open: Mutex::new(HashMap::new()),
             next: AtomicU64::new(0),
             warned: Mutex::new(None),
@@ -105,16 +122,17 @@ impl Registry {
                     open.remove(&id);
                     victim.close();
                     self.warn(format_args!(
-                        "{} connections open, the most allowed (MPROV_MAX_CONNECTIONS); closed the longest idle one (from {}, idle {} s) for a new one from {peer}",
+                        "{} connections open, the most allowed ({}); closed the longest idle one (from {}, idle {} s) for a new one from {peer}",
                         self.limits.max,
+                        self.setting,
                         victim.peer,
                         now.saturating_duration_since(victim.last_active()).as_secs()
                     ));
                 }
                 None => {
                     self.warn(format_args!(
-                        "{} connections open, the most allowed (MPROV_MAX_CONNECTIONS), each with a request in flight; refused a new one from {peer} (raise MPROV_MAX_CONNECTIONS and the service's file limit)",
-                        self.limits.max
+                        "{} connections open, the most allowed ({}), each with a request in flight; refused a new one from {peer} (raise {} and the service's file limit)",
+                        self.limits.max, self.setting, self.setting
                     ));
                     return None;
                 }
@@ -439,7 +457,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn at_the_cap_the_longest_idle_connection_makes_room() {
-        let r = Registry::new(limits(2));
+        let r = Registry::new(limits(2), "MAX");
         let a = r.admit(peer(1)).expect("first");
         tokio::time::advance(Duration::from_secs(1)).await;
         let b = r.admit(peer(2)).expect("second");
@@ -457,7 +475,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_deadline_moves_with_requests_not_with_reads() {
-        let r = Registry::new(limits(8));
+        let r = Registry::new(limits(8), "MAX");
         let c = r.admit(peer(1)).expect("admitted");
         let t0 = c.started;
         assert_eq!(c.deadline(&r.limits), t0 + Duration::from_secs(10));
