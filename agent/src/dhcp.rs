@@ -3,9 +3,10 @@
 //! (RFC 2131 section 4.4: DISCOVER, OFFER, REQUEST, ACK).
 //!
 //! Replies are untrusted bytes from the network (the `agent_dhcp` fuzz
-//! target): they are decoded through the guard the job server's DHCP server
-//! uses ([`mprov_dhcp_decode::decode`]: option lengths dhcproto would trip
-//! over are refused before it sees them), and anything that is not a
+//! target): the fixed header is checked on the raw bytes (a BOOTREPLY for
+//! a 6-byte Ethernet address), then they are decoded through the guard the
+//! job server's DHCP server uses ([`mprov_dhcp_decode::decode`]: lengths
+//! dhcproto would trip over are refused before it sees them), and anything that is not a
 //! BOOTREPLY to our transaction and our MAC, with a message type, a server
 //! identifier and a usable address, is ignored rather than believed.
 
@@ -59,6 +60,12 @@ pub enum Reply {
 /// Parses `bytes` as a reply to transaction `xid` of `mac`; `None` for
 /// anything else (not ours, malformed, no usable address).
 pub fn parse_reply(bytes: &[u8], xid: u32, mac: [u8; 6]) -> Option<Reply> {
+    // The fixed header first, on the raw bytes, as the job server's
+    // prefilter does: BOOTREPLY (2), Ethernet (1), a 6-byte address, and
+    // the whole header and magic cookie there.
+    if !matches!(bytes, [2, 1, 6, ..]) || bytes.len() < 240 {
+        return None;
+    }
     let msg = mprov_dhcp_decode::decode(bytes).ok()?;
     if msg.opcode() != Opcode::BootReply || msg.xid() != xid || msg.chaddr().get(..6)? != mac {
         return None;
@@ -439,5 +446,22 @@ mod tests {
         let ack = reply(&request, MessageType::Ack, addr);
         assert_eq!(client.received(&crafted(ack.clone())), Action::Wait);
         assert!(matches!(client.received(&ack), Action::Bound(_)));
+    }
+
+    /// Found by the `agent_dhcp` fuzzer (its corpus keeps it as
+    /// `crash-hlen`): a reply for our transaction with `hlen` 86; dhcproto
+    /// decodes it, and `chaddr()` then panics, in a release build too.
+    #[test]
+    fn a_hardware_length_beyond_chaddr_is_ignored_not_a_panic() {
+        let (mut client, first) = Client::new(MAC, 9);
+        let Action::Send(discover, _) = first else {
+            panic!("{first:?}")
+        };
+        let mut offer = reply(&discover, MessageType::Offer, Ipv4Addr::new(10, 0, 0, 21));
+        offer[2] = 86;
+        let unguarded = Message::from_bytes(&offer).expect("dhcproto decodes it");
+        assert!(std::panic::catch_unwind(|| unguarded.chaddr().len()).is_err());
+        assert_eq!(parse_reply(&offer, 9, MAC), None);
+        assert_eq!(client.received(&offer), Action::Wait);
     }
 }

@@ -5,7 +5,9 @@
 //! dhcproto 0.15 has `debug_assert!`s on the lengths of a few options (80,
 //! 81, 94, 152-155) and subtracts from the length of 81 (and of 151, after
 //! reading its first byte) unchecked, so a crafted length panics a debug or
-//! fuzzing build, or wraps in a release one. [`decode`] checks those lengths on the raw
+//! fuzzing build, or wraps in a release one. And its `Message::chaddr`
+//! slices the 16-byte field by `hlen` unchecked: an `hlen` above 16 panics
+//! any build, release too, on first use. [`decode`] checks those lengths on the raw
 //! bytes first, and still decodes under `catch_unwind`, so that no packet,
 //! whatever dhcproto does with it, panics the caller where panics unwind.
 //!
@@ -21,6 +23,10 @@ use dhcproto::v4::Message;
 /// Why a datagram was not decoded.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
+    /// The hardware address length (`hlen`) is above the 16 bytes of
+    /// `chaddr`.
+    #[error("hlen {0} is longer than chaddr's 16 bytes")]
+    HardwareLength(u8),
     /// An option's length is one dhcproto would trip over.
     #[error("option {code} has a length of {len}, which no valid packet has")]
     OptionLength {
@@ -38,9 +44,14 @@ pub enum DecodeError {
     Panicked,
 }
 
-/// Decodes a DHCPv4 datagram, after [`bad_option`] and under
-/// `catch_unwind`.
+/// Decodes a DHCPv4 datagram: `hlen` at most 16, no [`bad_option`], then
+/// dhcproto under `catch_unwind`.
 pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
+    if let Some(&hlen) = bytes.get(2)
+        && usize::from(hlen) > MAX_HLEN
+    {
+        return Err(DecodeError::HardwareLength(hlen));
+    }
     if let Some((code, len)) = bad_option(bytes) {
         return Err(DecodeError::OptionLength { code, len });
     }
@@ -50,6 +61,9 @@ pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
         Err(_) => Err(DecodeError::Panicked),
     }
 }
+
+/// The size of the `chaddr` field.
+const MAX_HLEN: usize = 16;
 
 /// Walks the options area (after the 236-byte header and the 4-byte magic
 /// cookie) and returns the first option, code and length, whose length
@@ -144,6 +158,22 @@ mod tests {
             let unguarded = std::panic::catch_unwind(|| Message::from_bytes(&bytes));
             assert!(unguarded.is_err(), "{bad:?} did not panic dhcproto");
         }
+    }
+
+    /// Found by the `agent_dhcp` fuzzer: a reply with `hlen` 86 decodes,
+    /// and `chaddr()` then panics even in a release build.
+    #[test]
+    fn a_hardware_length_beyond_chaddr_is_refused() {
+        let mut bytes = with_option(&[]);
+        bytes[2] = 17;
+        assert!(matches!(
+            decode(&bytes),
+            Err(DecodeError::HardwareLength(17))
+        ));
+        let unguarded = Message::from_bytes(&bytes).expect("dhcproto decodes it");
+        assert!(std::panic::catch_unwind(|| unguarded.chaddr().len()).is_err());
+        bytes[2] = 16;
+        assert_eq!(decode(&bytes).expect("decodes").chaddr().len(), 16);
     }
 
     #[test]
