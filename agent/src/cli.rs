@@ -115,7 +115,10 @@ fn ready(root: &std::path::Path, detail: &str) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(err) => {
-            eprintln!("mprov-agent: reporting ready: {}", crate::init::chain(&err));
+            eprintln!(
+                "mprov-agent: reporting ready: {}",
+                mprov_process::chain(&err)
+            );
             ExitCode::FAILURE
         }
     }
@@ -140,7 +143,7 @@ fn fetch(
     let client = match crate::image::client() {
         Ok(client) => client,
         Err(err) => {
-            eprintln!("mprov-agent: {}", crate::init::chain(&err));
+            eprintln!("mprov-agent: {}", mprov_process::chain(&err));
             return ExitCode::FAILURE;
         }
     };
@@ -169,7 +172,7 @@ fn fetch(
             ExitCode::SUCCESS
         }
         Err(err) => {
-            eprintln!("mprov-agent: {}", crate::init::chain(&err));
+            eprintln!("mprov-agent: {}", mprov_process::chain(&err));
             ExitCode::FAILURE
         }
     }

@@ -3,15 +3,18 @@
 //! (RFC 2131 section 4.4: DISCOVER, OFFER, REQUEST, ACK).
 //!
 //! Replies are untrusted bytes from the network (the `agent_dhcp` fuzz
-//! target): anything that is not a BOOTREPLY to our transaction and our
-//! MAC, with a message type, a server identifier and a usable address, is
-//! ignored rather than believed.
+//! target): the fixed header is checked on the raw bytes (a BOOTREPLY for
+//! a 6-byte Ethernet address), then they are decoded through the guard the
+//! job server's DHCP server uses ([`mprov_dhcp_decode::decode`]: lengths
+//! dhcproto would trip over are refused before it sees them), and anything that is not a
+//! BOOTREPLY to our transaction and our MAC, with a message type, a server
+//! identifier and a usable address, is ignored rather than believed.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use dhcproto::Encodable;
 use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode, OptionCode};
-use dhcproto::{Decodable, Encodable};
 
 /// Tries before the client gives up (the caller reports and starts over).
 pub const MAX_TRIES: u32 = 8;
@@ -57,7 +60,13 @@ pub enum Reply {
 /// Parses `bytes` as a reply to transaction `xid` of `mac`; `None` for
 /// anything else (not ours, malformed, no usable address).
 pub fn parse_reply(bytes: &[u8], xid: u32, mac: [u8; 6]) -> Option<Reply> {
-    let msg = Message::from_bytes(bytes).ok()?;
+    // The fixed header first, on the raw bytes, as the job server's
+    // prefilter does: BOOTREPLY (2), Ethernet (1), a 6-byte address, and
+    // the whole header and magic cookie there.
+    if !matches!(bytes, [2, 1, 6, ..]) || bytes.len() < 240 {
+        return None;
+    }
+    let msg = mprov_dhcp_decode::decode(bytes).ok()?;
     if msg.opcode() != Opcode::BootReply || msg.xid() != xid || msg.chaddr().get(..6)? != mac {
         return None;
     }
@@ -313,6 +322,8 @@ pub fn obtain(interface: &str, mac: [u8; 6], xid: u32) -> std::io::Result<Option
 
 #[cfg(test)]
 mod tests {
+    use dhcproto::Decodable;
+
     use super::*;
 
     const MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
@@ -399,5 +410,58 @@ mod tests {
         assert_eq!(waits.len() as u32, MAX_TRIES - 1);
         assert!(waits.windows(2).all(|w| w[0] <= w[1]));
         assert_eq!(waits.last(), Some(&MAX_TIMEOUT));
+    }
+
+    /// An offer for us (our transaction, our MAC, a usable address) with an
+    /// option 81 (client FQDN) one byte long: dhcproto subtracts 3 from
+    /// that length unchecked, so an unguarded decode panics a debug or
+    /// fuzzing build. The client must ignore it, in every state.
+    #[test]
+    fn a_crafted_option_length_is_ignored_not_a_panic() {
+        let (mut client, first) = Client::new(MAC, 9);
+        let Action::Send(discover, _) = first else {
+            panic!("{first:?}")
+        };
+        let addr = Ipv4Addr::new(10, 0, 0, 21);
+        let crafted = |good: Vec<u8>| {
+            let end = good.iter().rposition(|&b| b == 255).expect("end option");
+            let mut bytes = good[..end].to_vec();
+            bytes.extend_from_slice(&[81, 1, 0, 255]);
+            bytes
+        };
+        let offer = reply(&discover, MessageType::Offer, addr);
+        let bad_offer = crafted(offer.clone());
+        #[cfg(debug_assertions)]
+        assert!(
+            std::panic::catch_unwind(|| Message::from_bytes(&bad_offer)).is_err(),
+            "dhcproto no longer panics on it: this test shows nothing"
+        );
+        assert_eq!(parse_reply(&bad_offer, 9, MAC), None);
+        assert_eq!(client.received(&bad_offer), Action::Wait);
+        // The offer without it is taken; while requesting, a crafted ACK is
+        // ignored and the real one binds.
+        let Action::Send(request, _) = client.received(&offer) else {
+            panic!("no request")
+        };
+        let ack = reply(&request, MessageType::Ack, addr);
+        assert_eq!(client.received(&crafted(ack.clone())), Action::Wait);
+        assert!(matches!(client.received(&ack), Action::Bound(_)));
+    }
+
+    /// Found by the `agent_dhcp` fuzzer (its corpus keeps it as
+    /// `crash-hlen`): a reply for our transaction with `hlen` 86; dhcproto
+    /// decodes it, and `chaddr()` then panics, in a release build too.
+    #[test]
+    fn a_hardware_length_beyond_chaddr_is_ignored_not_a_panic() {
+        let (mut client, first) = Client::new(MAC, 9);
+        let Action::Send(discover, _) = first else {
+            panic!("{first:?}")
+        };
+        let mut offer = reply(&discover, MessageType::Offer, Ipv4Addr::new(10, 0, 0, 21));
+        offer[2] = 86;
+        let unguarded = Message::from_bytes(&offer).expect("dhcproto decodes it");
+        assert!(std::panic::catch_unwind(|| unguarded.chaddr().len()).is_err());
+        assert_eq!(parse_reply(&offer, 9, MAC), None);
+        assert_eq!(client.received(&offer), Action::Wait);
     }
 }

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use mprov_api::boot::{BootEventReport, BootPhase, EVENTS_PATH, MANIFEST_PATH};
 use mprov_api::enroll::{Enrolled, NODE_PATH, NodeEnrollment};
-use reqwest::blocking::Client;
 use sha2::{Digest, Sha256};
 
+use crate::http::{self, Client, ClientError};
 use crate::manifest::{self, Checked};
 
 /// The node's private key in the booted root (mode 0600).
@@ -70,6 +70,17 @@ pub enum EnrollError {
         /// The URL asked.
         url: String,
     },
+    /// The HTTP client could not be made.
+    #[error("{what} at {url}")]
+    Client {
+        /// What was being done.
+        what: &'static str,
+        /// The URL.
+        url: String,
+        /// The cause.
+        #[source]
+        err: ClientError,
+    },
     /// A request failed.
     #[error("{what} at {url}")]
     Http {
@@ -116,13 +127,8 @@ fn base(url: &str) -> &str {
     url.trim_end_matches('/')
 }
 
-fn builder() -> reqwest::blocking::ClientBuilder {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    Client::builder()
-        .connect_timeout(crate::image::CONNECT_TIMEOUT)
-        .timeout(TIMEOUT)
-        .no_proxy()
-        .user_agent(concat!("mprov-agent/", env!("CARGO_PKG_VERSION")))
+fn builder() -> reqwest::ClientBuilder {
+    http::builder().timeout(TIMEOUT)
 }
 
 /// The DER of the first certificate in `pem`.
@@ -147,13 +153,16 @@ pub fn fetch_ca(url: &str, pin: &[u8; 32]) -> Result<String, EnrollError> {
         url: ca_url.clone(),
         err,
     };
-    let client = builder()
-        .danger_accept_invalid_certs(true)
-        .build()
-        .map_err(http)?;
-    let response = client.get(&ca_url).send().map_err(http)?;
+    let client = Client::new(builder().danger_accept_invalid_certs(true)).map_err(|err| {
+        EnrollError::Client {
+            what: "fetching the CA certificate",
+            url: ca_url.clone(),
+            err,
+        }
+    })?;
+    let response = client.send(client.get(&ca_url)).map_err(http)?;
     let status = response.status().as_u16();
-    let pem = response.text().map_err(http)?;
+    let pem = client.wait(response.text()).map_err(http)?;
     if status != 200 {
         return Err(EnrollError::Refused {
             what: "fetching the CA certificate",
@@ -196,16 +205,17 @@ pub fn enroll(url: &str, ca_pem: &str, nonce: &str) -> Result<Identity, EnrollEr
         url: enroll_url.clone(),
         err,
     };
-    let client = trusting(ca_pem, None).map_err(http)?;
-    let response = client
-        .post(&enroll_url)
-        .json(&NodeEnrollment {
-            nonce: nonce.to_owned(),
-            csr,
-        })
-        .send()
-        .map_err(http)?;
-    let enrolled: Enrolled = json_reply(response, "enrolling", &enroll_url)?;
+    let client = trusting(ca_pem, None).map_err(|err| EnrollError::Client {
+        what: "enrolling",
+        url: enroll_url.clone(),
+        err,
+    })?;
+    let request = client.post(&enroll_url).json(&NodeEnrollment {
+        nonce: nonce.to_owned(),
+        csr,
+    });
+    let response = client.send(request).map_err(http)?;
+    let enrolled: Enrolled = json_reply(&client, response, "enrolling", &enroll_url)?;
     Ok(Identity {
         key_pem: key.serialize_pem(),
         cert_pem: enrolled.certificate,
@@ -215,18 +225,21 @@ pub fn enroll(url: &str, ca_pem: &str, nonce: &str) -> Result<Identity, EnrollEr
 
 /// A client that trusts only `ca_pem`, with `identity` as its client
 /// certificate if given.
-fn trusting(ca_pem: &str, identity: Option<&Identity>) -> Result<Client, reqwest::Error> {
+fn trusting(ca_pem: &str, identity: Option<&Identity>) -> Result<Client, ClientError> {
     let certs = reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes())?;
     let mut builder = builder().tls_certs_only(certs);
     if let Some(identity) = identity {
         let pem = format!("{}\n{}", identity.key_pem, identity.cert_pem);
         builder = builder.identity(reqwest::Identity::from_pem(pem.as_bytes())?);
     }
-    builder.build()
+    Client::new(builder)
 }
 
+/// The JSON of a `200` or `201` reply; any other status is
+/// [`EnrollError::Refused`] with the start of the body.
 fn json_reply<T: serde::de::DeserializeOwned>(
-    response: reqwest::blocking::Response,
+    client: &Client,
+    response: reqwest::Response,
     what: &'static str,
     url: &str,
 ) -> Result<T, EnrollError> {
@@ -237,7 +250,7 @@ fn json_reply<T: serde::de::DeserializeOwned>(
         err,
     };
     if status != 200 && status != 201 {
-        let body = response.text().map_err(http)?;
+        let body = client.wait(response.text()).map_err(http)?;
         return Err(EnrollError::Refused {
             what,
             url: url.to_owned(),
@@ -245,7 +258,7 @@ fn json_reply<T: serde::de::DeserializeOwned>(
             body: body.chars().take(300).collect(),
         });
     }
-    response.json().map_err(http)
+    client.wait(response.json()).map_err(http)
 }
 
 /// The node's mTLS session with the control service.
@@ -259,7 +272,7 @@ impl Control {
     /// A session at `url` as `identity`.
     pub fn new(url: &str, identity: &Identity) -> Result<Control, EnrollError> {
         let client =
-            trusting(&identity.ca_pem, Some(identity)).map_err(|err| EnrollError::Http {
+            trusting(&identity.ca_pem, Some(identity)).map_err(|err| EnrollError::Client {
                 what: "setting up mTLS",
                 url: url.to_owned(),
                 err,
@@ -273,22 +286,18 @@ impl Control {
     /// `GET MANIFEST_PATH`, checked.
     pub fn manifest(&self) -> Result<Checked, EnrollError> {
         let url = format!("{}{MANIFEST_PATH}", self.url);
-        let response = self
-            .client
-            .get(&url)
-            .header(mprov_api::VERSION_HEADER, mprov_api::api_version())
-            .send()
-            .map_err(|err| EnrollError::Http {
-                what: "reading the boot manifest",
-                url: url.clone(),
-                err,
-            })?;
-        let status = response.status().as_u16();
-        let body = response.bytes().map_err(|err| EnrollError::Http {
+        let http = |err| EnrollError::Http {
             what: "reading the boot manifest",
             url: url.clone(),
             err,
-        })?;
+        };
+        let request = self
+            .client
+            .get(&url)
+            .header(mprov_api::VERSION_HEADER, mprov_api::api_version());
+        let response = self.client.send(request).map_err(http)?;
+        let status = response.status().as_u16();
+        let body = self.client.wait(response.bytes()).map_err(http)?;
         if status != 200 {
             return Err(EnrollError::Refused {
                 what: "reading the boot manifest",
@@ -308,7 +317,7 @@ impl Control {
             url: url.clone(),
             err,
         };
-        let response = self
+        let request = self
             .client
             .post(&url)
             .header(mprov_api::VERSION_HEADER, mprov_api::api_version())
@@ -318,12 +327,11 @@ impl Control {
                 system: None,
                 ip: None,
                 detail: detail.to_owned(),
-            })
-            .send()
-            .map_err(http)?;
+            });
+        let response = self.client.send(request).map_err(http)?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
-            let body = response.text().map_err(http)?;
+            let body = self.client.wait(response.text()).map_err(http)?;
             return Err(EnrollError::Refused {
                 what: "reporting a boot event",
                 url,

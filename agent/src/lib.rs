@@ -24,13 +24,21 @@
 //! - [`dhcp`]: the DHCP client's pure state machine on dhcproto.
 //! - [`enroll`]: the node's key pair and CSR, enrollment with the nonce, and
 //!   the identity files written into the new root.
+//! - [`http`]: the one HTTP client (reqwest's async client, driven on the
+//!   calling thread by one current-thread runtime), used by [`enroll`] and
+//!   [`image`] alike.
 //! - [`cli`]: what the binary does when it is not PID 1 (`--help`, `version`,
 //!   `cmdline`, `fetch`, `ready`).
 //!
 //! The binary is built static (musl, or glibc with `+crt-static`) with the
 //! workspace's `agent` profile, so it needs nothing else in the initramfs;
-//! `mprov_tests::agent::build_static` builds it. Keep its dependencies few: no
-//! async runtime of its own (reqwest's blocking client runs one inside).
+//! `mprov_tests::agent::build_static` builds it. Keep its dependencies few:
+//! tokio only as the one current-thread runtime [`http`] needs, no thread
+//! of its own.
+//!
+//! The modules depend on each other without a cycle (`cargo xtask
+//! layering` checks it), lowest first: [`cmdline`], [`dhcp`] and [`http`];
+//! [`image`]; [`manifest`]; [`enroll`]; [`init`]; [`cli`].
 
 #![warn(missing_docs)]
 
@@ -41,6 +49,7 @@ pub mod enroll;
 #[cfg(any(test, feature = "fuzz"))]
 #[doc(hidden)]
 pub mod fuzz;
+pub mod http;
 pub mod image;
 pub mod init;
 pub mod manifest;

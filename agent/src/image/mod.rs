@@ -6,13 +6,11 @@
 //! ([`mprov_unpack::ReadAhead`], bounded): the body's reader (the socket and
 //! its sha256), zstd's, and the caller's (the shared unpacker,
 //! [`mprov_unpack::unpack`], with its writer threads creating the files).
-//! The body's reader drives reqwest's async client on a current-thread
-//! runtime ([`Client`]), so the socket is read on the thread that hashes
-//! it: reqwest's blocking client reads on a thread of its own and hands
-//! each chunk (about 100 KiB) over, two wake-ups per chunk, which paced the
-//! whole stream on a busy machine. The decisions (resume, wait, next source, give up) are the pure
-//! [`plan::Plan`]'s; reply heads are classified by the pure
-//! [`reply::classify`].
+//! The body's reader waits for each chunk on its own thread
+//! ([`crate::http::Client::wait`]), so the socket is read on the thread
+//! that hashes it (see [`crate::http`] for why). The decisions (resume,
+//! wait, next source, give up) are the pure [`plan::Plan`]'s; reply heads
+//! are classified by the pure [`reply::classify`].
 //!
 //! Invariant: the only way to a [`VerifiedRoot`] is a stream whose every
 //! byte hashed to the sha256 the control service recorded when the version
@@ -33,6 +31,7 @@ use sha2::{Digest, Sha256};
 
 use self::plan::{Next, Plan, SourceFailure};
 use self::reply::Reply;
+use crate::http::{Client, ClientError};
 
 /// What the control service recorded for the image version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,7 +235,7 @@ pub fn fetch(
                 },
             ) => failure,
             (Err(err), _) => {
-                let why = SourceFailure::BadImage(crate::init::chain(&err));
+                let why = SourceFailure::BadImage(mprov_process::chain(&err));
                 let next = plan.failed(&why, random());
                 (why, next)
             }
@@ -265,31 +264,11 @@ pub fn fetch(
     }
 }
 
-/// The HTTP client for job servers, with the runtime that drives it from
-/// the thread reading the body (see the module's comment).
-#[derive(Debug)]
-pub struct Client {
-    http: reqwest::Client,
-    runtime: tokio::runtime::Runtime,
-}
-
-/// Why the HTTP client could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// reqwest refused its settings (a bad CA certificate, say).
-    #[error("making the HTTP client")]
-    Http(#[from] reqwest::Error),
-    /// The runtime could not start (no memory, no file descriptors).
-    #[error("starting the HTTP client's runtime")]
-    Runtime(#[from] io::Error),
-}
-
 /// The HTTP client for job servers: plain HTTP (the bytes are verified
-/// against the manifest, not trusted for their transport), a connect
-/// timeout, and a stall timeout on every read; no proxy from the
-/// environment.
+/// against the manifest, not trusted for their transport), the shared
+/// connect timeout, and [`STALL_TIMEOUT`] on every read.
 pub fn client() -> Result<Client, ClientError> {
-    with(builder())
+    Client::new(builder())
 }
 
 /// A client for the stream as `/init` makes it: an initramfs has no system
@@ -297,29 +276,13 @@ pub fn client() -> Result<Client, ClientError> {
 /// install's CA (`ca_pem`) signed its certificate.
 pub fn client_trusting(ca_pem: &str) -> Result<Client, ClientError> {
     let certs = reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes())?;
-    with(builder().tls_certs_only(certs))
+    Client::new(builder().tls_certs_only(certs))
 }
 
 fn builder() -> reqwest::ClientBuilder {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .read_timeout(STALL_TIMEOUT)
-        .no_proxy()
-        .user_agent(concat!("mprov-agent/", env!("CARGO_PKG_VERSION")))
+    crate::http::builder().read_timeout(STALL_TIMEOUT)
 }
 
-fn with(builder: reqwest::ClientBuilder) -> Result<Client, ClientError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    // Built inside the runtime: its connections belong to it.
-    let http = runtime.block_on(async { builder.build() })?;
-    Ok(Client { http, runtime })
-}
-
-/// How long a connection may take to open.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a read may wait for bytes before the connection counts as
 /// dropped.
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -444,19 +407,17 @@ impl Stream<'_> {
     fn open(&mut self) -> io::Result<()> {
         loop {
             let url = self.url().to_owned();
-            let mut request = self.client.http.get(&url);
+            let mut request = self.client.get(&url);
             if self.offset > 0 {
                 request = request.header(reqwest::header::RANGE, format!("bytes={}-", self.offset));
                 if let Some(validator) = &self.validator {
                     request = request.header(reqwest::header::IF_RANGE, validator);
                 }
             }
-            // The request's future is made inside the runtime: its timers
-            // need one.
-            let response = match self.client.runtime.block_on(async { request.send().await }) {
+            let response = match self.client.send(request) {
                 Ok(response) => response,
                 Err(err) => {
-                    self.dropped(crate::init::chain(&err))?;
+                    self.dropped(mprov_process::chain(&err))?;
                     continue;
                 }
             };
@@ -522,7 +483,7 @@ impl Read for Stream<'_> {
             let Some(body) = self.body.as_mut() else {
                 continue;
             };
-            match body.read(&self.client.runtime, &mut buf[..want]) {
+            match body.read(self.client, &mut buf[..want]) {
                 Ok(0) => self.dropped(format!(
                     "the connection closed after {} of {size} bytes",
                     self.offset
@@ -553,7 +514,7 @@ impl Read for Stream<'_> {
                     return Ok(n);
                 }
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => self.dropped(crate::init::chain(&err))?,
+                Err(err) => self.dropped(mprov_process::chain(&err))?,
             }
         }
     }
@@ -568,11 +529,11 @@ struct Body {
 
 impl Body {
     /// Reads into `buf` from the last chunk, or from the next one, waiting
-    /// for it on `runtime` on this thread; `Ok(0)` at the end of the body.
-    fn read(&mut self, runtime: &tokio::runtime::Runtime, buf: &mut [u8]) -> io::Result<usize> {
+    /// for it on this thread; `Ok(0)` at the end of the body.
+    fn read(&mut self, client: &Client, buf: &mut [u8]) -> io::Result<usize> {
         if self.rest.is_empty() {
-            match runtime
-                .block_on(self.response.chunk())
+            match client
+                .wait(self.response.chunk())
                 .map_err(io::Error::other)?
             {
                 Some(chunk) => self.rest = chunk,

@@ -232,61 +232,19 @@ pub fn prefilter(bytes: &[u8]) -> Result<(), Reason> {
     }
 }
 
-/// Decodes a request that passed [`prefilter`].
-///
-/// dhcproto 0.15 has `debug_assert!`s on the lengths of a few options (80,
-/// 81, 94, 151-155) and subtracts from the length of 81 and 151 unchecked, so
-/// a hostile length could panic a debug build. We check those lengths on the
-/// raw bytes first, and still decode under `catch_unwind` so that no packet,
-/// whatever dhcproto does with it, can take the server down.
+/// Decodes a request that passed [`prefilter`], through the guard the
+/// agent's DHCP client shares ([`mprov_dhcp_decode::decode`]: option
+/// lengths dhcproto would trip over are refused, and a panic of dhcproto is
+/// caught), so that no packet can take the server down.
 pub fn decode(bytes: &[u8]) -> Result<Message, Reason> {
-    use dhcproto::Decodable;
-    if !option_lengths_sane(bytes) {
-        return Err(Reason::Malformed);
-    }
-    let decoded = std::panic::catch_unwind(|| Message::from_bytes(bytes));
-    match decoded {
-        Ok(Ok(msg)) => Ok(msg),
-        Ok(Err(err)) => {
-            tracing::debug!(error = %err, "malformed DHCP packet");
-            Err(Reason::Malformed)
+    use mprov_dhcp_decode::DecodeError;
+    mprov_dhcp_decode::decode(bytes).map_err(|err| {
+        match err {
+            DecodeError::Panicked => tracing::warn!("dhcproto panicked on a packet; dropped"),
+            err => tracing::debug!(error = %mprov_process::chain(&err), "malformed DHCP packet"),
         }
-        Err(_) => {
-            tracing::warn!("dhcproto panicked on a packet; dropped");
-            Err(Reason::Malformed)
-        }
-    }
-}
-
-/// Walks the options area (after the 236-byte header and the 4-byte magic
-/// cookie) and rejects options whose length dhcproto would trip over.
-fn option_lengths_sane(bytes: &[u8]) -> bool {
-    let mut rest = bytes.get(240..).unwrap_or(&[]);
-    while let [code, tail @ ..] = rest {
-        match *code {
-            0 => rest = tail,
-            255 => return true,
-            code => {
-                let [len, tail @ ..] = tail else {
-                    return true; // truncated: dhcproto reports it as an error
-                };
-                let len = usize::from(*len);
-                let ok = match code {
-                    80 => len == 0,
-                    94 => len == 3,
-                    81 => len >= 3,
-                    151 => len >= 1,
-                    152..=155 => len == 4,
-                    _ => true,
-                };
-                if !ok {
-                    return false;
-                }
-                rest = tail.get(len..).unwrap_or(&[]);
-            }
-        }
-    }
-    true
+        Reason::Malformed
+    })
 }
 
 /// Decides what to do with `req`; see the module docs.

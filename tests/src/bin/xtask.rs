@@ -84,8 +84,8 @@ enum Cmd {
     },
     /// Print what breaks the control service's layers: module cycles in
     /// control/src, HTTP crates (axum, http, ...) named below the http
-    /// layer, upward references and modules in no layer. `cargo xtask
-    /// test` runs it with --deny.
+    /// layer, upward references and modules in no layer; and module cycles
+    /// in agent/src. `cargo xtask test` runs it with --deny.
     Layering {
         /// Exit non-zero when there is any violation.
         #[arg(long)]

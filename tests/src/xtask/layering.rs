@@ -35,10 +35,10 @@
 //!   is said by the router's structure, not by a list of exempt paths.
 //!
 //! The check is a plain function over a folder, unit-tested on fixture trees;
-//! `cargo xtask layering` prints what it finds in `control/src` against
-//! [`CONTROL`], the layers of the control service, and `cargo xtask test`
-//! runs it with `--deny` as one of its steps, so a violation fails the
-//! build.
+//! `cargo xtask layering` prints what it finds in each crate of [`CHECKED`]
+//! (`control/src` against [`CONTROL`], the layers of the control service;
+//! `agent/src` against [`AGENT`], cycles only), and `cargo xtask test` runs
+//! it with `--deny` as one of its steps, so a violation fails the build.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -65,6 +65,7 @@ pub struct Layer {
 #[derive(Debug, Clone, Copy)]
 pub struct Spec {
     /// Bottom first: a module may name modules of its own layer and lower.
+    /// None: the crate is checked for cycles only.
     pub layers: &'static [Layer],
     /// The external crates only an HTTP layer may name.
     pub http_crates: &'static [&'static str],
@@ -149,6 +150,19 @@ pub const CONTROL: Spec = Spec {
     pathless: &["access"],
 };
 
+/// The node agent (issue 20): its modules form a DAG, with no layers
+/// declared (the order is in `agent/src/lib.rs`'s docs).
+pub const AGENT: Spec = Spec {
+    layers: &[],
+    http_crates: &[],
+    handler_folders: &[],
+    pathless: &[],
+};
+
+/// What `cargo xtask layering` checks: each crate's sources, from the
+/// workspace root, and its spec.
+pub const CHECKED: &[(&str, &Spec)] = &[("control/src", &CONTROL), ("agent/src", &AGENT)];
+
 /// Options of `cargo xtask layering`.
 #[derive(Debug, Clone, Default)]
 pub struct LayeringOptions {
@@ -156,26 +170,28 @@ pub struct LayeringOptions {
     pub deny: bool,
 }
 
-/// `cargo xtask layering`: prints the violations of `control/src` against
-/// [`CONTROL`]; with `deny`, fails if there are any.
+/// `cargo xtask layering`: prints the violations of each crate of
+/// [`CHECKED`] against its spec; with `deny`, fails if there are any.
 pub fn layering(options: &LayeringOptions) -> Result<()> {
     let root = workspace_root();
-    let src = root.join("control").join("src");
-    step(&format!(
-        "layering: {} against the control layers",
-        src.display()
-    ));
-    let violations = check(&src, &CONTROL)?;
-    for violation in &violations {
-        println!("{}", violation.display_relative(&root));
+    let mut total = 0;
+    for (dir, spec) in CHECKED {
+        let src = root.join(dir);
+        let what = if spec.layers.is_empty() {
+            "cycles only"
+        } else {
+            "its layers"
+        };
+        step(&format!("layering: {} against {what}", src.display()));
+        let violations = check(&src, spec)?;
+        for violation in &violations {
+            println!("{}", violation.display_relative(&root));
+        }
+        eprintln!("{} violation(s)", violations.len());
+        total += violations.len();
     }
-    eprintln!("{} violation(s)", violations.len());
-    if options.deny && !violations.is_empty() {
-        bail!(
-            "{} layering violation(s) in {}",
-            violations.len(),
-            src.display()
-        );
+    if options.deny && total > 0 {
+        bail!("{total} layering violation(s)");
     }
     Ok(())
 }
@@ -526,8 +542,12 @@ impl ModuleTree {
         out
     }
 
-    /// HTTP crates in lower layers, upward references and unlayered modules.
+    /// HTTP crates in lower layers, upward references and unlayered modules;
+    /// none for a spec without layers.
     fn layer_violations(&self, spec: &Spec) -> Vec<Violation> {
+        if spec.layers.is_empty() {
+            return Vec::new();
+        }
         let layer_of = |top: &str| spec.layers.iter().position(|l| l.modules.contains(&top));
         let mut out = Vec::new();
         let root = self.modules.get(&Vec::new());

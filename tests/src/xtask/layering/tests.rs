@@ -1,4 +1,5 @@
-//! The layering check on small fixture trees, and on control's real tree.
+//! The layering check on small fixture trees, and on control's and the
+//! agent's real trees.
 
 use super::*;
 
@@ -325,6 +326,22 @@ fn a_handler_submodule_naming_another_handler_is_found() {
 }
 
 #[test]
+fn a_spec_without_layers_checks_cycles_only() {
+    let dir = tree(&[
+        ("lib.rs", "mod a;\nmod b;\nmod web;\n"),
+        ("a.rs", "pub fn f() { crate::b::g() }\n"),
+        ("b.rs", "pub fn g() { crate::a::f() }\n"),
+        ("web.rs", "use axum::Json;\npub fn h() { crate::a::f() }\n"),
+    ]);
+    let found = check(&dir.path().join("src"), &AGENT).unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        matches!(&found[0], Violation::Cycle { modules, .. } if modules == &["crate::a", "crate::b"]),
+        "{found:?}"
+    );
+}
+
+#[test]
 fn a_path_in_the_access_rules_is_found() {
     // An exemption list (inside a macro call too), a path literal in code,
     // and a path constant; doc comments, relative strings and test code are
@@ -367,4 +384,19 @@ fn a_path_in_the_access_rules_is_found() {
         "{found:#?}"
     );
     assert!(found[0].to_string().starts_with("path in the access rules"));
+}
+
+#[test]
+fn the_agent_tree_has_no_cycle() {
+    let src = workspace_root().join("agent").join("src");
+    let names = ModuleTree::read(&src).unwrap().module_names();
+    for expected in ["crate::enroll", "crate::image::plan", "crate::init::boot"] {
+        assert!(names.iter().any(|n| n == expected), "{expected}: {names:?}");
+    }
+    let found = check(&src, &AGENT).unwrap();
+    let shown: Vec<String> = found
+        .iter()
+        .map(|v| v.display_relative(&workspace_root()))
+        .collect();
+    assert!(found.is_empty(), "{}", shown.join("\n"));
 }
