@@ -790,6 +790,24 @@ pub struct JobServerSpec {
     pub home: PathBuf,
     /// Its metrics port on the namespace's loopback (unique per job server).
     pub metrics_port: u16,
+    /// Its open-file limit, soft and hard (`prlimit --nofile`); `None`:
+    /// the test's own.
+    pub file_limit: Option<u64>,
+}
+
+/// `exe` run inside `net`, under `file_limit` open files (soft and hard,
+/// with `prlimit`, which execs it in place: the child's PID is the
+/// server's) when given.
+fn server_command(net: &LabNet, exe: &Path, file_limit: Option<u64>) -> Result<Command> {
+    let exe = exe.to_str().context("path")?;
+    Ok(match file_limit {
+        Some(files) => {
+            let mut cmd = net.ns.command("prlimit");
+            cmd.arg(format!("--nofile={files}:{files}")).arg(exe);
+            cmd
+        }
+        None => net.ns.command(exe),
+    })
 }
 
 /// What a job server following a control service reads and writes: the
@@ -850,7 +868,7 @@ impl JobServer {
         fs::create_dir_all(&spec.home)?;
         let log = spec.home.join("jobserver.log");
         let exe = bins.get("mprov-jobserver")?;
-        let mut cmd = net.ns.command(exe.to_str().context("path")?);
+        let mut cmd = server_command(net, &exe, spec.file_limit)?;
         match &spec.config {
             BootConfigSource::File(file) => {
                 cmd.arg("--boot-config").arg(file);
@@ -953,12 +971,18 @@ pub struct LabControl {
 }
 
 impl LabControl {
-    /// Starts it inside `net` with its folders under `home`.
-    pub fn start(net: &LabNet, bins: &Binaries, home: &Path) -> Result<LabControl> {
+    /// Starts it inside `net` with its folders under `home`, under
+    /// `file_limit` open files (soft and hard) when given.
+    pub fn start(
+        net: &LabNet,
+        bins: &Binaries,
+        home: &Path,
+        file_limit: Option<u64>,
+    ) -> Result<LabControl> {
         fs::create_dir_all(home)?;
         let exe = bins.get("mprov-control")?;
         let log = home.join("serve.log");
-        let mut cmd = net.ns.command(exe.to_str().context("path")?);
+        let mut cmd = server_command(net, &exe, file_limit)?;
         cmd.arg("serve")
             .env("MPROV_CONFIG_DIR", home.join("etc"))
             .env("MPROV_STATE_DIR", home.join("var"))

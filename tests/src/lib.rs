@@ -3,7 +3,8 @@
 //! PostgreSQL; [`netns`]: network namespaces joined by veth pairs; [`vm`]:
 //! QEMU VMs that netboot; [`lab`] and [`netboot`]: the Debian node image and
 //! its network; [`agent`]: the agent's static binary; [`listen`]: where a
-//! started job server listens, from its listen file), the Rust benchmarks
+//! started job server listens, from its listen file; [`flood`]: a bounded
+//! connection flood inside a lab namespace), the Rust benchmarks
 //! (`*_bench`), and the `cargo xtask` commands ([`xtask`]).
 //!
 //! Everything here serves tests and developers, never production: the servers
@@ -17,6 +18,7 @@ pub mod backup_bench;
 mod control;
 pub mod db;
 pub mod enroll_bench;
+pub mod flood;
 pub mod inventory_bench;
 pub mod lab;
 pub mod listen;

@@ -216,6 +216,7 @@ impl IncumbentLab {
                 export,
                 home: run.join("jobserver"),
                 metrics_port: 9102,
+                file_limit: None,
             },
         )?;
         Ok(IncumbentLab {
@@ -286,6 +287,9 @@ pub struct StackOptions {
     pub second_jobserver: bool,
     /// The first job server serves a corrupted `rootfs.tar.zst`.
     pub corrupt_first: bool,
+    /// The control service's and the job servers' open-file limit, soft
+    /// and hard (`prlimit --nofile`); `None`: the test's own.
+    pub file_limit: Option<u64>,
 }
 
 /// Our stack in the lab: the control service and its job servers.
@@ -326,7 +330,7 @@ impl Stack {
         options: &StackOptions,
     ) -> Result<Stack> {
         let net = LabNet::new("mprov")?;
-        let control = LabControl::start(&net, bins, &run.join("control"))?;
+        let control = LabControl::start(&net, bins, &run.join("control"), options.file_limit)?;
         control
             .api(
                 "POST",
@@ -380,6 +384,7 @@ impl Stack {
                     export,
                     home: run.join(format!("jobserver-{name}")),
                     metrics_port: 9102 + u16::try_from(i)?,
+                    file_limit: options.file_limit,
                 },
             )?);
         }

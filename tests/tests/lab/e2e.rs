@@ -4,11 +4,15 @@
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use mprov_api::boot::{BootEvent, BootPhase};
-use mprov_tests::lab::{CONTROL_HTTPS_PORT, NODE_PROBES, PROBED_OTHER, READY_MARKER, SERVER_IP};
+use mprov_tests::flood::{Flood, FloodSpec};
+use mprov_tests::lab::{
+    CONTROL_HTTPS_PORT, CONTROL_PORT, NODE_PROBES, PROBED_OTHER, READY_MARKER, SERVER_IP,
+};
 use mprov_tests::netboot::{Booted, Machine, Node, Stack, StackOptions, in_order, tail};
 
 use crate::netboot::{VM_TURN, image};
@@ -144,6 +148,92 @@ pub(crate) fn ready_with_timeline(
     Ok(events)
 }
 
+/// Both lab services' open-file limit, soft and hard, in the flooded boot:
+/// a systemd service's default soft limit.
+const FLOOD_FILE_LIMIT: u64 = 1024;
+/// Idle connections held against each flooded port: more than either
+/// service's cap under [`FLOOD_FILE_LIMIT`] files.
+const FLOOD_IDLE: usize = 1100;
+/// Slow request heads held against each flooded port.
+const FLOOD_SLOW: usize = 8;
+/// The job server's HTTP (image) port.
+const JOBSERVER_HTTP_PORT: u16 = mprov_api::boot::DEFAULT_HTTP_PORT;
+/// What the control service logs when its connection cap is reached.
+const CONTROL_CAP_WARNING: &str = "the most allowed (MPROV_MAX_CONNECTIONS)";
+/// What the job server's file server logs when its cap is reached.
+const JOBSERVER_CAP_WARNING: &str = "HTTP file server: ";
+/// ... followed, on the same line, by this.
+const JOBSERVER_CAP_WARNING_TAIL: &str = "connections open, its limit";
+
+/// Floods the control service's HTTP and HTTPS ports and js1's HTTP port
+/// from inside the lab namespace, once the flood's sockets fit the test's
+/// own file limit (raised to its hard limit).
+fn start_flood(stack: &Stack) -> Result<Flood> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let targets: Vec<std::net::SocketAddr> =
+        [CONTROL_PORT, CONTROL_HTTPS_PORT, JOBSERVER_HTTP_PORT]
+            .iter()
+            .map(|port| format!("{SERVER_IP}:{port}").parse())
+            .collect::<Result<_, _>>()?;
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    let need = u64::try_from(targets.len() * (FLOOD_IDLE + FLOOD_SLOW))? + 1024;
+    if soft < need && hard > soft {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+    }
+    let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    ensure!(
+        soft >= need,
+        "the flood needs {need} open files in the test; its limit is {soft}"
+    );
+    let flood = Flood::start(
+        &stack.net.ns.path(),
+        FloodSpec {
+            targets,
+            idle: FLOOD_IDLE,
+            slow: FLOOD_SLOW,
+            reopen_per_round: 500,
+            limit: Duration::from_secs(30 * 60),
+        },
+    )?;
+    // Held before the VM powers on: the first rounds open them all.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while flood
+        .counts
+        .iter()
+        .any(|c| c.opened.load(Ordering::Relaxed) < u64::try_from(FLOOD_IDLE).unwrap_or(0))
+    {
+        ensure!(
+            Instant::now() < deadline,
+            "the flood did not open {FLOOD_IDLE} connections per port within 60 s: {:?}",
+            flood.counts
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!("flood: {:?}", flood.counts);
+    Ok(flood)
+}
+
+/// Stops the flood and checks both services logged their cap warning.
+fn stop_flood(stack: &Stack, flood: Flood) -> Result<()> {
+    let counts = format!("{:?}", flood.counts);
+    flood.stop()?;
+    eprintln!("flood, at its end: {counts}");
+    let control = stack.control.log();
+    ensure!(
+        control.contains(CONTROL_CAP_WARNING),
+        "the control service logged no connection-cap warning under the flood ({counts}):\n{}",
+        tail(&control, 30)
+    );
+    let js1 = stack.jobservers.first().context("js1")?.log();
+    ensure!(
+        js1.lines()
+            .any(|l| l.contains(JOBSERVER_CAP_WARNING) && l.contains(JOBSERVER_CAP_WARNING_TAIL)),
+        "the job server logged no connection-cap warning under the flood ({counts}):\n{}",
+        tail(&js1, 30)
+    );
+    Ok(())
+}
+
 /// SeaBIOS + iPXE ROM, on the real Debian root, through our stack only:
 /// `mprov-control serve` and `mprov-jobserver` (enrolled with a one-time
 /// token, following the control service over HTTPS) in a lab namespace, the
@@ -163,15 +253,33 @@ pub(crate) fn ready_with_timeline(
 ///   boot's command line (its nonce spent), straight from QEMU, is refused:
 ///   the agent says so on its console and the refusal is on the timeline;
 /// - `mash boot status` prints the timeline.
+///
+/// All of it up to `mash boot status` happens under a connection flood
+/// (issue 21): both services run under a 1,024-file limit (soft and hard),
+/// and from inside the lab namespace up to [`FLOOD_IDLE`] idle connections
+/// and [`FLOOD_SLOW`] slow request heads are held against the control
+/// service's HTTP and HTTPS ports and the job server's HTTP port, reopened
+/// as the servers close them (their deadlines, their caps), at most 500 a
+/// second per port: more than either cap allows. The boot still
+/// reaches ready, and both services logged their connection-cap warning.
 #[test]
 fn vm_is_provisioned_by_our_stack_from_power_on_to_ready() -> Result<()> {
     let _turn = VM_TURN.lock().unwrap_or_else(|e| e.into_inner());
     let (bins, image) = image()?;
     let run = tempfile::tempdir()?;
-    let stack = Stack::start(&bins, &image, run.path(), &StackOptions::default())?;
+    let stack = Stack::start(
+        &bins,
+        &image,
+        run.path(),
+        &StackOptions {
+            file_limit: Some(FLOOD_FILE_LIMIT),
+            ..StackOptions::default()
+        },
+    )?;
     let node = stack.register("n01", "52:54:00:e2:00:01", "10.99.0.41", true)?;
     // Another node, never booted: n01's certificate must not reach it.
     let other = stack.register("n02", "52:54:00:e2:00:02", "10.99.0.42", true)?;
+    let flood = start_flood(&stack)?;
 
     let started = Instant::now();
     let booted = stack.boot(&node, Machine::BiosIpxe, |e| {
@@ -301,6 +409,8 @@ fn vm_is_provisioned_by_our_stack_from_power_on_to_ready() -> Result<()> {
             phase.as_str()
         );
     }
+    // All of that under the flood, which both services felt.
+    stop_flood(&stack, flood)?;
     // The first boot's command line replayed by a second boot: the same
     // kernel, agent initramfs and command line (its nonce spent), straight
     // from QEMU with no firmware and no /ipxe/. The agent takes its lease
