@@ -54,14 +54,14 @@ fn system(c: &Client, image: &serde_json::Value, host: &str, mac: &str) -> i64 {
         .unwrap()
 }
 
-/// `n` POSTs of `body` to `path` with `cert`, 20 at a time in one curl:
+/// `n` POSTs of `body` to `path` with `cert`, 8 at a time in one curl:
 /// how many answered each status.
 fn flood(c: &Client, cert: &Path, path: &str, body: &serde_json::Value, n: usize) -> Vec<u16> {
     let file = c.work.join("flood.json");
     std::fs::write(&file, body.to_string()).unwrap();
     let url = format!("https://127.0.0.1:{}{path}", c.https);
     let mut cmd = Command::new("curl");
-    cmd.args(["-sS", "--parallel", "--parallel-max", "20", "-X", "POST"])
+    cmd.args(["-sS", "--parallel", "--parallel-max", "8", "-X", "POST"])
         .args(["-w", "\nCODE:%{http_code}\n", "--cacert"])
         .arg(&c.ca)
         .args(["-H", &mprov_api::version_header_line()])
