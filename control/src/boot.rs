@@ -121,7 +121,7 @@ pub async fn record_at(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<Boo
         attempt += 1;
         match try_record(db, ev.clone(), at).await {
             Err(BootError::Db(e))
-                if attempt < RECORD_RETRIES && crate::enrollment::collision(&e) =>
+                if attempt < RECORD_RETRIES && crate::db::health::collision(&e) =>
             {
                 tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
             }

@@ -598,25 +598,6 @@ enum Consume {
 /// is tried again.
 const COLLISION_RETRIES: u32 = 8;
 
-/// Whether a database error is two transactions colliding (the live-row
-/// unique index, a deadlock, a serialization failure, a busy SQLite), which
-/// a new attempt resolves.
-pub(crate) fn collision(err: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(e) = err else {
-        return false;
-    };
-    if e.is_unique_violation() {
-        return true;
-    }
-    let code = e.code().unwrap_or_default();
-    // PostgreSQL: serialization failure, deadlock. MariaDB: deadlock, lock
-    // wait timeout. SQLite: busy, locked.
-    matches!(
-        &*code,
-        "40001" | "40P01" | "1213" | "1205" | "5" | "6" | "517"
-    )
-}
-
 /// How many revoked certificates of one identity are kept (the newest);
 /// older rows are deleted when it gets a new one, so renewals cannot grow
 /// the table without bound.
@@ -649,11 +630,11 @@ async fn commit_enrollment(
                     _ => EnrollError::NonceRaced,
                 });
             }
-            Err(e) if collision(&e) && attempt < COLLISION_RETRIES => {
+            Err(e) if crate::db::health::collision(&e) && attempt < COLLISION_RETRIES => {
                 tracing::debug!(%identity, attempt, "enrollment: collided with another enrollment; again");
                 tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
             }
-            Err(e) if collision(&e) => {
+            Err(e) if crate::db::health::collision(&e) => {
                 return Err(EnrollError::EnrollmentCollided {
                     identity: identity.to_owned(),
                 });
