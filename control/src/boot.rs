@@ -105,6 +105,32 @@ pub fn starts_new_boot(
 
 /// Stores an event, in the boot it belongs to.
 pub async fn record(db: &Db, ev: NewEvent) -> Result<BootEvent, BootError> {
+    record_at(db, ev, jiff::Timestamp::now()).await
+}
+
+/// How often [`record_at`] tries again after colliding with a concurrent
+/// write (a busy SQLite, a deadlock).
+const RECORD_RETRIES: u32 = 20;
+
+/// [`record`] as if it were `at` (tests of the retention store old events).
+/// Concurrent reports of one node collide in the database; each is tried
+/// again, a little later.
+pub async fn record_at(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<BootEvent, BootError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match try_record(db, ev.clone(), at).await {
+            Err(BootError::Db(e))
+                if attempt < RECORD_RETRIES && crate::db::health::collision(&e) =>
+            {
+                tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+async fn try_record(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<BootEvent, BootError> {
     let mut tx = db.pool().begin().await?;
     let key = |sql: &mut crate::db::Sql| match (&ev.system_id, &ev.mac) {
         (Some(id), _) => {
@@ -120,8 +146,11 @@ pub async fn record(db: &Db, ev: NewEvent) -> Result<BootEvent, BootError> {
     key(&mut prev);
     prev.push(" ORDER BY id DESC LIMIT 1");
     let previous = prev.query().fetch_optional(&mut *tx).await?;
-    let now = now();
-    let gap_start = since(BOOT_GAP);
+    let now = format_ts(at);
+    let gap_start = format_ts(
+        at.checked_sub(jiff::SignedDuration::try_from(BOOT_GAP).unwrap_or_default())
+            .unwrap_or(jiff::Timestamp::MIN),
+    );
     let (prev_boot, prev_phase, prev_at) = match &previous {
         Some(r) => (
             Some(int(r, "boot_id")?),
@@ -200,6 +229,30 @@ pub async fn record(db: &Db, ev: NewEvent) -> Result<BootEvent, BootError> {
         ip: ev.ip,
         detail: ev.detail,
     })
+}
+
+/// The time before which boot events are removed at `now`, keeping
+/// `keep_days` days.
+pub fn retention_cutoff(now: jiff::Timestamp, keep_days: u32) -> String {
+    let keep = jiff::SignedDuration::from_hours(i64::from(keep_days) * 24);
+    format_ts(now.checked_sub(keep).unwrap_or(jiff::Timestamp::MIN))
+}
+
+/// Removes the boot events older than `keep_days` days at `now`; how many.
+/// `serve` runs it at start and hourly.
+pub async fn prune(db: &Db, now: jiff::Timestamp, keep_days: u32) -> Result<u64, BootError> {
+    let mut q = db.sql();
+    q.push("DELETE FROM boot_events WHERE at < ")
+        .bind(Val::Text(Some(retention_cutoff(now, keep_days))));
+    Ok(q.query().execute(db.pool()).await?.rows_affected())
+}
+
+/// How many boot events are stored (for the retention's tests and log).
+pub async fn count(db: &Db) -> Result<i64, BootError> {
+    let r = sqlx::query("SELECT COUNT(*) AS n FROM boot_events")
+        .fetch_one(db.pool())
+        .await?;
+    Ok(int(&r, "n")?)
 }
 
 /// A lease a job server reported for a MAC, for attestation.
@@ -477,6 +530,15 @@ mod tests {
             BootPhase::ScriptServed,
             gap
         ));
+    }
+
+    #[test]
+    fn the_retention_cutoff_is_keep_days_before_now() {
+        let now: jiff::Timestamp = "2026-03-31T12:00:00Z".parse().unwrap();
+        assert_eq!(retention_cutoff(now, 30), "2026-03-01T12:00:00Z");
+        assert_eq!(retention_cutoff(now, 1), "2026-03-30T12:00:00Z");
+        // Stored times compare as text: an event a second too old goes.
+        assert!("2026-03-01T11:59:59Z" < retention_cutoff(now, 30).as_str());
     }
 
     #[test]

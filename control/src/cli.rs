@@ -609,6 +609,12 @@ async fn run_servers(
             }
         });
     }
+    let (db, stop) = (state.db.clone(), shutdown.clone());
+    let keep_days = state.config.writes.boot_events_keep_days;
+    servers.spawn(async move {
+        boot_events_retention(&db, keep_days, &stop).await;
+        Ok(())
+    });
     let (plain, stop) = (state.clone(), shutdown.clone());
     let http_listener = listeners.http;
     servers.spawn(async move {
@@ -625,6 +631,32 @@ async fn run_servers(
         });
     }
     mprov_process::run_servers(servers, shutdown).await
+}
+
+/// How often `serve` removes old boot events.
+const RETENTION_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes boot events older than `keep_days` at start and every
+/// [`RETENTION_EVERY`] until `stop`; a failure is logged and tried again
+/// at the next round.
+async fn boot_events_retention(db: &Db, keep_days: u32, stop: &CancellationToken) {
+    loop {
+        match crate::boot::prune(db, jiff::Timestamp::now(), keep_days).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                removed = n,
+                keep_days,
+                "boot events: removed {n} events older than {keep_days} days (MPROV_BOOT_EVENTS_KEEP_DAYS)"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "boot events: the retention failed; trying again in an hour")
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(RETENTION_EVERY) => {}
+        }
+    }
 }
 
 async fn local_enroll_token(config: &Config, db: &Db) -> Result<()> {

@@ -141,6 +141,25 @@ pub struct Settings {
     /// what the process's file limit leaves room for.
     #[arg(long, env = "MPROV_MAX_CONNECTIONS", default_value_t = 16_384)]
     pub max_connections: usize,
+    /// Boot events a minute one node's certificate may report about itself
+    /// (a boot reports a few dozen); beyond it, 429.
+    #[arg(long, env = "MPROV_BOOT_EVENTS_PER_MINUTE", default_value_t = 120)]
+    pub boot_events_per_minute: u32,
+    /// Boot events a minute one job server's certificate may report (it
+    /// reports for every node it serves: several per node booting).
+    #[arg(
+        long,
+        env = "MPROV_JOBSERVER_EVENTS_PER_MINUTE",
+        default_value_t = 20_000
+    )]
+    pub jobserver_events_per_minute: u32,
+    /// Certificate renewals an hour per node or job server (one renews
+    /// once in weeks); beyond it, 429.
+    #[arg(long, env = "MPROV_RENEWALS_PER_HOUR", default_value_t = 6)]
+    pub renewals_per_hour: u32,
+    /// Days boot events are kept; older ones are removed hourly.
+    #[arg(long, env = "MPROV_BOOT_EVENTS_KEEP_DAYS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
+    pub boot_events_keep_days: u32,
     /// Seconds a new connection has to start its first request (the TLS
     /// handshake included) before it is closed.
     #[arg(long, env = "MPROV_FIRST_REQUEST_SECONDS", default_value_t = 10)]
@@ -201,6 +220,20 @@ pub enum ConfigError {
     PublicUrl(String),
 }
 
+/// What one identity (a node's or a job server's certificate) may write,
+/// and how long boot events are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteLimits {
+    /// Boot events a minute per node.
+    pub node_events_per_minute: u32,
+    /// Boot events a minute per job server.
+    pub jobserver_events_per_minute: u32,
+    /// Renewals an hour per node or job server.
+    pub renewals_per_hour: u32,
+    /// Days boot events are kept.
+    pub boot_events_keep_days: u32,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -258,6 +291,8 @@ pub struct Config {
     pub ipxe_limit_total: u32,
     /// What a connection may hold, and for how long.
     pub connections: mprov_process::listen::Limits,
+    /// The per-identity write budgets and the boot events' retention.
+    pub writes: WriteLimits,
     /// The first-start admin password, if given.
     pub superuser_password: Option<String>,
     /// The secret key, if given in the environment.
@@ -430,6 +465,12 @@ impl Config {
                 max: s.max_connections.max(1),
                 first_request: std::time::Duration::from_secs(s.first_request_seconds.max(1)),
                 idle: std::time::Duration::from_secs(s.idle_seconds.max(1)),
+            },
+            writes: WriteLimits {
+                node_events_per_minute: s.boot_events_per_minute.max(1),
+                jobserver_events_per_minute: s.jobserver_events_per_minute.max(1),
+                renewals_per_hour: s.renewals_per_hour.max(1),
+                boot_events_keep_days: s.boot_events_keep_days.max(1),
             },
             superuser_password: s.superuser_password.filter(|p| !p.is_empty()),
             secret_key: s.secret_key.filter(|k| !k.is_empty()),

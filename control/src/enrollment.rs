@@ -459,7 +459,7 @@ pub async fn enroll_node(
         Validity::Days(NODE_DAYS),
     )
     .await?;
-    commit_enrollment(
+    let replaced = commit_enrollment(
         db,
         Some(Consume::Nonce { hash }),
         Profile::Node,
@@ -469,6 +469,25 @@ pub async fn enroll_node(
     )
     .await?;
     tracing::info!(%hostname, %serial, "enrollment: node enrolled");
+    // On the node's timeline: a live certificate replaced by this one (a
+    // reinstall, or someone else holding the node's nonce).
+    for (old, issued) in replaced {
+        tracing::warn!(%hostname, serial = %old, "enrollment: a live node certificate was replaced by a new enrollment");
+        let event = crate::boot::NewEvent {
+            system_id: crate::db::int(&row, "system_id").ok(),
+            mac: None,
+            phase: mprov_api::boot::BootPhase::Enrolled,
+            source: "control".into(),
+            jobserver_id: None,
+            ip: None,
+            detail: format!(
+                "replaced certificate serial {old} issued at {issued} (revoked) with serial {serial}"
+            ),
+        };
+        if let Err(e) = crate::boot::record(db, event).await {
+            tracing::warn!(error = %e, "cannot record the replaced certificate");
+        }
+    }
     Ok(enrolled)
 }
 
@@ -579,27 +598,15 @@ enum Consume {
 /// is tried again.
 const COLLISION_RETRIES: u32 = 8;
 
-/// Whether a database error is two transactions colliding (the live-row
-/// unique index, a deadlock, a serialization failure, a busy SQLite), which
-/// a new attempt resolves.
-fn collision(err: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(e) = err else {
-        return false;
-    };
-    if e.is_unique_violation() {
-        return true;
-    }
-    let code = e.code().unwrap_or_default();
-    // PostgreSQL: serialization failure, deadlock. MariaDB: deadlock, lock
-    // wait timeout. SQLite: busy, locked.
-    matches!(
-        &*code,
-        "40001" | "40P01" | "1213" | "1205" | "5" | "6" | "517"
-    )
-}
+/// How many revoked certificates of one identity are kept (the newest);
+/// older rows are deleted when it gets a new one, so renewals cannot grow
+/// the table without bound.
+pub const KEEP_REVOKED: i64 = 10;
 
 /// Spends `consume` (if any), revokes `identity`'s other certificates and
-/// records the new one, in one transaction. The unique index over live rows
+/// records the new one, in one transaction; returns the serials and issue
+/// times of the live certificates it revoked. Revoked rows beyond
+/// [`KEEP_REVOKED`] are deleted in the same transaction. The unique index over live rows
 /// (migration 0003) makes two concurrent enrollments of one identity
 /// collide instead of both leaving a valid certificate; the loser runs
 /// again and then revokes the winner's, so exactly one stays valid.
@@ -610,24 +617,24 @@ async fn commit_enrollment(
     identity: &str,
     serial: &str,
     not_after: &str,
-) -> Result<(), EnrollError> {
+) -> Result<Vec<(String, String)>, EnrollError> {
     let kind = profile.as_str();
     let mut attempt = 0;
     loop {
         attempt += 1;
         match try_commit(db, consume.as_ref(), kind, identity, serial, not_after).await {
-            Ok(true) => return Ok(()),
-            Ok(false) => {
+            Ok(Some(replaced)) => return Ok(replaced),
+            Ok(None) => {
                 return Err(match consume {
                     Some(Consume::Token { .. }) => EnrollError::TokenRaced,
                     _ => EnrollError::NonceRaced,
                 });
             }
-            Err(e) if collision(&e) && attempt < COLLISION_RETRIES => {
+            Err(e) if crate::db::health::collision(&e) && attempt < COLLISION_RETRIES => {
                 tracing::debug!(%identity, attempt, "enrollment: collided with another enrollment; again");
                 tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
             }
-            Err(e) if collision(&e) => {
+            Err(e) if crate::db::health::collision(&e) => {
                 return Err(EnrollError::EnrollmentCollided {
                     identity: identity.to_owned(),
                 });
@@ -637,8 +644,8 @@ async fn commit_enrollment(
     }
 }
 
-/// One attempt of [`commit_enrollment`]: `false` if `consume` was already
-/// spent.
+/// One attempt of [`commit_enrollment`]: `None` if `consume` was already
+/// spent, else the live certificates it revoked.
 async fn try_commit(
     db: &Db,
     consume: Option<&Consume>,
@@ -646,7 +653,7 @@ async fn try_commit(
     identity: &str,
     serial: &str,
     not_after: &str,
-) -> Result<bool, sqlx::Error> {
+) -> Result<Option<Vec<(String, String)>>, sqlx::Error> {
     let mut tx = db.pool().begin().await?;
     if let Some(consume) = consume {
         let mut sql = db.sql();
@@ -668,8 +675,21 @@ async fn try_commit(
         }
         sql.push(" AND used_at IS NULL");
         if sql.query().execute(&mut *tx).await?.rows_affected() != 1 {
-            return Ok(false);
+            return Ok(None);
         }
+    }
+    let mut live = db.sql();
+    live.push("SELECT serial, created_at FROM credentials WHERE revoked_at IS NULL AND kind = ")
+        .bind(Val::Text(Some(kind.to_owned())))
+        .push(" AND identity = ")
+        .bind(Val::Text(Some(identity.to_owned())));
+    let mut replaced = Vec::new();
+    for r in live.query().fetch_all(&mut *tx).await? {
+        replaced.push((
+            r.try_get::<String, _>("serial")?,
+            r.try_get::<Option<String>, _>("created_at")?
+                .unwrap_or_default(),
+        ));
     }
     let mut sql = revoke_sql(db, "enrolled again");
     sql.push(" AND kind = ");
@@ -687,8 +707,24 @@ async fn try_commit(
             Val::Text(Some(now())),
         ]);
     sql.query().execute(&mut *tx).await?;
+    // The newest KEEP_REVOKED revoked rows stay, as history; the derived
+    // table lets MariaDB read the table it deletes from.
+    let mut prune = db.sql();
+    let who = |q: &mut Sql| {
+        q.push(" kind = ")
+            .bind(Val::Text(Some(kind.to_owned())))
+            .push(" AND identity = ")
+            .bind(Val::Text(Some(identity.to_owned())))
+            .push(" AND revoked_at IS NOT NULL");
+    };
+    prune.push("DELETE FROM credentials WHERE");
+    who(&mut prune);
+    prune.push(" AND id NOT IN (SELECT id FROM (SELECT id FROM credentials WHERE");
+    who(&mut prune);
+    prune.push(&format!(" ORDER BY id DESC LIMIT {KEEP_REVOKED}) AS kept)"));
+    prune.query().execute(&mut *tx).await?;
     tx.commit().await?;
-    Ok(true)
+    Ok(Some(replaced))
 }
 
 /// `POST /api/v1/enroll-tokens/` (admin): a new token, shown once.

@@ -11,7 +11,7 @@
 //! 1. [`config`] (the typed configuration), [`secrets`] (key material),
 //!    [`effective`] (the pure config-layering logic), [`privileges`] (the
 //!    switch from root to the service's own users), [`time`] (time stamps
-//!    in the stored form);
+//!    in the stored form), [`ratelimit`] (the token buckets per key);
 //! 2. [`db`] (kind descriptors, generic CRUD, migrations),
 //!    [`bootconfig`] (the job servers' boot config), [`pki`] (the CA, the
 //!    signing helper that alone reads the CA key, and its client);
@@ -47,5 +47,6 @@ pub mod identity;
 pub mod netboot;
 pub mod pki;
 pub mod privileges;
+pub mod ratelimit;
 pub mod secrets;
 pub mod time;

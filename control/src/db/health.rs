@@ -147,6 +147,25 @@ impl Health {
     }
 }
 
+/// Whether a database error is two transactions colliding (the live-row
+/// unique index, a deadlock, a serialization failure, a busy SQLite), which
+/// a new attempt resolves.
+pub fn collision(err: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(e) = err else {
+        return false;
+    };
+    if e.is_unique_violation() {
+        return true;
+    }
+    let code = e.code().unwrap_or_default();
+    // PostgreSQL: serialization failure, deadlock. MariaDB: deadlock, lock
+    // wait timeout. SQLite: busy, locked.
+    matches!(
+        &*code,
+        "40001" | "40P01" | "1213" | "1205" | "5" | "6" | "517"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

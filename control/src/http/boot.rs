@@ -90,6 +90,22 @@ pub async fn post_event(
             format!("at most {MAX_DETAIL} bytes"),
         ));
     }
+    // Each node's and job server's budget before any database work.
+    match &role {
+        BootRole::Node(host) => {
+            st.within_budget(
+                &st.node_events_limiter,
+                &format!("node:{host}"),
+                "boot events",
+            )?;
+        }
+        BootRole::JobServer(name) => st.within_budget(
+            &st.jobserver_events_limiter,
+            &format!("jobserver:{name}"),
+            "boot events",
+        )?,
+        BootRole::Admin(_) | BootRole::Reader => {}
+    }
     let mac = body.mac.as_deref().map(normal_mac).transpose()?;
     let ev = match access::may_report(&role, body.phase)? {
         reporter @ access::Reporter::Node(host) => {

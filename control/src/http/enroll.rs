@@ -50,6 +50,11 @@ pub async fn renew(
     Json(body): Json<Renewal>,
 ) -> Result<Json<Enrolled>, ApiError> {
     let machine = access::may_renew(&principal, st.config.shared_key_mode)?;
+    st.within_budget(
+        &st.renew_limiter,
+        &format!("{}:{}", machine.profile.as_str(), machine.identity),
+        "renewals",
+    )?;
     let enrolled = enrollment::renew(
         &st.db,
         st.signer.as_ref(),

@@ -2,7 +2,8 @@
 //!
 //! The answer is decided by [`crate::netboot::decide`] (pure); this handler
 //! does the I/O around it:
-//! 1. the rate limit, per MAC and in total ([`Limiter`]): beyond it, 429
+//! 1. the rate limit, per MAC and in total ([`Limiter`], the service's one
+//!    token-bucket type in [`crate::ratelimit`]): beyond it, 429
 //!    with a retry script;
 //! 2. the node's view ([`crate::netboot::view::load`], a fixed number of
 //!    statements whatever its groups and job servers);
@@ -19,9 +20,7 @@
 //! iPXE cannot authenticate, so this is public; what it hands out (a nonce)
 //! goes only to a node booting now on its own provisioning segment.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
@@ -37,91 +36,8 @@ use crate::netboot::{self, Decision, Lookup, NodeKey};
 pub const ATTEST_WAIT: Duration = Duration::from_secs(5);
 /// How often it looks again while waiting (other replicas write too).
 const ATTEST_RECHECK: Duration = Duration::from_millis(250);
-/// The most MACs the limiter remembers; beyond it, full buckets are dropped.
-const LIMITER_MACS: usize = 65_536;
-
-/// Token buckets: one per MAC and one for everything.
-#[derive(Debug)]
-pub struct Limiter {
-    per_mac: u32,
-    total: u32,
-    state: Mutex<(Bucket, HashMap<String, Bucket>)>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn full(capacity: f64, now: Instant) -> Bucket {
-        Bucket {
-            tokens: capacity,
-            at: now,
-        }
-    }
-
-    /// Refills at `per_min` a minute up to `capacity`, then takes one.
-    fn take(&mut self, capacity: f64, per_min: f64, now: Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * per_min / 60.0).min(capacity);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
-impl Limiter {
-    /// `per_mac` and `total` requests a minute; a MAC may burst to its whole
-    /// minute, the total to a tenth of it.
-    pub fn new(per_mac: u32, total: u32) -> Limiter {
-        let now = Instant::now();
-        let me = Limiter {
-            per_mac: per_mac.max(1),
-            total: total.max(1),
-            state: Mutex::new((Bucket::full(0.0, now), HashMap::new())),
-        };
-        if let Ok(mut s) = me.state.lock() {
-            s.0 = Bucket::full(me.total_capacity(), now);
-        }
-        me
-    }
-
-    fn total_capacity(&self) -> f64 {
-        (f64::from(self.total) / 10.0).max(1.0)
-    }
-
-    /// Whether a request for `mac` may go on now.
-    pub fn allow(&self, mac: &str, now: Instant) -> bool {
-        let Ok(mut s) = self.state.lock() else {
-            return false;
-        };
-        let (per_mac, total) = (f64::from(self.per_mac), f64::from(self.total));
-        let total_cap = self.total_capacity();
-        let (all, macs) = &mut *s;
-        if macs.len() >= LIMITER_MACS {
-            macs.retain(|_, b| {
-                let mut probe = *b;
-                probe.take(per_mac, per_mac, now);
-                probe.tokens + 1.0 < per_mac
-            });
-            if macs.len() >= LIMITER_MACS {
-                return false;
-            }
-        }
-        let bucket = macs
-            .entry(mac.to_owned())
-            .or_insert_with(|| Bucket::full(per_mac, now));
-        // The MAC's own limit first: one node retrying fast must not use up
-        // everyone's budget.
-        bucket.take(per_mac, per_mac, now) && all.take(total_cap, total, now)
-    }
-}
+/// `/ipxe/`'s rate limit: per MAC and in total.
+pub use crate::ratelimit::Limiter;
 
 /// Waits up to [`ATTEST_WAIT`] for a job server's report attesting a request
 /// for `mac` from `source`.
@@ -252,25 +168,5 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
             tracing::info!(hostname = %plan.hostname, %mac, jobservers = %plan.jobservers.join(","), "ipxe: boot script with a fresh enrollment nonce");
             Ok(script(StatusCode::OK, body))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_limiter_holds_per_mac_and_in_total() {
-        let t0 = Instant::now();
-        let l = Limiter::new(3, 100);
-        let allowed = (0..10).filter(|_| l.allow("aa", t0)).count();
-        assert_eq!(allowed, 3, "one MAC bursts to its minute");
-        // 20 s later: a third of a minute, one more.
-        assert!(l.allow("aa", t0 + Duration::from_secs(20)));
-        assert!(!l.allow("aa", t0 + Duration::from_secs(20)));
-        // The total: a tenth of the minute's budget at once, then refused.
-        let l = Limiter::new(1000, 100);
-        let allowed = (0..50).filter(|i| l.allow(&format!("m{i}"), t0)).count();
-        assert_eq!(allowed, 10);
     }
 }

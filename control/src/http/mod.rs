@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::db::Db;
 use crate::db::kinds::KINDS;
+use crate::ratelimit::{Limiter, Rate};
 use crate::secrets::SecretBox;
 
 /// The largest request body accepted: room for a bulk create of thousands of
@@ -58,6 +59,14 @@ pub struct Inner {
     pub boot_events: tokio::sync::Notify,
     /// `/ipxe/`'s rate limit.
     pub ipxe_limiter: ipxe::Limiter,
+    /// Boot events per node certificate.
+    pub node_events_limiter: Limiter,
+    /// Boot events per job-server certificate.
+    pub jobserver_events_limiter: Limiter,
+    /// Renewals per node or job server.
+    pub renew_limiter: Limiter,
+    /// The warnings that an identity hit a limit: one a minute each.
+    pub limit_warnings: Limiter,
     /// The open connections of every listener, and their limits.
     pub connections: Arc<mprov_process::listen::Registry>,
 }
@@ -76,7 +85,24 @@ impl Inner {
             ca_fingerprint: None,
             signer: None,
             boot_events: tokio::sync::Notify::new(),
-            ipxe_limiter: ipxe::Limiter::new(config.ipxe_limit_per_mac, config.ipxe_limit_total),
+            ipxe_limiter: ipxe::Limiter::new(
+                Rate::per_minute(config.ipxe_limit_per_mac),
+                // The total bursts to a tenth of its minute.
+                Some(
+                    Rate::per_minute(config.ipxe_limit_total)
+                        .burst(f64::from(config.ipxe_limit_total) / 10.0),
+                ),
+            ),
+            node_events_limiter: Limiter::new(
+                Rate::per_minute(config.writes.node_events_per_minute),
+                None,
+            ),
+            jobserver_events_limiter: Limiter::new(
+                Rate::per_minute(config.writes.jobserver_events_per_minute),
+                None,
+            ),
+            renew_limiter: Limiter::new(Rate::per_hour(config.writes.renewals_per_hour), None),
+            limit_warnings: Limiter::new(Rate::per_minute(1), None),
             connections: mprov_process::listen::Registry::new(
                 config.connections,
                 "MPROV_MAX_CONNECTIONS",
@@ -100,6 +126,32 @@ impl Inner {
             .map(|der| crate::pki::ca::fingerprint(&der));
         self.ca_pem = Some(ca_pem);
         self
+    }
+
+    /// Takes one of `identity`'s tokens from `limiter` for `what` (`boot
+    /// events`, `renewals`): beyond its budget, 429 with `Retry-After`, and
+    /// a warning naming the identity (at most one a minute per identity).
+    pub fn within_budget(
+        &self,
+        limiter: &Limiter,
+        identity: &str,
+        what: &str,
+    ) -> Result<(), error::ApiError> {
+        let now = std::time::Instant::now();
+        let Err(wait) = limiter.check(identity, now) else {
+            return Ok(());
+        };
+        let retry_after = crate::ratelimit::retry_after_secs(wait);
+        if self
+            .limit_warnings
+            .allow(&format!("{what} {identity}"), now)
+        {
+            tracing::warn!(%identity, retry_after, "rate limit: {identity} sent {what} beyond its budget; answered 429 (further refusals for a minute are not logged)");
+        }
+        Err(error::ApiError::TooManyRequests {
+            message: format!("too many {what} from {identity}; try again in {retry_after} s"),
+            retry_after,
+        })
     }
 }
 

@@ -475,23 +475,23 @@ async fn serve_with_no_path_makes_its_user() {
 
 /// How a curl request authenticates.
 #[derive(Clone)]
-enum As {
+pub(crate) enum As {
     Nobody,
     Admin,
     Cert(std::path::PathBuf),
 }
 
 /// A client of the real service: curl over HTTPS with the service's CA.
-struct Client {
-    https: u16,
-    ca: std::path::PathBuf,
-    work: std::path::PathBuf,
+pub(crate) struct Client {
+    pub(crate) https: u16,
+    pub(crate) ca: std::path::PathBuf,
+    pub(crate) work: std::path::PathBuf,
 }
 
-const ADMIN_PASSWORD: &str = "attack-admin-password";
+pub(crate) const ADMIN_PASSWORD: &str = "attack-admin-password";
 
 impl Client {
-    fn new(s: &Server, dir: &Path) -> Client {
+    pub(crate) fn new(s: &Server, dir: &Path) -> Client {
         let work = dir.join("client");
         std::fs::create_dir_all(&work).unwrap();
         Client {
@@ -502,7 +502,7 @@ impl Client {
     }
 
     /// The curl command for one request; the body goes in `body_file`.
-    fn command(
+    pub(crate) fn command(
         &self,
         method: &str,
         path: &str,
@@ -538,7 +538,7 @@ impl Client {
         cmd
     }
 
-    fn parse(out: &Output) -> (u16, serde_json::Value, String) {
+    pub(crate) fn parse(out: &Output) -> (u16, serde_json::Value, String) {
         let all = String::from_utf8_lossy(&out.stdout).into_owned();
         let (body, code) = all.rsplit_once('\n').unwrap_or((&all, ""));
         let v = serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_owned()));
@@ -551,7 +551,7 @@ impl Client {
         (code, v)
     }
 
-    fn call(
+    pub(crate) fn call(
         &self,
         method: &str,
         path: &str,
@@ -566,19 +566,24 @@ impl Client {
         (code, v)
     }
 
-    fn ok(&self, method: &str, path: &str, body: Option<serde_json::Value>) -> serde_json::Value {
+    pub(crate) fn ok(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> serde_json::Value {
         let (code, v) = self.call(method, path, &As::Admin, body);
         assert!((200..300).contains(&code), "{method} {path}: {code} {v}");
         v
     }
 
     /// Creates one object of `kind` as the admin; the created object.
-    fn post(&self, kind: &str, body: serde_json::Value) -> serde_json::Value {
+    pub(crate) fn post(&self, kind: &str, body: serde_json::Value) -> serde_json::Value {
         self.ok("POST", &format!("/api/v1/{kind}/"), Some(body))
     }
 
     /// A P-256 key and a CSR with `subject` and `-addext` items.
-    fn csr(&self, name: &str, newkey: &[&str], extra: &[&str]) -> String {
+    pub(crate) fn csr(&self, name: &str, newkey: &[&str], extra: &[&str]) -> String {
         let key = self.work.join(format!("{name}.key"));
         let csr = self.work.join(format!("{name}.csr"));
         let mut cmd = Command::new("openssl");
@@ -597,7 +602,7 @@ impl Client {
     }
 
     /// Enrolls a node with `nonce`; its certificate at `work/<name>.crt`.
-    fn enroll_node(&self, name: &str, nonce: &str) -> std::path::PathBuf {
+    pub(crate) fn enroll_node(&self, name: &str, nonce: &str) -> std::path::PathBuf {
         let csr = self.csr(name, &P256, &[]);
         let (code, v) = self.call(
             "POST",
@@ -618,7 +623,7 @@ impl Client {
     /// The enrollment nonce on a fresh /ipxe/ script for `mac`, once the
     /// job server `jsx` ([`hosted_image`]) has reported leasing loopback's
     /// address to it: without that lease /ipxe/ hands out no nonce.
-    fn nonce(&self, db_url: &str, mac: &str) -> String {
+    pub(crate) fn nonce(&self, db_url: &str, mac: &str) -> String {
         let (db_url, leased) = (db_url.to_owned(), mac.to_owned());
         tokio::runtime::Handle::current().block_on(async move {
             let db = mprov_control::db::Db::connect(&db_url).await.unwrap();
@@ -634,7 +639,7 @@ impl Client {
             .to_owned()
     }
 
-    fn token(&self, name: &str, purpose: &str) -> String {
+    pub(crate) fn token(&self, name: &str, purpose: &str) -> String {
         self.post(
             "enroll-tokens",
             serde_json::json!({"name": name, "purpose": purpose}),
@@ -645,7 +650,7 @@ impl Client {
     }
 
     /// Enrolls job server `name` with `token`: status and body.
-    fn enroll_js(&self, token: &str, name: &str, csr: &str) -> (u16, serde_json::Value) {
+    pub(crate) fn enroll_js(&self, token: &str, name: &str, csr: &str) -> (u16, serde_json::Value) {
         self.call(
             "POST",
             "/enroll/jobserver/",
@@ -655,7 +660,7 @@ impl Client {
     }
 
     /// Certificates of `identity` that are not revoked.
-    fn live(&self, identity: &str) -> usize {
+    pub(crate) fn live(&self, identity: &str) -> usize {
         let v = self.ok(
             "GET",
             &format!("/api/v1/credentials/?identity={identity}"),
@@ -671,7 +676,7 @@ impl Client {
 }
 
 /// An image `compute` on a job server, so /ipxe/ boots nodes with it.
-fn hosted_image(c: &Client) -> serde_json::Value {
+pub(crate) fn hosted_image(c: &Client) -> serde_json::Value {
     let js = c.post(
         "jobservers",
         serde_json::json!({"name": "jsx", "addresses": ["10.0.0.2"]}),
@@ -685,7 +690,7 @@ fn hosted_image(c: &Client) -> serde_json::Value {
     image
 }
 
-fn start_admin(dir: &Path, url: &str, run: usize) -> Server {
+pub(crate) fn start_admin(dir: &Path, url: &str, run: usize) -> Server {
     Server::start(
         dir,
         url,

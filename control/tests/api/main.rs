@@ -6,6 +6,7 @@ mod backup;
 mod boot;
 mod common;
 mod flood;
+mod limits;
 mod openapi;
 mod process;
 mod scopes;

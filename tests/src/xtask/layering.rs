@@ -104,7 +104,14 @@ pub const CONTROL: Spec = Spec {
     layers: &[
         Layer {
             name: "1 config, secrets, time helpers",
-            modules: &["config", "effective", "privileges", "secrets", "time"],
+            modules: &[
+                "config",
+                "effective",
+                "privileges",
+                "ratelimit",
+                "secrets",
+                "time",
+            ],
             http: false,
         },
         Layer {
