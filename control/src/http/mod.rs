@@ -59,6 +59,8 @@ pub struct Inner {
     pub boot_events: tokio::sync::Notify,
     /// `/ipxe/`'s rate limit.
     pub ipxe_limiter: ipxe::Limiter,
+    /// `/ipxe/` requests waiting for a lease report, by MAC.
+    pub lease_waiters: ipxe::LeaseWaiters,
     /// The open connections of every listener, and their limits.
     pub connections: Arc<listen::Registry>,
 }
@@ -78,6 +80,7 @@ impl Inner {
             signer: None,
             boot_events: tokio::sync::Notify::new(),
             ipxe_limiter: ipxe::Limiter::new(config.ipxe_limit_per_mac, config.ipxe_limit_total),
+            lease_waiters: ipxe::LeaseWaiters::default(),
             connections: listen::Registry::new(config.connections),
         }
     }
