@@ -8,7 +8,12 @@
 //!    statements whatever its groups and job servers);
 //! 3. the attestation: a job server's report that it just leased the
 //!    request's source address to this MAC (the source counts through
-//!    `TRUSTED_PROXIES` only), waited for up to [`ATTEST_WAIT`];
+//!    `TRUSTED_PROXIES` only), from a job server the node's placement
+//!    accepts ([`crate::boot::attests`]), waited for up to [`ATTEST_WAIT`]
+//!    without polling: one look, then a sleep on the MAC's
+//!    [`LeaseWaiters`] entry, woken by the lease report (or by
+//!    [`recheck`], one look a second for the whole process, for reports
+//!    other replicas stored);
 //! 4. for a boot, a fresh nonce ([`crate::enrollment::mint_nonce`], which
 //!    cancels the system's earlier ones) and the `script_served` event.
 //!
