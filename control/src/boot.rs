@@ -20,7 +20,17 @@
 //! after its `ready`, after a pause of [`BOOT_GAP`], or at a second
 //! `script_served` ([`starts_new_boot`]).
 //!
-//! The same events attest `/ipxe/` requests: see [`attests`].
+//! The same events attest `/ipxe/` requests ([`attests`]). A job server's
+//! `dhcp_acked` or `proxy_answered` report is stored only for an address
+//! inside its own row's network ([`lease_report_allowed`]; refused, and
+//! nothing written, otherwise, and from a job server whose row names no
+//! network). A request is attested by such a report of its source address
+//! for its MAC, from a job server of the node's network: the network of the
+//! node's switch port, else of its NIC; for a NIC naming none, a job server
+//! whose network holds the NIC's reserved address; a node with neither is
+//! refused with a retry script asking to set the NIC's network
+//! ([`UNPLACED`]). An unknown MAC is attested by any job server's lease (it
+//! gets only the discovery script).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -47,6 +57,9 @@ pub enum BootError {
     /// The database failed.
     #[error("boot timeline database")]
     Db(#[from] sqlx::Error),
+    /// A job server's lease report was refused.
+    #[error(transparent)]
+    LeaseRefused(#[from] LeaseRefused),
 }
 
 fn text(row: &AnyRow, col: &str) -> Option<String> {
@@ -282,7 +295,7 @@ pub async fn recent_leases(db: &Db, mac: &str) -> Result<Vec<Lease>, BootError> 
         .bind(Val::Text(Some(since(ATTEST_WINDOW))))
         .push(" ORDER BY e.id DESC LIMIT 20");
     let mut out = Vec::new();
-    for r in q.query().fetch_all(db.pool()).await? {
+    for r in db.fetch_all(&q).await? {
         let subnet = text(&r, "subnet").and_then(|s| s.parse().ok());
         let prefix = opt_int(&r, "netmask")?.and_then(|p| u8::try_from(p).ok());
         out.push(Lease {
@@ -303,22 +316,173 @@ fn in_subnet(ip: IpAddr, (net, prefix): (Ipv4Addr, u8)) -> bool {
     u32::from(ip) & mask == u32::from(net) & mask
 }
 
-/// Whether `leases` attest a request from `source`: a lease of exactly that
-/// address, or a proxyDHCP exchange whose job server's subnet holds it; for a
-/// known node (`node_network` is `Some`) only from a job server on the
-/// node's network, when the node's NIC names one.
-pub fn attests(leases: &[Lease], source: IpAddr, node_network: Option<Option<i64>>) -> bool {
-    leases.iter().any(|l| {
-        let network_ok = match node_network {
-            None | Some(None) => true,
-            Some(Some(n)) => l.network == Some(n),
+/// Where the inventory places a node, for attestation ([`attests`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// The MAC is in no inventory: any job server's lease attests (the node
+    /// then gets only the discovery script).
+    Unknown,
+    /// The network its switch port, else its NIC, names.
+    Network(i64),
+    /// No network named, but the NIC has a reserved address: the reporting
+    /// job server's network must contain it.
+    Reserved(Ipv4Addr),
+    /// Neither: no job server can vouch for it ([`Attestation::Unplaced`]).
+    Unplaced,
+}
+
+/// What the lease reports say about an `/ipxe/` request ([`attests`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attestation {
+    /// A job server of the node's network leased the source to the MAC.
+    Attested,
+    /// No such report (yet).
+    Unattested,
+    /// A job server leased the source to the MAC, but the node names no
+    /// network and no reserved address to check it against.
+    Unplaced,
+}
+
+/// The retry reason for [`Attestation::Unplaced`].
+pub const UNPLACED: &str = "this node's NIC names no network (and no switch port or reserved address does): set the NIC's network so the control service knows which job servers may vouch for it";
+
+/// Whether `leases` attest a request from `source`, for a node placed at
+/// `node`. A lease counts when its job server has a network, the leased
+/// address lies inside that network, and it is the request's source (or, in
+/// proxyDHCP mode, the report names no address and the network holds the
+/// source). Then the node's placement must match the job server: the same
+/// network; for a node whose NIC names none, a network holding its
+/// reserved address; a node with neither is [`Attestation::Unplaced`]. An
+/// unknown MAC is attested by any job server's lease.
+pub fn attests(leases: &[Lease], source: IpAddr, node: Placement) -> Attestation {
+    let mut leased = leases.iter().filter(|l| {
+        let Some(subnet) = l.subnet.filter(|_| l.network.is_some()) else {
+            return false;
         };
-        let address_ok = l.ip == Some(source)
-            || (l.proxy
-                && l.ip.is_none_or(|i| i.is_unspecified())
-                && l.subnet.is_some_and(|s| in_subnet(source, s)));
-        network_ok && address_ok
-    })
+        match l.ip {
+            Some(ip) if !ip.is_unspecified() => ip == source && in_subnet(ip, subnet),
+            _ => l.proxy && in_subnet(source, subnet),
+        }
+    });
+    let placed = |l: &&Lease| match node {
+        Placement::Unknown | Placement::Unplaced => true,
+        Placement::Network(n) => l.network == Some(n),
+        Placement::Reserved(ip) => l.subnet.is_some_and(|s| in_subnet(IpAddr::V4(ip), s)),
+    };
+    match (leased.any(|l| placed(&l)), node) {
+        (false, _) => Attestation::Unattested,
+        (true, Placement::Unplaced) => Attestation::Unplaced,
+        (true, _) => Attestation::Attested,
+    }
+}
+
+/// Whether a job server's lease report may be stored as one: a
+/// `dhcp_acked` or `proxy_answered` report's address must lie inside the
+/// reporting job server's network (`subnet`, `None` when its row names no
+/// network), so a job server can vouch only for nodes it can actually
+/// lease to. A proxyDHCP report may name no address (or `0.0.0.0`): it then
+/// attests only sources inside that network. Other phases are no lease
+/// reports and pass. Pure.
+pub fn lease_report_allowed(
+    jobserver: &str,
+    phase: BootPhase,
+    ip: Option<IpAddr>,
+    subnet: Option<(Ipv4Addr, u8)>,
+) -> Result<(), LeaseRefused> {
+    if !matches!(phase, BootPhase::DhcpAcked | BootPhase::ProxyAnswered) {
+        return Ok(());
+    }
+    let Some(subnet) = subnet else {
+        return Err(LeaseRefused::NoNetwork {
+            jobserver: jobserver.to_owned(),
+        });
+    };
+    match ip {
+        Some(ip) if !ip.is_unspecified() && !in_subnet(ip, subnet) => Err(LeaseRefused::Outside {
+            jobserver: jobserver.to_owned(),
+            ip,
+            subnet: format!("{}/{}", subnet.0, subnet.1),
+        }),
+        None if phase == BootPhase::DhcpAcked => Err(LeaseRefused::NoAddress),
+        _ => Ok(()),
+    }
+}
+
+/// Why a job server's lease report is refused ([`lease_report_allowed`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseRefused {
+    /// The job server's row names no network with a subnet.
+    #[error(
+        "job server {jobserver} names no network with a subnet: set its row's network, since a lease report is accepted only for an address inside it"
+    )]
+    NoNetwork {
+        /// The job server.
+        jobserver: String,
+    },
+    /// The address lies outside the job server's network.
+    #[error(
+        "{ip} is outside job server {jobserver}'s network {subnet}: a lease report is accepted only for an address inside it"
+    )]
+    Outside {
+        /// The job server.
+        jobserver: String,
+        /// The address reported.
+        ip: IpAddr,
+        /// Its network, as `subnet/prefix`.
+        subnet: String,
+    },
+    /// A `dhcp_acked` report without the leased address.
+    #[error("a dhcp_acked report names the leased address (ip)")]
+    NoAddress,
+}
+
+/// The network and subnet of the job server named `name`: `None` if no job
+/// server has that name; the subnet is `None` when its row names no network.
+pub async fn jobserver_subnet(
+    db: &Db,
+    name: &str,
+) -> Result<Option<(i64, Option<(Ipv4Addr, u8)>)>, BootError> {
+    let mut q = db.sql();
+    q.push("SELECT j.id, n.subnet, n.netmask FROM jobservers j LEFT JOIN networks n ON n.id = j.network_id WHERE j.name = ")
+        .bind(Val::Text(Some(name.to_owned())));
+    let Some(r) = db.fetch_optional(&q).await? else {
+        return Ok(None);
+    };
+    let subnet = text(&r, "subnet").and_then(|s| s.parse().ok());
+    let prefix = opt_int(&r, "netmask")?.and_then(|p| u8::try_from(p).ok());
+    Ok(Some((int(&r, "id")?, subnet.zip(prefix))))
+}
+
+/// The id of the newest boot event (0 without any).
+pub async fn newest_event(db: &Db) -> Result<i64, BootError> {
+    let mut q = db.sql();
+    q.push("SELECT COALESCE(MAX(id), 0) AS id FROM boot_events");
+    match db.fetch_optional(&q).await? {
+        Some(r) => Ok(int(&r, "id")?),
+        None => Ok(0),
+    }
+}
+
+/// The MACs of lease reports stored after event `after`, with the newest
+/// id seen (`after` when there are none): what a periodic recheck reads to
+/// wake `/ipxe/` requests waiting on reports other replicas stored.
+pub async fn lease_reports_since(db: &Db, after: i64) -> Result<(i64, Vec<String>), BootError> {
+    let mut q = db.sql();
+    q.push("SELECT id, mac, phase FROM boot_events WHERE id > ")
+        .bind(Val::Int(Some(after)))
+        .push(" ORDER BY id LIMIT 10000");
+    let mut last = after;
+    let mut macs = Vec::new();
+    for r in db.fetch_all(&q).await? {
+        last = last.max(int(&r, "id")?);
+        let lease = text(&r, "phase").and_then(|p| phase_of(&p));
+        if matches!(lease, Some(BootPhase::DhcpAcked | BootPhase::ProxyAnswered))
+            && let Some(m) = text(&r, "mac")
+        {
+            macs.push(m);
+        }
+    }
+    Ok((last, macs))
 }
 
 /// The first row `q` returns, read by `read`; `None` without one.
@@ -542,7 +706,8 @@ mod tests {
     }
 
     #[test]
-    fn only_a_fresh_lease_of_the_source_on_the_nodes_network_attests() {
+    fn only_a_lease_of_the_source_by_a_job_server_of_the_nodes_network_attests() {
+        use Attestation::{Attested, Unattested, Unplaced};
         let src: IpAddr = "10.0.0.50".parse().unwrap();
         let lease = |ip: &str, net: Option<i64>| Lease {
             ip: Some(ip.parse().unwrap()),
@@ -550,21 +715,94 @@ mod tests {
             network: net,
             subnet: Some(("10.0.0.0".parse().unwrap(), 24)),
         };
-        assert!(attests(&[lease("10.0.0.50", Some(1))], src, Some(Some(1))));
-        assert!(!attests(&[lease("10.0.0.51", Some(1))], src, Some(Some(1))));
-        assert!(!attests(&[lease("10.0.0.50", Some(2))], src, Some(Some(1))));
-        assert!(attests(&[lease("10.0.0.50", Some(2))], src, None));
-        assert!(!attests(&[], src, None));
+        let on_1 = Placement::Network(1);
+        assert_eq!(attests(&[lease("10.0.0.50", Some(1))], src, on_1), Attested);
+        assert_eq!(
+            attests(&[lease("10.0.0.51", Some(1))], src, on_1),
+            Unattested
+        );
+        assert_eq!(
+            attests(&[lease("10.0.0.50", Some(2))], src, on_1),
+            Unattested
+        );
+        assert_eq!(
+            attests(&[lease("10.0.0.50", None)], src, Placement::Unknown),
+            Unattested
+        );
+        assert_eq!(
+            attests(&[lease("10.0.0.50", Some(2))], src, Placement::Unknown),
+            Attested
+        );
+        assert_eq!(attests(&[], src, Placement::Unknown), Unattested);
+        // A lease outside the job server's own network (an old row) never counts.
+        let far = "192.168.1.9".parse().unwrap();
+        assert_eq!(
+            attests(&[lease("192.168.1.9", Some(1))], far, on_1),
+            Unattested
+        );
+        // A node whose NIC names no network: its reserved address decides,
+        // and without one no job server can vouch for it.
+        let reserved = |ip: &str| Placement::Reserved(ip.parse().unwrap());
+        assert_eq!(
+            attests(&[lease("10.0.0.50", Some(2))], src, reserved("10.0.0.7")),
+            Attested
+        );
+        assert_eq!(
+            attests(&[lease("10.0.0.50", Some(2))], src, reserved("10.9.0.7")),
+            Unattested
+        );
+        assert_eq!(
+            attests(&[lease("10.0.0.50", Some(2))], src, Placement::Unplaced),
+            Unplaced
+        );
+        assert_eq!(
+            attests(&[lease("10.0.0.51", Some(2))], src, Placement::Unplaced),
+            Unattested
+        );
         let proxy = Lease {
             ip: None,
             proxy: true,
             ..lease("10.0.0.1", Some(1))
         };
-        assert!(attests(std::slice::from_ref(&proxy), src, Some(Some(1))));
-        assert!(!attests(
-            &[proxy],
-            "10.9.0.50".parse().unwrap(),
-            Some(Some(1))
+        assert_eq!(attests(std::slice::from_ref(&proxy), src, on_1), Attested);
+        assert_eq!(
+            attests(&[proxy], "10.9.0.50".parse().unwrap(), on_1),
+            Unattested
+        );
+    }
+
+    #[test]
+    fn a_lease_report_lies_inside_its_job_servers_network() {
+        let net = Some(("10.0.0.0".parse().unwrap(), 24));
+        let ip = |s: &str| Some(s.parse().unwrap());
+        assert_eq!(
+            lease_report_allowed("js1", BootPhase::DhcpAcked, ip("10.0.0.9"), net),
+            Ok(())
+        );
+        assert!(matches!(
+            lease_report_allowed("js1", BootPhase::DhcpAcked, ip("127.0.0.1"), net),
+            Err(LeaseRefused::Outside { .. })
         ));
+        assert!(matches!(
+            lease_report_allowed("js1", BootPhase::ProxyAnswered, ip("10.1.0.9"), net),
+            Err(LeaseRefused::Outside { .. })
+        ));
+        assert_eq!(
+            lease_report_allowed("js1", BootPhase::ProxyAnswered, None, net),
+            Ok(())
+        );
+        assert_eq!(
+            lease_report_allowed("js1", BootPhase::DhcpAcked, None, net),
+            Err(LeaseRefused::NoAddress)
+        );
+        assert!(matches!(
+            lease_report_allowed("js1", BootPhase::DhcpAcked, ip("10.0.0.9"), None),
+            Err(LeaseRefused::NoNetwork { .. })
+        ));
+        // Not a lease report: anywhere.
+        assert_eq!(
+            lease_report_allowed("js1", BootPhase::KernelFetched, ip("127.0.0.1"), None),
+            Ok(())
+        );
     }
 }

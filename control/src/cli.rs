@@ -615,6 +615,13 @@ async fn run_servers(
         boot_events_retention(&db, keep_days, &stop).await;
         Ok(())
     });
+    // One look a second for lease reports other replicas stored, for the
+    // `/ipxe/` requests waiting on them.
+    let (watched, stop) = (state.clone(), shutdown.clone());
+    servers.spawn(async move {
+        http::ipxe::recheck(watched, stop).await;
+        Ok(())
+    });
     let (plain, stop) = (state.clone(), shutdown.clone());
     let http_listener = listeners.http;
     servers.spawn(async move {

@@ -104,10 +104,18 @@ fn mac(i: usize) -> String {
 /// `compute`, and js1's own client.
 async fn setup(control: &Control) -> Result<Client> {
     let admin = Client::new(&control.http, Auth::ApiKey(control.api_key()?))?;
+    // A job server vouches only for leases inside its network, for nodes
+    // of that network: loopback, where the nodes' requests come from.
+    admin
+        .create(
+            "networks",
+            &json!({"slug": "lo", "subnet": "127.0.0.0", "netmask": 8}),
+        )
+        .await?;
     let js = admin
         .create(
             "jobservers",
-            &json!({"name": "js1", "addresses": ["10.0.0.2"]}),
+            &json!({"name": "js1", "addresses": ["10.0.0.2"], "network": "lo"}),
         )
         .await?;
     // /ipxe/ boots only a published image: one with its rootfs checksum.
@@ -132,7 +140,7 @@ async fn measure(
 ) -> Result<Figures> {
     let admin = Client::new(&control.http, Auth::ApiKey(control.api_key()?))?;
     let rows: Vec<Value> = (first..first + nodes)
-        .map(|i| json!({"hostname": format!("e{i:05}"), "image": "compute", "nics": [{"mac": mac(i)}]}))
+        .map(|i| json!({"hostname": format!("e{i:05}"), "image": "compute", "nics": [{"mac": mac(i), "network": "lo"}]}))
         .collect();
     for chunk in rows.chunks(1_000) {
         admin.bulk_create("systems", chunk).await?;

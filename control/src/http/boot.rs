@@ -25,7 +25,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use mprov_api::boot::{
-    BootEvent, BootEventReport, BootManifest, Heartbeat, ImageFile, image_file_url,
+    BootEvent, BootEventReport, BootManifest, BootPhase, Heartbeat, ImageFile, image_file_url,
     jobserver_base_url,
 };
 
@@ -156,8 +156,16 @@ pub async fn post_event(
                     ));
                 }
             };
+            // A job server's lease report attests `/ipxe/`: only for an
+            // address inside its own network, else refused before writing.
             let jobserver_id = match reporter.attesting_jobserver() {
-                Some(name) => crate::boot::jobserver_id(db, name).await?,
+                Some(name) => {
+                    let row = crate::boot::jobserver_subnet(db, name).await?;
+                    let subnet = row.and_then(|(_, s)| s);
+                    crate::boot::lease_report_allowed(name, body.phase, body.ip, subnet)
+                        .map_err(crate::boot::BootError::from)?;
+                    row.map(|(id, _)| id)
+                }
                 None => None,
             };
             NewEvent {
@@ -171,8 +179,17 @@ pub async fn post_event(
             }
         }
     };
+    let lease_of = ev
+        .jobserver_id
+        .is_some()
+        .then_some(ev.mac.clone())
+        .flatten()
+        .filter(|_| matches!(ev.phase, BootPhase::DhcpAcked | BootPhase::ProxyAnswered));
     let stored = record(db, ev).await?;
     st.boot_events.notify_waiters();
+    if let Some(mac) = lease_of {
+        st.lease_waiters.wake(&mac);
+    }
     Ok((StatusCode::CREATED, Json(stored)).into_response())
 }
 

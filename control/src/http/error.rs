@@ -404,6 +404,10 @@ impl From<BootError> for ApiError {
         match &err {
             BootError::Db(db) if is_unavailable(db) => unavailable(db),
             BootError::Db(_) => ApiError::internal(err),
+            BootError::LeaseRefused(why @ crate::boot::LeaseRefused::NoNetwork { .. }) => {
+                ApiError::Forbidden(why.to_string())
+            }
+            BootError::LeaseRefused(why) => ApiError::invalid("ip", why.to_string()),
         }
     }
 }

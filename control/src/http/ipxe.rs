@@ -9,7 +9,12 @@
 //!    statements whatever its groups and job servers);
 //! 3. the attestation: a job server's report that it just leased the
 //!    request's source address to this MAC (the source counts through
-//!    `TRUSTED_PROXIES` only), waited for up to [`ATTEST_WAIT`];
+//!    `TRUSTED_PROXIES` only), from a job server the node's placement
+//!    accepts ([`crate::boot::attests`]), waited for up to [`ATTEST_WAIT`]
+//!    without polling: one look, then a sleep on the MAC's
+//!    [`LeaseWaiters`] entry, woken by the lease report (or by
+//!    [`recheck`], one look a second for the whole process, for reports
+//!    other replicas stored);
 //! 4. for a boot, a fresh nonce ([`crate::enrollment::mint_nonce`], which
 //!    cancels the system's earlier ones) and the `script_served` event.
 //!
@@ -20,7 +25,9 @@
 //! iPXE cannot authenticate, so this is public; what it hands out (a nonce)
 //! goes only to a node booting now on its own provisioning segment.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
@@ -28,47 +35,166 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mprov_api::boot::{BootPhase, ipxe_chain_url};
 
+use tokio::sync::Notify;
+
 use super::AppState;
 use super::error::ApiError;
+use crate::boot::{Attestation, Placement};
 use crate::netboot::{self, Decision, Lookup, NodeKey};
 
 /// How long `/ipxe/` waits for the job server's lease report to arrive.
 pub const ATTEST_WAIT: Duration = Duration::from_secs(5);
-/// How often it looks again while waiting (other replicas write too).
-const ATTEST_RECHECK: Duration = Duration::from_millis(250);
+/// How often [`recheck`] looks for lease reports other replicas stored,
+/// while requests wait.
+pub const RECHECK_EVERY: Duration = Duration::from_secs(1);
+/// The most `/ipxe/` requests waiting for a lease report at once; beyond it
+/// a request looks once and does not wait.
+pub const MAX_WAITERS: usize = 4096;
 /// `/ipxe/`'s rate limit: per MAC and in total.
 pub use crate::ratelimit::Limiter;
 
+/// The `/ipxe/` requests waiting for a lease report, by MAC: woken by
+/// `POST /api/v1/boot/events` when a job server's lease report for that MAC
+/// is stored in this process ([`LeaseWaiters::wake`]), and by [`recheck`]
+/// for reports other replicas stored. A waiting request costs no database
+/// statement until it is woken.
+#[derive(Debug, Default)]
+pub struct LeaseWaiters {
+    state: Mutex<Waiting>,
+}
+
+#[derive(Debug, Default)]
+struct Waiting {
+    total: usize,
+    by_mac: HashMap<String, (Arc<Notify>, usize)>,
+}
+
+/// A request's place among the [`LeaseWaiters`], given up on drop.
+struct Waiter<'a> {
+    waiters: &'a LeaseWaiters,
+    mac: String,
+    notify: Arc<Notify>,
+}
+
+impl LeaseWaiters {
+    /// A place to wait on `mac`, unless [`MAX_WAITERS`] requests wait
+    /// already.
+    fn join(&self, mac: &str) -> Option<Waiter<'_>> {
+        let mut s = self.state.lock().ok()?;
+        if s.total >= MAX_WAITERS {
+            return None;
+        }
+        s.total += 1;
+        let entry = s
+            .by_mac
+            .entry(mac.to_owned())
+            .or_insert_with(|| (Arc::new(Notify::new()), 0));
+        entry.1 += 1;
+        let notify = entry.0.clone();
+        Some(Waiter {
+            waiters: self,
+            mac: mac.to_owned(),
+            notify,
+        })
+    }
+
+    /// Wakes the requests waiting on `mac`.
+    pub fn wake(&self, mac: &str) {
+        if let Ok(s) = self.state.lock()
+            && let Some((n, _)) = s.by_mac.get(mac)
+        {
+            n.notify_waiters();
+        }
+    }
+
+    /// How many requests wait.
+    pub fn waiting(&self) -> usize {
+        self.state.lock().map_or(0, |s| s.total)
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.waiters.state.lock() {
+            s.total = s.total.saturating_sub(1);
+            if let Some(e) = s.by_mac.get_mut(&self.mac) {
+                e.1 = e.1.saturating_sub(1);
+                if e.1 == 0 {
+                    s.by_mac.remove(&self.mac);
+                }
+            }
+        }
+    }
+}
+
+/// Wakes the `/ipxe/` requests whose lease report another replica stored:
+/// once every [`RECHECK_EVERY`], while any request waits, one statement for
+/// the whole process (the lease reports stored since the last look), never
+/// one per request. Runs until `shutdown`.
+pub async fn recheck(st: AppState, shutdown: tokio_util::sync::CancellationToken) {
+    let mut last: Option<i64> = None;
+    let mut tick = tokio::time::interval(RECHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let read = match last {
+            // The newest event at start: what came before was seen by the
+            // requests' own first look.
+            None => crate::boot::newest_event(&st.db)
+                .await
+                .map(|id| (id, Vec::new())),
+            Some(_) if st.lease_waiters.waiting() == 0 => continue,
+            Some(after) => crate::boot::lease_reports_since(&st.db, after).await,
+        };
+        match read {
+            Ok((newest, macs)) => {
+                last = Some(newest);
+                for mac in macs {
+                    st.lease_waiters.wake(&mac);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "ipxe: cannot read new lease reports; retrying"),
+        }
+    }
+}
+
 /// Waits up to [`ATTEST_WAIT`] for a job server's report attesting a request
-/// for `mac` from `source`.
+/// for `mac` from `source`: reads the lease reports once on entry and once
+/// after each wake-up (a report for this MAC), never on a timer.
 async fn attested(
     st: &AppState,
     mac: &str,
     source: Option<IpAddr>,
-    node_network: Option<Option<i64>>,
-) -> Result<bool, ApiError> {
+    node: Placement,
+) -> Result<Attestation, ApiError> {
     let Some(source) = source else {
-        return Ok(false);
+        return Ok(Attestation::Unattested);
     };
-    let deadline = tokio::time::Instant::now() + ATTEST_WAIT;
-    loop {
-        let notified = st.boot_events.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
+    let check = || async {
         let leases = crate::boot::recent_leases(&st.db, mac)
             .await
             .map_err(ApiError::internal)?;
-        if crate::boot::attests(&leases, source, node_network) {
-            return Ok(true);
+        Ok::<_, ApiError>(crate::boot::attests(&leases, source, node))
+    };
+    let Some(waiter) = st.lease_waiters.join(mac) else {
+        // Too many wait already: one look, no wait.
+        return check().await;
+    };
+    let deadline = tokio::time::Instant::now() + ATTEST_WAIT;
+    loop {
+        let notified = waiter.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let found = check().await?;
+        if found != Attestation::Unattested {
+            return Ok(found);
         }
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return Ok(false);
-        }
-        let nap = (deadline - now).min(ATTEST_RECHECK);
         tokio::select! {
             () = &mut notified => {}
-            () = tokio::time::sleep(nap) => {}
+            () = tokio::time::sleep_until(deadline) => return Ok(Attestation::Unattested),
         }
     }
 }
@@ -110,17 +236,23 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
     };
     let throttled = !st.ipxe_limiter.allow(&mac, Instant::now());
     let (lookup, attested) = if throttled {
-        (Lookup::Unknown, false)
+        (Lookup::Unknown, Attestation::Unattested)
     } else {
         let lookup = netboot::view::load(&st.db, NodeKey::Mac(&mac)).await?;
-        let network = match &lookup {
-            Lookup::Unknown => None,
-            Lookup::Known(n) => Some(n.network),
-        };
-        let ok = attested(&st, &mac, source, network).await?;
-        (lookup, ok)
+        let found = attested(&st, &mac, source, netboot::placement(&lookup)).await?;
+        (lookup, found)
     };
-    let decision = netboot::decide(&lookup, &mac, attested, throttled, &settings);
+    let decision = match attested {
+        Attestation::Unplaced => Decision::Retry(crate::boot::UNPLACED.to_owned()),
+        found => netboot::decide(
+            &lookup,
+            &mac,
+            found == Attestation::Attested,
+            throttled,
+            &settings,
+        ),
+    };
+    let attested = attested != Attestation::Unattested;
     // Nothing fails here in practice: `decide` turned every refusal into a
     // retry (dry-rendering a boot before any nonce), and the chain URL every
     // script ends with was checked at start (`ConfigError::PublicUrl`).

@@ -67,6 +67,8 @@ pub struct Inner {
     pub renew_limiter: Limiter,
     /// The warnings that an identity hit a limit: one a minute each.
     pub limit_warnings: Limiter,
+    /// `/ipxe/` requests waiting for a lease report, by MAC.
+    pub lease_waiters: ipxe::LeaseWaiters,
     /// The open connections of every listener, and their limits.
     pub connections: Arc<mprov_process::listen::Registry>,
 }
@@ -107,6 +109,7 @@ impl Inner {
                 config.connections,
                 "MPROV_MAX_CONNECTIONS",
             ),
+            lease_waiters: ipxe::LeaseWaiters::default(),
         }
     }
 

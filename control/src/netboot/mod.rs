@@ -17,9 +17,14 @@
 //! The rules of the decision:
 //! - A request is **attested** when a job server on the node's network has
 //!   just reported leasing the request's source address to the MAC it names
-//!   (the `dhcp_acked` event, or `proxy_answered` in proxyDHCP mode). Without
-//!   that, every MAC, known or not, gets the same retry script: the answer
-//!   tells nothing about the inventory and hands out no nonce.
+//!   (the `dhcp_acked` event, or `proxy_answered` in proxyDHCP mode; a job
+//!   server reports leases only inside its own network). The node's network
+//!   is its switch port's, else its NIC's; a NIC naming none is checked by
+//!   its reserved address (the job server's network must hold it), and a
+//!   node with neither gets a retry script asking to set the NIC's network
+//!   ([`placement`], [`crate::boot::attests`]). Without a report, every MAC,
+//!   known or not, gets the same retry script: the answer tells nothing
+//!   about the inventory and hands out no nonce.
 //! - An attested unknown MAC gets the discovery script; a node set not to
 //!   netboot gets local boot; a node whose image is not bootable, or whose
 //!   boot line cannot go into a script (a kernel argument, a job server's
@@ -229,6 +234,21 @@ pub fn choose_jobservers(node: &NodeView) -> Vec<&JobServer> {
     eligible
 }
 
+/// Where the inventory places the node `lookup` found, for the lease
+/// attestation ([`crate::boot::attests`]): its switch port's network, else
+/// its NIC's; for a NIC naming none, its reserved address; else unplaced.
+pub fn placement(lookup: &Lookup) -> crate::boot::Placement {
+    use crate::boot::Placement;
+    match lookup {
+        Lookup::Unknown => Placement::Unknown,
+        Lookup::Known(n) => match (n.network, n.reserved_ip) {
+            (Some(net), _) => Placement::Network(net),
+            (None, Some(ip)) => Placement::Reserved(ip),
+            (None, None) => Placement::Unplaced,
+        },
+    }
+}
+
 /// Decides what a request gets. `attested`: a job server reported this boot's
 /// lease (see the module docs); `throttled`: the rate limit refused it.
 pub fn decide(
@@ -379,6 +399,7 @@ mod tests {
             hostname: "c01".into(),
             netboot: true,
             network: Some(1),
+            reserved_ip: None,
             image: Some(ImageView {
                 id: 1,
                 slug: "compute".into(),

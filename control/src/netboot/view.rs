@@ -72,6 +72,8 @@ pub struct NodeView {
     /// The network of the NIC it was found by (its switch port's network
     /// first); `None` when that NIC names none.
     pub network: Option<i64>,
+    /// That NIC's reserved IPv4 address, if it has one.
+    pub reserved_ip: Option<std::net::Ipv4Addr>,
     /// Its image, if it has one.
     pub image: Option<ImageView>,
     /// The job servers hosting the image's current version, by name.
@@ -249,7 +251,7 @@ pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
     let mut q = db.sql();
     q.push("SELECT s.id, s.hostname, s.netboot, s.image_id, ")
         .push(&layer_columns("s", ""))
-        .push(", n.network_id, p.network_id AS port_network_id FROM systems s LEFT JOIN network_interfaces n ON n.system_id = s.id LEFT JOIN switch_ports p ON p.id = n.switch_port_id WHERE ");
+        .push(", n.network_id, n.ipv4 AS nic_ipv4, p.network_id AS port_network_id FROM systems s LEFT JOIN network_interfaces n ON n.system_id = s.id LEFT JOIN switch_ports p ON p.id = n.switch_port_id WHERE ");
     match key {
         NodeKey::Mac(mac) => {
             q.push("n.mac = ").bind(Val::Text(Some(mac.to_owned())));
@@ -277,6 +279,9 @@ pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
         Some(n) => Some(n),
         None => opt_int(&row, "network_id")?,
     };
+    let reserved_ip = row
+        .try_get::<Option<String>, _>("nic_ipv4")?
+        .and_then(|a| a.parse().ok());
     let netboot = opt_bool(&row, "netboot")? != Some(false);
     let image_id = opt_int(&row, "image_id")?;
     let mut layers = NodeLayers {
@@ -394,6 +399,7 @@ pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
         hostname,
         netboot,
         network,
+        reserved_ip,
         image,
         jobservers,
         layers,

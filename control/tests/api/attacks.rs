@@ -675,11 +675,17 @@ impl Client {
     }
 }
 
-/// An image `compute` on a job server, so /ipxe/ boots nodes with it.
+/// An image `compute` on job server `jsx` of network `lo` (127.0.0.0/8,
+/// where the test's requests come from), so /ipxe/ boots nodes of `lo`
+/// with it.
 pub(crate) fn hosted_image(c: &Client) -> serde_json::Value {
+    c.post(
+        "networks",
+        serde_json::json!({"slug": "lo", "subnet": "127.0.0.0", "netmask": 8}),
+    );
     let js = c.post(
         "jobservers",
-        serde_json::json!({"name": "jsx", "addresses": ["10.0.0.2"]}),
+        serde_json::json!({"name": "jsx", "addresses": ["10.0.0.2"], "network": "lo"}),
     );
     let image = c.post("images", serde_json::json!({"slug": "compute", "rootfs_sha256": crate::scopes::SHA, "rootfs_size": 4096}));
     c.ok(
@@ -710,7 +716,7 @@ async fn attack_3_a_node_cannot_change_who_it_is() {
         let own_image = hosted_image(c);
         let mut sys = Vec::new();
         for (host, mac) in [("c01", "aa:bb:cc:00:01:01"), ("c02", "aa:bb:cc:00:01:02")] {
-            let v = c.post("systems", serde_json::json!({"hostname": host, "image": own_image["id"], "nics": [{"mac": mac}]}));
+            let v = c.post("systems", serde_json::json!({"hostname": host, "image": own_image["id"], "nics": [{"mac": mac, "network": "lo"}]}));
             let bmc = c.post("bmcs", serde_json::json!({"system": v["id"], "password": "bmc-secret"}));
             sys.push((v["id"].as_i64().unwrap(), v["nics"][0]["id"].as_i64().unwrap(), bmc["id"].as_i64().unwrap()));
         }
@@ -893,7 +899,7 @@ async fn attack_11_a_job_server_writes_only_its_own_load() {
         // Nobody else can say which job server they speak for.
         let nonce = {
             let image = hosted_image(c);
-            c.post("systems", serde_json::json!({"hostname": "c01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:11:01"}]}));
+            c.post("systems", serde_json::json!({"hostname": "c01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:11:01", "network": "lo"}]}));
             c.nonce(url, "aa:bb:cc:00:11:01")
         };
         let node = As::Cert(c.enroll_node("c01", &nonce));
@@ -919,7 +925,7 @@ async fn attack_12_a_deleted_or_renamed_row_keeps_no_certificate() {
         let node = |c: &Client, host: &str, mac: &str| {
             c.post(
                 "systems",
-                serde_json::json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]}),
+                serde_json::json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac, "network": "lo"}]}),
             );
             As::Cert(c.enroll_node(host, &c.nonce(url, mac)))
         };
@@ -1348,7 +1354,7 @@ async fn sqlite_shared_with_another_process_stays_sound() {
 pub(crate) async fn races(engine: Engine) {
     on_admin(engine, |_, url, s, c| {
         let image = hosted_image(c);
-        c.post("systems", serde_json::json!({"hostname": "c01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:02:01"}]}));
+        c.post("systems", serde_json::json!({"hostname": "c01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:02:01", "network": "lo"}]}));
         let csr = c.csr("racer", &P256, &[]);
         // Each request's status; a failure shows every answer and the log.
         let answers = std::cell::RefCell::new(String::new());
@@ -1524,7 +1530,7 @@ async fn attack_oversized_csrs_do_not_stall_enrollment() {
         for (host, mac) in [("c01", mac1), ("c02", mac2)] {
             c.post(
                 "systems",
-                serde_json::json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]}),
+                serde_json::json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac, "network": "lo"}]}),
             );
         }
         let node = As::Cert(c.enroll_node("c01", &c.nonce(url, mac1)));
@@ -1579,6 +1585,261 @@ async fn attack_oversized_csrs_do_not_stall_enrollment() {
             log.contains("a CSR over the size limit is refused"),
             "{log}"
         );
+        s.stop();
+    })
+    .await;
+}
+
+/// Backdates every lease report past the attestation window: what an
+/// earlier, legitimate boot left no longer attests anything.
+fn age_lease_reports(db_url: &str) {
+    let db_url = db_url.to_owned();
+    tokio::runtime::Handle::current().block_on(async move {
+        let db = mprov_control::db::Db::connect(&db_url).await.unwrap();
+        sqlx::query("UPDATE boot_events SET at = '2000-01-01T00:00:00Z'")
+            .execute(db.pool())
+            .await
+            .unwrap();
+    });
+}
+
+/// Enrolls job server `name` (its row made first); its certificate.
+fn enrolled_js(c: &Client, name: &str, address: &str, network: &str) -> As {
+    c.post(
+        "jobservers",
+        serde_json::json!({"name": name, "addresses": [address], "network": network}),
+    );
+    let (code, v) = c.enroll_js(&c.token(name, "new"), name, &c.csr(name, &P256, &[]));
+    assert_eq!(code, 200, "{v}");
+    let crt = c.work.join(name);
+    std::fs::write(
+        crt.with_extension("crt"),
+        v["certificate"].as_str().unwrap(),
+    )
+    .unwrap();
+    As::Cert(crt)
+}
+
+/// The /ipxe/ script for `mac` from loopback, and its nonce if it has one.
+fn ipxe_script(c: &Client, mac: &str) -> (String, Option<String>) {
+    let (code, v) = c.call("GET", &format!("/ipxe/?mac={mac}"), &As::Nobody, None);
+    assert_eq!(code, 200, "{v}");
+    let script = v.as_str().unwrap_or_default().to_owned();
+    let nonce = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("mprov_enroll="))
+        .map(str::to_owned);
+    (script, nonce)
+}
+
+/// Attack 14: a job server's certificate took over any node. It reported a
+/// node's MAC leased to an address it controls (outside its own network),
+/// fetched the node's nonce from there and enrolled as the node, revoking
+/// the real node's certificate; and a job server of any network vouched
+/// for a node of another. A lease report now counts only inside the
+/// reporting job server's network, and only for a node of that network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_14_a_job_server_vouches_only_for_its_own_network() {
+    on_admin(Engine::Sqlite, |_, url, s, c| {
+        let image = hosted_image(c);
+        let node = |host: &str, mac: &str, nic: serde_json::Value| {
+            let mut nic = nic;
+            nic["mac"] = mac.into();
+            c.post(
+                "systems",
+                serde_json::json!({"hostname": host, "image": image["id"], "nics": [nic]}),
+            )
+        };
+        let (m1, m2, m3) = (
+            "aa:bb:cc:00:13:01",
+            "aa:bb:cc:00:13:02",
+            "aa:bb:cc:00:13:03",
+        );
+        node("c01", m1, serde_json::json!({"network": "lo"}));
+        let c01 = As::Cert(c.enroll_node("c01", &c.nonce(url, m1)));
+        node("c02", m2, serde_json::json!({"network": "lo"}));
+        let c03 = node("c03", m3, serde_json::json!({}));
+        age_lease_reports(url);
+        // A job server of network `side` (127.0.0.0/16), not `lo`.
+        c.post(
+            "networks",
+            serde_json::json!({"slug": "side", "subnet": "127.0.0.0", "netmask": 16}),
+        );
+        let jsb = enrolled_js(c, "jsb", "127.0.0.2", "side");
+        let timeline = |host: &str| {
+            c.ok(
+                "GET",
+                &format!("/api/v1/boot/events?system={host}&boot=all"),
+                None,
+            )
+        };
+        let report = |mac: &str, ip: &str, phase: &str| {
+            c.call(
+                "POST",
+                mprov_api::boot::EVENTS_PATH,
+                &jsb,
+                Some(serde_json::json!({"phase": phase, "mac": mac, "ip": ip})),
+            )
+        };
+
+        // 1. c01's MAC leased to an address outside jsb's network: refused,
+        // nothing written, no nonce for c01, its certificate kept.
+        let before = timeline("c01");
+        for (ip, phase) in [
+            ("10.0.0.66", "dhcp_acked"),
+            ("192.168.7.7", "proxy_answered"),
+        ] {
+            let (code, v) = report(m1, ip, phase);
+            assert_eq!(code, 400, "{phase} {ip}: {v}");
+            assert!(
+                v.to_string().contains("outside job server jsb's network"),
+                "{v}"
+            );
+        }
+        assert_eq!(timeline("c01"), before, "a refused lease report wrote");
+        let (script, nonce) = ipxe_script(c, m1);
+        assert!(nonce.is_none(), "c01 got a nonce: {script}");
+        assert_eq!(c.live("c01"), 1);
+        let (code, v) = c.call("GET", "/api/v1/systems/c01", &c01, None);
+        assert_eq!(code, 200, "c01 lost its certificate: {v}");
+
+        // 2. A job server of network `side` vouching for c02 of network
+        // `lo`, with an address inside its own network: stored (it is a
+        // lease), but it attests nothing for a node of another network.
+        let (code, v) = report(m2, "127.0.0.1", "dhcp_acked");
+        assert_eq!(code, 201, "{v}");
+        let (script, nonce) = ipxe_script(c, m2);
+        assert!(nonce.is_none(), "jsb vouched for c02: {script}");
+        assert_eq!(c.live("c02"), 0);
+
+        // 3. c03's NIC names no network and no address: no job server can
+        // vouch for it; the retry script says what to set.
+        let (code, v) = report(m3, "127.0.0.1", "dhcp_acked");
+        assert_eq!(code, 201, "{v}");
+        let (script, nonce) = ipxe_script(c, m3);
+        assert!(nonce.is_none(), "{script}");
+        assert!(script.contains("set the NIC's network"), "{script}");
+        // Its reserved address outside jsb's network: still no nonce;
+        // inside it: jsb vouches for it.
+        let nic = c03["nics"][0]["id"].as_i64().unwrap();
+        c.ok(
+            "PATCH",
+            &format!("/api/v1/nics/{nic}"),
+            Some(serde_json::json!({"ipv4": "127.1.0.5"})),
+        );
+        let (script, nonce) = ipxe_script(c, m3);
+        assert!(nonce.is_none(), "{script}");
+        c.ok(
+            "PATCH",
+            &format!("/api/v1/nics/{nic}"),
+            Some(serde_json::json!({"ipv4": "127.0.0.5"})),
+        );
+        let (script, nonce) = ipxe_script(c, m3);
+        assert!(nonce.is_some(), "c03 by its reserved address: {script}");
+
+        // A job server whose row names no network reports no lease at all.
+        let jsn = {
+            c.post(
+                "jobservers",
+                serde_json::json!({"name": "jsn", "addresses": ["127.0.0.3"]}),
+            );
+            let (code, v) = c.enroll_js(&c.token("jsn", "new"), "jsn", &c.csr("jsn", &P256, &[]));
+            assert_eq!(code, 200, "{v}");
+            let crt = c.work.join("jsn");
+            std::fs::write(
+                crt.with_extension("crt"),
+                v["certificate"].as_str().unwrap(),
+            )
+            .unwrap();
+            As::Cert(crt)
+        };
+        let before = timeline("c02");
+        let (code, v) = c.call(
+            "POST",
+            mprov_api::boot::EVENTS_PATH,
+            &jsn,
+            Some(serde_json::json!({"phase": "dhcp_acked", "mac": m2, "ip": "127.0.0.1"})),
+        );
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(timeline("c02"), before);
+        s.stop();
+    })
+    .await;
+}
+
+/// One plain-HTTP `GET /ipxe/?mac=<mac>` to `port`: the status line and body.
+async fn raw_ipxe(port: u16, mac: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(
+        format!("GET /ipxe/?mac={mac} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// Attack 15: an `/ipxe/` flood of unattested requests held a task each
+/// polling the database, and delayed a real node's boot script. Waiting
+/// requests now poll nothing: 2,000 unattested requests wait out their
+/// time while an attested node's script is answered at once, before any
+/// of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_15_an_ipxe_flood_does_not_delay_a_real_boot() {
+    on_admin(Engine::Sqlite, |_, url, s, c| {
+        const FLOOD: usize = 2000;
+        hosted_image(c);
+        let mac = "aa:bb:cc:00:14:01";
+        c.post(
+            "systems",
+            serde_json::json!({"hostname": "c01", "image": "compute", "nics": [{"mac": mac, "network": "lo"}]}),
+        );
+        let port = s.port;
+        let url = url.to_owned();
+        tokio::runtime::Handle::current().block_on(async move {
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let mut flood = tokio::task::JoinSet::new();
+            for i in 0..FLOOD {
+                let done = done.clone();
+                flood.spawn(async move {
+                    let out = raw_ipxe(port, &format!("02:ff:00:00:{:02x}:{:02x}", i >> 8, i & 0xff)).await;
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    out
+                });
+            }
+            // Let the flood reach the service and start waiting.
+            tokio::time::sleep(std::time::Duration::from_millis(3000)).await;
+            let db = mprov_control::db::Db::connect(&url).await.unwrap();
+            crate::scopes::attest_on(&db, "jsx", mac, [127, 0, 0, 1].into()).await;
+            let script = raw_ipxe(port, mac).await;
+            let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+            assert!(script.contains("mprov_enroll="), "{script}");
+            assert_eq!(finished, 0, "the real node waited behind {finished} flood requests");
+            // The flood itself ends, bounded: every request gets the retry
+            // script (or the 429 of the rate limit), none an error.
+            let all = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+                let mut outs = Vec::new();
+                while let Some(out) = flood.join_next().await {
+                    outs.push(out.unwrap());
+                }
+                outs
+            })
+            .await
+            .expect("the flood did not end in 60 s");
+            assert_eq!(all.len(), FLOOD);
+            for out in &all {
+                assert!(
+                    (out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.1 429"))
+                        && !out.contains("mprov_enroll="),
+                    "{out}"
+                );
+            }
+        });
         s.stop();
     })
     .await;

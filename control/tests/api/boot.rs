@@ -817,8 +817,13 @@ pub(crate) async fn bootability_one_rule(engine: Engine) {
 pub(crate) async fn ipxe_refusals_are_retry_scripts(engine: Engine) {
     let (c, _tls) = ctx_with_signer(engine).await;
     c.post(
+        "networks",
+        json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24}),
+    )
+    .await;
+    c.post(
         "jobservers",
-        json!({"name": "js1", "addresses": ["10.0.0.2"]}),
+        json!({"name": "js1", "addresses": ["10.0.0.2"], "network": "prov"}),
     )
     .await;
     c.post(
@@ -833,7 +838,7 @@ pub(crate) async fn ipxe_refusals_are_retry_scripts(engine: Engine) {
     .await;
     c.post(
         "systems",
-        json!({"hostname": "c01", "image": "compute", "groups": ["serial"], "nics": [{"mac": C01}]}),
+        json!({"hostname": "c01", "image": "compute", "groups": ["serial"], "nics": [{"mac": C01, "network": "prov"}]}),
     )
     .await;
     attest(&c, C01).await;
@@ -973,5 +978,99 @@ pub(crate) async fn node_view_statements_do_not_grow_with_groups(engine: Engine)
     // What the API shows is that view's.
     let shown = c.ok("GET", "/api/v1/systems/fifty/config", None).await;
     assert_eq!(shown, serde_json::to_value(&cfg).unwrap());
+    c.cleanup().await;
+}
+
+/// Unattested `/ipxe/` requests waiting for a lease report run no
+/// statement while they wait (they used to poll the database four times a
+/// second each): 200 of them read the view and the lease reports once on
+/// entry, then nothing until their wait ends; a lease report for one wakes
+/// that one alone, which boots.
+pub(crate) async fn waiting_ipxe_requests_run_no_statements(engine: Engine) {
+    const FLOOD: usize = 200;
+    let (c, _tls) = ctx_with_signer(engine).await;
+    c.post(
+        "networks",
+        json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24}),
+    )
+    .await;
+    c.post(
+        "jobservers",
+        json!({"name": "js1", "addresses": ["10.0.0.2"], "network": "prov"}),
+    )
+    .await;
+    c.post(
+        "images",
+        json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 1, "jobservers": ["js1"]}),
+    )
+    .await;
+    c.post(
+        "systems",
+        json!({"hostname": "c01", "image": "compute", "nics": [{"mac": C01, "network": "prov"}]}),
+    )
+    .await;
+    let js1 = enroll_jobserver(&c, "js1").await;
+    let db = c.state.db.clone();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ended = || done.load(std::sync::atomic::Ordering::SeqCst);
+    let mut flood = tokio::task::JoinSet::new();
+    for i in 0..FLOOD {
+        let (app, done) = (c.app.clone(), done.clone());
+        flood.spawn(async move {
+            let out = ipxe(
+                &app,
+                &format!("02:ee:00:00:{:02x}:{:02x}", i >> 8, i & 0xff),
+            )
+            .await;
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            out
+        });
+    }
+    let real = {
+        let app = c.app.clone();
+        tokio::spawn(async move { ipxe(&app, C01).await })
+    };
+    // Every request has looked once (a view of at most five statements and
+    // one read of the lease reports); then they wait.
+    let entered = tokio::time::timeout(std::time::Duration::from_secs(4), async {
+        while c.state.lease_waiters.waiting() < FLOOD + 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        entered.is_ok(),
+        "only {} requests wait",
+        c.state.lease_waiters.waiting()
+    );
+    let before = db.statements();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(db.statements(), before, "waiting requests ran statements");
+    assert_eq!(ended(), 0, "a flood request ended early");
+    // js1 reports the real node's lease: it alone is woken, and boots.
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        EVENTS_PATH,
+        &Cred::Cert(js1),
+        Some(json!({"phase": "dhcp_acked", "mac": C01, "ip": "10.0.0.50"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let (status, script) = real.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        script.as_str().unwrap().contains("mprov_enroll="),
+        "{script}"
+    );
+    assert_eq!(ended(), 0, "the real node waited for the flood");
+    while let Some(r) = flood.join_next().await {
+        let (status, script) = r.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            !script.as_str().unwrap().contains("mprov_enroll="),
+            "{script}"
+        );
+    }
     c.cleanup().await;
 }

@@ -44,11 +44,12 @@ fn jobserver_cert(c: &Client, name: &str) -> std::path::PathBuf {
     base
 }
 
-/// A system `host` with NIC `mac` booting the hosted image; its id.
+/// A system `host` with NIC `mac` on network `lo` booting the hosted
+/// image; its id.
 fn system(c: &Client, image: &serde_json::Value, host: &str, mac: &str) -> i64 {
     c.post(
         "systems",
-        serde_json::json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]}),
+        serde_json::json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac, "network": "lo"}]}),
     )["id"]
         .as_i64()
         .unwrap()

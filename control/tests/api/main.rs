@@ -1093,6 +1093,10 @@ async fn node_view_statements_do_not_grow_with_groups(engine: Engine) {
     boot::node_view_statements_do_not_grow_with_groups(engine).await;
 }
 
+async fn waiting_ipxe_requests_run_no_statements(engine: Engine) {
+    boot::waiting_ipxe_requests_run_no_statements(engine).await;
+}
+
 async fn openapi_lists_every_status_answered(engine: Engine) {
     openapi::every_status_answered_is_documented(engine).await;
 }
@@ -1103,6 +1107,7 @@ engine_tests!(
     bootability_one_rule,
     ipxe_refusals_are_retry_scripts,
     node_view_statements_do_not_grow_with_groups,
+    waiting_ipxe_requests_run_no_statements,
     openapi_lists_every_status_answered,
     every_endpoint_with_every_identity,
     node_enrollment_refusals,

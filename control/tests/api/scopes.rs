@@ -352,12 +352,18 @@ fn endpoints(ids: &Ids) -> Vec<(&'static str, String, Option<Value>)> {
     out
 }
 
-/// Job server js1 hosting image `compute`: the job server and the image.
+/// Job server js1 of network `prov` (10.0.0.0/24, where `NODE_IP` is)
+/// hosting image `compute`: the job server and the image.
 async fn hosted_image(c: &Ctx) -> (Value, Value) {
+    c.post(
+        "networks",
+        json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24}),
+    )
+    .await;
     let js = c
         .post(
             "jobservers",
-            json!({"name": "js1", "addresses": ["10.0.0.2"]}),
+            json!({"name": "js1", "addresses": ["10.0.0.2"], "network": "prov"}),
         )
         .await;
     let image = c
@@ -393,7 +399,7 @@ pub(crate) async fn every_endpoint_with_every_identity(engine: Engine) {
         let s = c
             .post(
                 "systems",
-                json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]}),
+                json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac, "network": "prov"}]}),
             )
             .await;
         let id = s["id"].as_i64().unwrap();
@@ -628,7 +634,7 @@ pub(crate) async fn node_enrollment_refusals(engine: Engine) {
     for (host, mac) in [("c01", "aa:bb:cc:00:00:01"), ("c02", "aa:bb:cc:00:00:02")] {
         c.post(
             "systems",
-            json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac}]}),
+            json!({"hostname": host, "image": image["id"], "nics": [{"mac": mac, "network": "prov"}]}),
         )
         .await;
     }
