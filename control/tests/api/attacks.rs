@@ -659,6 +659,20 @@ impl Client {
         )
     }
 
+    /// Enrolls job server `name` (its row exists) with a new token: its
+    /// certificate's base path (the key beside it).
+    pub(crate) fn enrolled_jobserver(&self, name: &str) -> std::path::PathBuf {
+        let (code, v) = self.enroll_js(&self.token(name, "new"), name, &self.csr(name, &P256, &[]));
+        assert_eq!(code, 200, "{v}");
+        let base = self.work.join(name);
+        std::fs::write(
+            base.with_extension("crt"),
+            v["certificate"].as_str().unwrap(),
+        )
+        .unwrap();
+        base
+    }
+
     /// Certificates of `identity` that are not revoked.
     pub(crate) fn live(&self, identity: &str) -> usize {
         let v = self.ok(
@@ -851,11 +865,7 @@ async fn attack_11_a_job_server_writes_only_its_own_load() {
         for (name, address) in [("js1", "10.0.0.2"), ("js2", "10.0.0.3")] {
             c.post("jobservers", serde_json::json!({"name": name, "addresses": [address]}));
         }
-        let (code, v) = c.enroll_js(&c.token("js1", "new"), "js1", &c.csr("js1", &P256, &[]));
-        assert_eq!(code, 200, "{v}");
-        let crt = c.work.join("js1");
-        std::fs::write(crt.with_extension("crt"), v["certificate"].as_str().unwrap()).unwrap();
-        let js1 = As::Cert(crt);
+        let js1 = As::Cert(c.enrolled_jobserver("js1"));
         let rows = |c: &Client| {
             ["js1", "js2"].map(|n| c.ok("GET", &format!("/api/v1/jobservers/{n}"), None))
         };
@@ -1012,11 +1022,7 @@ async fn attack_13_a_job_server_writes_only_the_status_of_its_jobs() {
         for (name, address) in [("js1", "10.0.0.2"), ("js2", "10.0.0.3")] {
             ids.push(c.post("jobservers", serde_json::json!({"name": name, "addresses": [address]}))["id"].clone());
         }
-        let (code, v) = c.enroll_js(&c.token("js1", "new"), "js1", &c.csr("js1", &P256, &[]));
-        assert_eq!(code, 200, "{v}");
-        let crt = c.work.join("js1");
-        std::fs::write(crt.with_extension("crt"), v["certificate"].as_str().unwrap()).unwrap();
-        let js1 = As::Cert(crt);
+        let js1 = As::Cert(c.enrolled_jobserver("js1"));
         let own = c.post("jobs", serde_json::json!({"module": "image-update", "params": {"image": "compute"}, "jobserver": ids[0]}));
         let other = c.post("jobs", serde_json::json!({"module": "image-update", "jobserver": ids[1]}));
         let path = |job: &serde_json::Value| format!("/api/v1/jobs/{}", job["id"]);
@@ -1609,15 +1615,7 @@ fn enrolled_js(c: &Client, name: &str, address: &str, network: &str) -> As {
         "jobservers",
         serde_json::json!({"name": name, "addresses": [address], "network": network}),
     );
-    let (code, v) = c.enroll_js(&c.token(name, "new"), name, &c.csr(name, &P256, &[]));
-    assert_eq!(code, 200, "{v}");
-    let crt = c.work.join(name);
-    std::fs::write(
-        crt.with_extension("crt"),
-        v["certificate"].as_str().unwrap(),
-    )
-    .unwrap();
-    As::Cert(crt)
+    As::Cert(c.enrolled_jobserver(name))
 }
 
 /// The /ipxe/ script for `mac` from loopback, and its nonce if it has one.

@@ -29,21 +29,6 @@ fn events_of(url: &str, system_id: i64) -> i64 {
     })
 }
 
-/// Enrolls job server `name`; its certificate's base path.
-fn jobserver_cert(c: &Client, name: &str) -> std::path::PathBuf {
-    let token = c.token(name, "new");
-    let csr = c.csr(name, &P256, &[]);
-    let (code, v) = c.enroll_js(&token, name, &csr);
-    assert_eq!(code, 200, "{v}");
-    let base = c.work.join(name);
-    std::fs::write(
-        base.with_extension("crt"),
-        v["certificate"].as_str().unwrap(),
-    )
-    .unwrap();
-    base
-}
-
 /// A system `host` with NIC `mac` on network `lo` booting the hosted
 /// image; its id.
 fn system(c: &Client, image: &serde_json::Value, host: &str, mac: &str) -> i64 {
@@ -110,7 +95,7 @@ async fn a_node_flooding_boot_events_is_cut_off(engine: Engine) {
         let c02 = system(&c, &image, "c02", "aa:bb:cc:00:02:02");
         let n1 = As::Cert(c.enroll_node("c01", &c.nonce(url, "aa:bb:cc:00:02:01")));
         let n2 = c.enroll_node("c02", &c.nonce(url, "aa:bb:cc:00:02:02"));
-        let js = jobserver_cert(&c, "js1");
+        let js = c.enrolled_jobserver("js1");
         let before = events_of(url, c01);
         let As::Cert(n1_path) = &n1 else {
             unreachable!()
