@@ -993,10 +993,8 @@ pub static KINDS: &[Kind] = &[
                 "The job server that claimed it.",
             )
             .null(),
-            f("started_at", Ty::Timestamp, "When it started.")
-                .null()
-                .ro(),
-            f("ended_at", Ty::Timestamp, "When it ended.").null().ro(),
+            f("started_at", Ty::Timestamp, "When it started.").null(),
+            f("ended_at", Ty::Timestamp, "When it ended.").null(),
             f(
                 "return_code",
                 Ty::Int {
@@ -1015,7 +1013,7 @@ pub static KINDS: &[Kind] = &[
         visibility: Visibility::JOBSERVERS,
         jobserver_writes: JobServerWrite::Claimed {
             by: "jobserver",
-            fields: &["status", "output", "return_code"],
+            fields: &["status", "output", "return_code", "started_at", "ended_at"],
         },
         ..Kind::DEFAULTS
     },
@@ -1252,7 +1250,7 @@ mod tests {
             let want = match k.name {
                 "jobs" => Claimed {
                     by: "jobserver",
-                    fields: &["status", "output", "return_code"],
+                    fields: &["status", "output", "return_code", "started_at", "ended_at"],
                 },
                 "images" => Hosts("jobservers"),
                 _ => Nothing,

@@ -1014,7 +1014,7 @@ async fn attack_12_a_deleted_or_renamed_row_keeps_no_certificate() {
 
 /// Attack 13: a job server rewrites a job it claimed: which job server owns
 /// it, its module, its parameters. It may write only the job's status,
-/// output and exit code, and nothing of a job it did not claim.
+/// output, exit code and times, and nothing of a job it did not claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attack_13_a_job_server_writes_only_the_status_of_its_jobs() {
     on_admin(Engine::Sqlite, |_, _, s, c| {
@@ -1043,12 +1043,13 @@ async fn attack_13_a_job_server_writes_only_the_status_of_its_jobs() {
             before,
             "the attacks changed a job"
         );
-        // What it may write: its own job's status, output and exit code.
+        // What it may write: its own job's status, output, exit code and
+        // times.
         let (code, v) = c.call(
             "PATCH",
             &path(&own),
             &js1,
-            Some(serde_json::json!({"status": "success", "output": "built", "return_code": 0})),
+            Some(serde_json::json!({"status": "success", "output": "built", "return_code": 0, "started_at": "2026-12-01T10:00:00Z", "ended_at": "2026-12-01T10:05:00Z"})),
         );
         assert_eq!(code, 200, "{v}");
         let after = c.ok("GET", &path(&own), None);
