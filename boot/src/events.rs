@@ -197,7 +197,11 @@ pub async fn heartbeat(clients: watch::Receiver<Client>, every: Duration, stop: 
         };
         let client = clients.borrow().clone();
         match client
-            .heartbeat(&mprov_api::boot::Heartbeat { load_avg })
+            .heartbeat(&mprov_api::boot::Heartbeat {
+                load_avg,
+                address: None,
+                streams: 0,
+            })
             .await
         {
             Ok(()) => failing = false,

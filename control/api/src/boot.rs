@@ -256,12 +256,21 @@ pub const EVENTS_PATH: &str = "/api/v1/boot/events";
 /// server's to write.
 pub const HEARTBEAT_PATH: &str = "/api/v1/boot/heartbeat";
 
-/// A job server's heartbeat.
+/// A job server's heartbeat, one per address it serves
+/// ([`crate::jobs::Registration::addresses`]): the control service sends a
+/// node only to an address whose heartbeat is fresh.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Heartbeat {
     /// Its one-minute load average.
     pub load_avg: f64,
+    /// The address this heartbeat is for; `None` (a job server that has not
+    /// registered addresses) stamps only the row.
+    #[serde(default)]
+    pub address: Option<std::net::IpAddr>,
+    /// Image streams it is serving now.
+    #[serde(default)]
+    pub streams: u32,
 }
 
 /// A step of a node's boot. The timeline orders events by time; the phases

@@ -520,6 +520,43 @@ impl Client {
         self.send(Method::POST, url, Some(beat)).await.map(drop)
     }
 
+    /// Registers this job server's row (`POST /api/v1/jobserver/register`),
+    /// with its own certificate.
+    pub async fn register(
+        &self,
+        registration: &crate::jobs::Registration,
+    ) -> Result<crate::jobs::Registered, ClientError> {
+        let url = self.path_url(crate::jobs::REGISTER_PATH)?;
+        self.call(Method::POST, url, Some(registration)).await
+    }
+
+    /// Claims the oldest pending job of `claim`'s modules
+    /// (`POST /api/v1/jobserver/claim`); `None` when there is none.
+    pub async fn claim_job(
+        &self,
+        claim: &crate::jobs::Claim,
+    ) -> Result<Option<crate::jobs::Job>, ClientError> {
+        let url = self.path_url(crate::jobs::CLAIM_PATH)?;
+        let bytes = self.send(Method::POST, url.clone(), Some(claim)).await?;
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| ClientError::Decode {
+                method: Method::POST,
+                url,
+                source,
+            })
+    }
+
+    /// Says this job server hosts an image version
+    /// (`POST /api/v1/jobserver/hosting`).
+    pub async fn record_hosting(&self, hosting: &crate::jobs::Hosting) -> Result<(), ClientError> {
+        let url = self.path_url(crate::jobs::HOSTING_PATH)?;
+        self.send(Method::POST, url, Some(hosting)).await.map(drop)
+    }
+
     /// A node's last boot, oldest event first (`all`: every boot); with no
     /// `system`, the latest event of every node.
     pub async fn boot_events(

@@ -24,6 +24,7 @@ pub mod boot;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod enroll;
+pub mod jobs;
 
 /// The path prefix of the REST API.
 pub const API_PREFIX: &str = "/api/v1";
