@@ -413,6 +413,27 @@ fn debian_root(cache: &Path) -> Result<PathBuf> {
     Ok(root)
 }
 
+/// The lab image's image-gen scripts, as the inventory holds them: slug
+/// and content, in the order they run.
+pub fn debian_scripts() -> Vec<(&'static str, String)> {
+    vec![
+        ("lab-slim", SLIM_SCRIPT.to_owned()),
+        ("lab-ready", ready_script()),
+    ]
+}
+
+/// The lab's bootstrapped Debian root (mmdebstrap, cached under
+/// `<target>/lab-cache/`), the root [`debian_image`] builds from: a job
+/// server's image-update builds from it as a distro's prepared source.
+pub fn debian_bootstrap() -> Result<PathBuf> {
+    let _one = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = target_dir().join("lab-cache");
+    fs::create_dir_all(&cache)?;
+    let lock = fs::File::create(cache.join("debian.lock"))?;
+    lock.lock().context("locking the lab image cache")?;
+    debian_root(&cache)
+}
+
 /// The lab's Debian image: a root bootstrapped with mmdebstrap (systemd,
 /// the Debian kernel), built by `mprov-image build --recipe` with the lab's
 /// image-gen scripts and `agent` installed; cached under
@@ -689,11 +710,25 @@ impl LabNet {
 
     /// A new tap device on the bridge, for one VM.
     pub fn tap(&self) -> Result<String> {
+        self.tap_on("br0")
+    }
+
+    /// A new tap device on `bridge` (see [`LabNet::add_network`]).
+    pub fn tap_on(&self, bridge: &str) -> Result<String> {
         let tap = format!("tap{}", TAPS.fetch_add(1, Ordering::Relaxed));
         self.ns.ip(&["tuntap", "add", "dev", &tap, "mode", "tap"])?;
-        self.ns.ip(&["link", "set", &tap, "master", "br0"])?;
+        self.ns.ip(&["link", "set", &tap, "master", bridge])?;
         self.ns.up(&tap)?;
         Ok(tap)
+    }
+
+    /// A second lab network in the same namespace: `bridge` with the
+    /// namespace's address `cidr` on it. A node there reaches the control
+    /// service on [`SERVER_IP`] through that address as its gateway.
+    pub fn add_network(&self, bridge: &str, cidr: &str) -> Result<()> {
+        self.ns.add_bridge(bridge)?;
+        self.ns.add_addr(bridge, cidr)?;
+        self.ns.up(bridge)
     }
 
     /// The namespace's name.
@@ -704,9 +739,14 @@ impl LabNet {
     /// A client on the bridge: a namespace of its own joined to `br0` by a
     /// veth pair, its end with `mac`, no address until [`LabClient::dhcp`].
     pub fn client(&self, mac: &str) -> Result<LabClient> {
+        self.client_on(mac, "br0")
+    }
+
+    /// A client on `bridge` (see [`LabNet::client`]).
+    pub fn client_on(&self, mac: &str, bridge: &str) -> Result<LabClient> {
         let ns = Netns::new("labcl")?;
         let pair = crate::netns::veth(&self.ns, &ns)?;
-        self.ns.ip(&["link", "set", &pair.a, "master", "br0"])?;
+        self.ns.ip(&["link", "set", &pair.a, "master", bridge])?;
         ns.set_mac(&pair.b, mac)?;
         Ok(LabClient { ns, dev: pair.b })
     }
@@ -732,6 +772,7 @@ impl LabClient {
             "#!/bin/sh
 case \"$1\" in bound|renew)
   ip addr add \"$ip/$mask\" dev \"$interface\"
+  [ -n \"$router\" ] && ip route add default via \"${router%% *}\" dev \"$interface\"
   echo \"LEASE $ip\";;
 esac
 exit 0
@@ -784,6 +825,10 @@ pub struct JobServerSpec {
     pub ip: String,
     /// Serve DHCP (and router advertisements) on the bridge.
     pub dhcp: bool,
+    /// The bridge it serves DHCP on (`br0` unless a test adds a network).
+    pub bridge: &'static str,
+    /// More arguments (modules, addresses, ...).
+    pub args: Vec<String>,
     /// Its export folder.
     pub export: PathBuf,
     /// A folder for its state and log.
@@ -895,7 +940,7 @@ impl JobServer {
         }
         cmd.args(["--server-ip", &spec.ip]);
         if spec.dhcp {
-            cmd.args(["--dhcp", "0.0.0.0:67", "--dhcp-interface", "br0"]);
+            cmd.args(["--dhcp", "0.0.0.0:67", "--dhcp-interface", spec.bridge]);
             cmd.args(["--tftp", &format!("{}:69", spec.ip)]);
         } else {
             cmd.args(["--no-dhcp", "--no-tftp", "--no-ra"]);
@@ -910,6 +955,7 @@ impl JobServer {
             .arg(spec.home.join("state"))
             .arg("--listen-file")
             .arg(&listen_file)
+            .args(&spec.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log)?);
@@ -979,6 +1025,17 @@ impl LabControl {
         home: &Path,
         file_limit: Option<u64>,
     ) -> Result<LabControl> {
+        Self::start_with(net, bins, home, file_limit, &[])
+    }
+
+    /// [`LabControl::start`] with more settings in its environment.
+    pub fn start_with(
+        net: &LabNet,
+        bins: &Binaries,
+        home: &Path,
+        file_limit: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> Result<LabControl> {
         fs::create_dir_all(home)?;
         let exe = bins.get("mprov-control")?;
         let log = home.join("serve.log");
@@ -999,6 +1056,7 @@ impl LabControl {
             .env("ALLOWED_HOSTS", SERVER_IP)
             .env_remove("MPROV_SUPERUSER_PASSWORD")
             .env_remove("MPROV_SKIP_VERSION_CHECK")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log)?);
@@ -1096,6 +1154,19 @@ impl LabControl {
             return Ok(serde_json::Value::Null);
         }
         serde_json::from_str(text).with_context(|| format!("{method} {path}: not JSON: {text}"))
+    }
+
+    /// `mash ARGS` as the admin, inside the namespace; what it printed.
+    /// Fails if it exits non-zero.
+    pub fn mash(&self, bins: &Binaries, args: &[&str]) -> Result<String> {
+        run(Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(bins.get("mash")?)
+            .args(args)
+            .env("MPROV_URL", self.url())
+            .env("MPROV_USER", "admin")
+            .env("MPROV_PASSWORD", &self.password))
+        .with_context(|| format!("mash {}", args.join(" ")))
     }
 
     /// A one-time job-server enrollment token (`mprov-control enroll-token`).

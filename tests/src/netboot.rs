@@ -213,6 +213,8 @@ impl IncumbentLab {
                 config: BootConfigSource::File(config),
                 ip: SERVER_IP.to_owned(),
                 dhcp: true,
+                bridge: "br0",
+                args: Vec::new(),
                 export,
                 home: run.join("jobserver"),
                 metrics_port: 9102,
@@ -381,6 +383,8 @@ impl Stack {
                     },
                     ip: (*ip).to_owned(),
                     dhcp: *dhcp,
+                    bridge: "br0",
+                    args: Vec::new(),
                     export,
                     home: run.join(format!("jobserver-{name}")),
                     metrics_port: 9102 + u16::try_from(i)?,
@@ -398,6 +402,29 @@ impl Stack {
         };
         stack.host_image(image, options.corrupt_first)?;
         Ok(stack)
+    }
+
+    /// A stack a test put together itself (its own networks and job
+    /// servers): the job servers with their names and export folders.
+    pub fn assemble(
+        net: LabNet,
+        control: LabControl,
+        jobservers: Vec<(String, PathBuf, JobServer)>,
+        image: &Image,
+        run: &Path,
+    ) -> Stack {
+        let (exports, jobservers) = jobservers
+            .into_iter()
+            .map(|(name, export, js)| ((name, export), js))
+            .unzip();
+        Stack {
+            net,
+            control,
+            jobservers,
+            exports,
+            image: image.clone(),
+            run: run.to_owned(),
+        }
     }
 
     /// Puts `image` on every job server (corrupting the first one's
@@ -442,6 +469,25 @@ impl Stack {
     /// Registers a node booting the lab image from the network.
     pub fn register(&self, hostname: &str, mac: &str, ip: &str, netboot: bool) -> Result<Node> {
         self.register_with(hostname, mac, ip, netboot, &self.image.slug)
+    }
+
+    /// Registers a node booting the lab image from `network` (a slug).
+    pub fn register_on(&self, hostname: &str, mac: &str, ip: &str, network: &str) -> Result<Node> {
+        self.control
+            .api(
+                "POST",
+                "/api/v1/systems/",
+                Some(&serde_json::json!({
+                    "hostname": hostname, "image": self.image.slug, "netboot": true,
+                    "nics": [{"name": "eth0", "mac": mac, "ipv4": ip, "bootable": true, "network": network}]
+                })),
+            )
+            .with_context(|| format!("registering node {hostname}"))?;
+        Ok(Node {
+            hostname: hostname.to_owned(),
+            mac: mac.to_owned(),
+            ip: ip.to_owned(),
+        })
     }
 
     /// Registers a node booting `image` (a slug) from the network.
@@ -494,6 +540,16 @@ impl Stack {
     /// Powers on a VM for `node` on `machine` (on a new tap of the bridge).
     pub fn power_on(&self, node: &Node, machine: Machine) -> Result<Vm> {
         Vm::boot_sized(&self.vm_spec(node, machine)?, DEBIAN_NODE)
+    }
+
+    /// Powers on a VM for `node` on `machine` on a new tap of `bridge`
+    /// (a network [`LabNet::add_network`] added).
+    pub fn power_on_at(&self, node: &Node, machine: Machine, bridge: &str) -> Result<Vm> {
+        let spec = VmSpec {
+            tap: self.net.tap_on(bridge)?,
+            ..self.vm_spec(node, machine)?
+        };
+        Vm::boot_sized(&spec, DEBIAN_NODE)
     }
 
     /// Powers on a SeaBIOS + iPXE VM for `node` with `disk` (a raw image,
@@ -560,10 +616,21 @@ impl Stack {
         &self,
         node: &Node,
         machine: Machine,
+        on_event: impl FnMut(&BootEvent),
+    ) -> Result<Booted> {
+        let vm = self.power_on(node, machine)?;
+        self.until_ready(node, vm, on_event)
+    }
+
+    /// Waits for the VM `vm` booting `node` to reach the ready marker;
+    /// `on_event` sees each new timeline event as it arrives.
+    pub fn until_ready(
+        &self,
+        node: &Node,
+        mut vm: Vm,
         mut on_event: impl FnMut(&BootEvent),
     ) -> Result<Booted> {
         let started = Instant::now();
-        let mut vm = self.power_on(node, machine)?;
         let mut seen = 0usize;
         let deadline = started + BOOT_TIMEOUT;
         loop {
