@@ -264,6 +264,7 @@ fn answer(peer: SocketAddr, state: &ImageState, head: &Head) -> Answer {
         started: Instant::now(),
         hook: state.hook.clone(),
     };
+    tracing::info!("{}", download.download.start_line(len));
     Answer::File(
         reply,
         FileBody {

@@ -46,6 +46,25 @@ impl Download {
         image_slug(&self.path).unwrap_or(&self.path)
     }
 
+    fn who(&self) -> Who<'_> {
+        Who {
+            node: self.node.as_deref(),
+            client: self.client,
+        }
+    }
+
+    /// The line logged when the download starts, e.g. `provisioning: c01
+    /// (10.0.0.21) started getting image compute (1.2 GB)`: `len` is what
+    /// this request asked for.
+    pub fn start_line(&self, len: u64) -> String {
+        let who = self.who();
+        format!(
+            "provisioning: {who} started getting {} ({})",
+            What(&self.path),
+            HumanBytes(len)
+        )
+    }
+
     /// The log line for this download, without the level.
     ///
     /// ```text
@@ -56,10 +75,7 @@ impl Download {
     /// Files other than the root filesystem are named: `kernel of image
     /// compute`, `initramfs of image compute`, `manifest.json of image compute`.
     pub fn log_line(&self) -> String {
-        let who = Who {
-            node: self.node.as_deref(),
-            client: self.client,
-        };
+        let who = self.who();
         let what = What(&self.path);
         let bytes = HumanBytes(self.bytes);
         let secs = HumanSecs(self.elapsed);
@@ -236,6 +252,15 @@ mod tests {
         );
         d.path = "/images/gpu/1/manifest.json".into();
         assert!(d.log_line().contains("manifest.json of image gpu"));
+    }
+
+    #[test]
+    fn starts_are_logged_with_what_was_asked() {
+        let d = download("/images/compute/3/rootfs.tar.zst", 0, 0, Outcome::Completed);
+        assert_eq!(
+            d.start_line(1_234_000_000),
+            "provisioning: c01 (10.0.0.21) started getting image compute (1.2 GB)"
+        );
     }
 
     #[test]
