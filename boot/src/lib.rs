@@ -18,5 +18,6 @@
 pub mod cli;
 pub mod events;
 pub mod identity;
+pub mod modules;
 pub mod snapshot;
 pub mod start;
