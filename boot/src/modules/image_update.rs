@@ -680,7 +680,8 @@ mod tests {
     #[test]
     fn vendors_and_versions_pick_a_bootstrap() {
         use BootstrapTool::{Dnf, Mmdebstrap};
-        let table: &[(&str, &str, Option<(BootstrapTool, &str)>)] = &[
+        type Row<'a> = (&'a str, &'a str, Option<(BootstrapTool, &'a str)>);
+        let table: &[Row] = &[
             ("Debian", "12", Some((Mmdebstrap, "bookworm"))),
             ("debian", "12.7", Some((Mmdebstrap, "bookworm"))),
             ("Debian", "13", Some((Mmdebstrap, "trixie"))),
