@@ -174,7 +174,7 @@ pub enum SyncError {
     #[error("no address to download from")]
     NoSource,
     /// The download failed over and over.
-    #[error("downloading {url} failed {attempts} times ({kept} bytes kept in {} for the next attempt)", partial.display())]
+    #[error("downloading {url} failed {attempts} times, last: {last} ({kept} bytes kept in {} for the next attempt)", partial.display())]
     Transport {
         /// The file.
         url: String,
@@ -184,9 +184,8 @@ pub enum SyncError {
         kept: u64,
         /// Where they are.
         partial: PathBuf,
-        /// The last error.
-        #[source]
-        err: reqwest::Error,
+        /// The last failure, with its causes.
+        last: String,
     },
 }
 
@@ -566,12 +565,15 @@ async fn fetch(from: &Source<'_>, dest: &Path, want: &HostedFile) -> Result<Fetc
     let mut url = from.url(base, &want.name);
     loop {
         let mut have = file_len(dest).await?;
-        if have > size {
+        if have > size && kept.is_none() {
+            // Longer than the file: not a part of it.
             truncate(dest).await?;
             have = 0;
         }
         let first = *kept.get_or_insert(have);
-        if have == size {
+        // Longer after downloading: the source's file is not the recorded
+        // one, which verification reports.
+        if have >= size {
             if first == size && size > 0 {
                 (from.progress)(&format!("{}: complete from an earlier attempt", want.name));
             }
@@ -592,7 +594,7 @@ async fn fetch(from: &Source<'_>, dest: &Path, want: &HostedFile) -> Result<Fetc
                 size >> 20
             ));
         }
-        let failed = |failures: &mut u32, err: reqwest::Error| {
+        let failed = |failures: &mut u32, last: String| {
             *failures += 1;
             if *failures >= from.ctx.attempts {
                 Err(SyncError::Transport {
@@ -600,7 +602,7 @@ async fn fetch(from: &Source<'_>, dest: &Path, want: &HostedFile) -> Result<Fetc
                     attempts: *failures,
                     kept: have,
                     partial: dest.to_path_buf(),
-                    err,
+                    last,
                 })
             } else {
                 Ok(())
@@ -609,6 +611,7 @@ async fn fetch(from: &Source<'_>, dest: &Path, want: &HostedFile) -> Result<Fetc
         let mut response = match request.send().await {
             Ok(r) => r,
             Err(err) => {
+                let err = causes(&err);
                 (from.progress)(&format!("{}: {url}: {err}", want.name));
                 failed(&mut failures, err)?;
                 // The next address, if there is one, after a pause.
@@ -675,6 +678,10 @@ async fn fetch(from: &Source<'_>, dest: &Path, want: &HostedFile) -> Result<Fetc
                         .await
                         .map_err(io_err("writing", dest))?;
                     done += chunk.len() as u64;
+                    if done > size {
+                        // Not the recorded file; no need for the rest.
+                        break Ok(());
+                    }
                     let now = done.min(size) * 10 / size.max(1);
                     if now > tenth {
                         tenth = now;
@@ -693,11 +700,29 @@ async fn fetch(from: &Source<'_>, dest: &Path, want: &HostedFile) -> Result<Fetc
         };
         out.sync_all().await.map_err(io_err("syncing", dest))?;
         drop(out);
-        if let Err(err) = body {
+        let stopped = match body {
+            Err(err) => Some(causes(&err)),
+            Ok(()) if done < size => Some("the body ended early".to_string()),
+            Ok(()) => None,
+        };
+        if let Some(err) = stopped {
             (from.progress)(&format!("{}: stopped at {done} bytes: {err}", want.name));
             failed(&mut failures, err)?;
         }
     }
+}
+
+/// An error with its causes, `: `-separated (reqwest's own message is
+/// brief: the cause says what happened).
+fn causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(cause) = next {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    text
 }
 
 /// The first byte of a `Content-Range: bytes START-END/TOTAL`.
@@ -778,9 +803,12 @@ async fn sync_dir(dir: &Path) -> Result<(), SyncError> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use super::*;
     use reqwest::header::HeaderValue;
     use serde_json::json;
+    use tokio::io::AsyncReadExt as _;
 
     #[test]
     fn content_range_and_retry_after_parse() {
@@ -825,6 +853,125 @@ mod tests {
             assert!(!plain_name(bad), "{bad:?}");
         }
         assert!(plain_checked(".sync-1").is_err());
+    }
+
+    /// A server answering each connection with the next scripted bytes
+    /// (then closing it), keeping each request's head.
+    async fn scripted(answers: Vec<Vec<u8>>) -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let kept = heads.clone();
+        tokio::spawn(async move {
+            for answer in answers {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if conn.read(&mut byte).await.unwrap() == 0 {
+                        break;
+                    }
+                    head.push(byte[0]);
+                }
+                kept.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).to_ascii_lowercase());
+                conn.write_all(&answer).await.unwrap();
+                conn.shutdown().await.unwrap();
+            }
+        });
+        (base, heads)
+    }
+
+    #[tokio::test]
+    async fn a_busy_source_is_waited_out_and_a_dropped_body_resumed() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let source = dir.path().join("source");
+        std::fs::write(&source, &data).unwrap();
+        let (size, sha256) = mprov_image::manifest::hash_file(&source).unwrap();
+        let file = HostedFile {
+            name: "rootfs.tar.zst".into(),
+            size,
+            sha256: sha256.clone(),
+        };
+        let manifest = Manifest {
+            format: mprov_image::manifest::FORMAT,
+            slug: "compute".into(),
+            version: 2,
+            created: "2026-12-03T00:00:00Z".into(),
+            source: "dir:/x".into(),
+            kernel_version: None,
+            uncompressed_size: 1,
+            file_count: 1,
+            artifacts: vec![mprov_image::Artifact {
+                name: file.name.clone(),
+                size,
+                sha256,
+            }],
+        }
+        .to_json();
+        let half = data.len() / 2;
+        let len = data.len();
+        let mut dropped = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n").into_bytes();
+        dropped.extend_from_slice(&data[..half]);
+        let mut rest = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {half}-{}/{len}\r\nContent-Length: {}\r\n\r\n",
+            len - 1,
+            len - half
+        )
+        .into_bytes();
+        rest.extend_from_slice(&data[half..]);
+        let mut manifest_answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+            manifest.len()
+        )
+        .into_bytes();
+        manifest_answer.extend_from_slice(manifest.as_bytes());
+        let (base, heads) = scripted(vec![
+            b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n"
+                .to_vec(),
+            dropped,
+            rest,
+            manifest_answer,
+        ])
+        .await;
+
+        let ctx = SyncContext::new(dir.path().join("export"));
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = lines.clone();
+        let progress = move |l: &str| sink.lock().unwrap().push(l.to_string());
+        let http = http_client().unwrap();
+        let copied = copy_version(&ctx, &http, &[base], "compute", 2, &[file], &progress)
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(copied.join("rootfs.tar.zst")).unwrap(), data);
+        assert_eq!(
+            std::fs::read_to_string(copied.join(MANIFEST)).unwrap(),
+            manifest
+        );
+        let heads = heads.lock().unwrap().clone();
+        assert_eq!(heads.len(), 4, "{heads:#?}");
+        assert!(!heads[1].contains("range:"), "{}", heads[1]);
+        assert!(
+            heads[2].contains(&format!("range: bytes={half}-\r\n")),
+            "{}",
+            heads[2]
+        );
+        assert!(heads[3].starts_with("get /images/compute/2/manifest.json "));
+        let lines = lines.lock().unwrap().clone();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("the source is busy: waiting 1 s")),
+            "{lines:#?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(&format!("resuming at {half} of {len} bytes"))),
+            "{lines:#?}"
+        );
     }
 
     #[test]
