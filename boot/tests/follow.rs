@@ -5,7 +5,9 @@
 //! against a DISCOVER flood, UEFI HTTP boot and proxyDHCP; `enroll`: its enrollment
 //! and certificate over HTTPS; `renew`: its certificate renewal; `tftp`: lock-step and windowed TFTP clients; `images`: its image server's admission limit
 //! as set on the command line; `listen`: its `--listen-file` names the
-//! port 0 binds that answer. Every test waits for a job server on its
+//! port 0 binds that answer; `image_update` and `image_sync`: the job
+//! modules that build an image on a full disk and copy one from another job
+//! server's image server. Every test waits for a job server on its
 //! listen file, never on its log.
 
 #[path = "jobserver/attacks.rs"]
@@ -14,6 +16,10 @@ mod attacks;
 mod dhcp;
 #[path = "jobserver/enroll.rs"]
 mod enroll;
+#[path = "jobserver/image_sync.rs"]
+mod image_sync;
+#[path = "jobserver/image_update.rs"]
+mod image_update;
 #[path = "jobserver/images.rs"]
 mod images;
 #[path = "jobserver/listen.rs"]

@@ -19,6 +19,7 @@ use std::process::{Command, Output, Stdio};
 use crate::manifest::{self, Artifact, FORMAT, INITRAMFS, KERNEL, MANIFEST, Manifest, ROOTFS};
 use crate::oci::{self, OciError};
 use crate::pack::{self, PackError, PackOptions};
+use crate::progress::Steps;
 use crate::recipe::{Bootstrap, BootstrapTool, Recipe, RecipeError, Script, Source};
 use crate::unpack::UnpackOptions;
 use sha2::Digest as _;
@@ -73,6 +74,9 @@ pub const NIC_MODULES: &[&str] = &[
     "vmxnet3",
 ];
 
+/// What [`BuildError::Io`] says when copying the root fails.
+const COPYING_ROOT: &str = "copying the root to";
+
 /// Lines of a failing command's output kept in the error.
 const OUTPUT_TAIL: usize = 20;
 
@@ -100,6 +104,8 @@ pub struct BuildOptions {
     pub agent: Option<PathBuf>,
     /// How to pack the root.
     pub pack: PackOptions,
+    /// Report each step (and the packing's progress) as lines of text.
+    pub steps: Option<Steps>,
 }
 
 /// A built version.
@@ -149,6 +155,24 @@ pub enum BuildError {
     /// The agent initramfs could not be built.
     #[error("building initramfs.img")]
     Initramfs(#[source] mprov_initramfs::BuildError),
+    /// The file system of the images folder filled up. The temporary folder
+    /// is gone by the time this is returned; `free` is what is left then.
+    #[error(
+        "no space left on device while {doing} in {}: free {} MiB, needs more",
+        dir.display(),
+        free >> 20
+    )]
+    NoSpace {
+        /// What was being written (`writing rootfs.tar.zst`).
+        doing: String,
+        /// The image's folder, where the version was being built.
+        dir: PathBuf,
+        /// Bytes available there after the failed build was removed.
+        free: u64,
+        /// The error as it happened.
+        #[source]
+        err: Box<BuildError>,
+    },
     /// The root has no kernel and none was given.
     #[error(
         "no /boot/vmlinuz-* in the root; give one with --kernel, or build without with --no-kernel"
@@ -202,15 +226,31 @@ fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> BuildErr
     move |err| BuildError::Io { what, path, err }
 }
 
-/// Builds one version of `recipe`'s image.
+/// Builds one version of `recipe`'s image. A full disk is
+/// [`BuildError::NoSpace`], reported once the temporary folder is removed.
 pub fn build(recipe: &Recipe, options: &BuildOptions) -> Result<Built, BuildError> {
     let scripts = recipe.script_order().map_err(BuildError::Recipe)?;
     check_slug(&recipe.slug)?;
     let image_dir = options.out.join(&recipe.slug);
-    fs::create_dir_all(&image_dir).map_err(io_err("creating", &image_dir))?;
+    // The temporary folder lives inside `build_in`: gone when it returns.
+    build_in(recipe, &scripts, options, &image_dir).map_err(|err| no_space(err, &image_dir))
+}
+
+fn build_in(
+    recipe: &Recipe,
+    scripts: &[&Script],
+    options: &BuildOptions,
+    image_dir: &Path,
+) -> Result<Built, BuildError> {
+    let step = |line: &str| {
+        if let Some(steps) = &options.steps {
+            steps.line(line);
+        }
+    };
+    fs::create_dir_all(image_dir).map_err(io_err("creating", image_dir))?;
     let version = match options.version {
         Some(v) => v,
-        None => next_version(&image_dir)?,
+        None => next_version(image_dir)?,
     };
     let final_dir = image_dir.join(version.to_string());
     if fs::symlink_metadata(&final_dir).is_ok() {
@@ -218,8 +258,13 @@ pub fn build(recipe: &Recipe, options: &BuildOptions) -> Result<Built, BuildErro
     }
     let staging = tempfile::Builder::new()
         .prefix(&format!(".build-{version}-"))
-        .tempdir_in(&image_dir)
-        .map_err(io_err("creating a temporary folder in", &image_dir))?;
+        .tempdir_in(image_dir)
+        .map_err(io_err("creating a temporary folder in", image_dir))?;
+    step(&format!(
+        "building {} version {version} in {}",
+        recipe.slug,
+        staging.path().display()
+    ));
     let work_root = staging.path().join("root");
     let out_dir = staging.path().join("out");
     fs::create_dir(&out_dir).map_err(io_err("creating", &out_dir))?;
@@ -233,6 +278,7 @@ pub fn build(recipe: &Recipe, options: &BuildOptions) -> Result<Built, BuildErro
                 }));
             }
             if changes {
+                step(&format!("copying the root {}", dir.display()));
                 copy_tree(dir, &work_root)?;
                 (work_root.clone(), format!("dir:{}", dir.display()))
             } else {
@@ -244,6 +290,7 @@ pub fn build(recipe: &Recipe, options: &BuildOptions) -> Result<Built, BuildErro
             let scratch = staging.path().join("scratch");
             fs::create_dir(&scratch).map_err(io_err("creating", &scratch))?;
             fs::create_dir(&work_root).map_err(io_err("creating", &work_root))?;
+            step(&format!("applying the container image {}", path.display()));
             let unpack = UnpackOptions {
                 whiteouts: true,
                 preserve_owner: nix::unistd::geteuid().is_root(),
@@ -266,19 +313,21 @@ pub fn build(recipe: &Recipe, options: &BuildOptions) -> Result<Built, BuildErro
             (work_root.clone(), source)
         }
         Source::Bootstrap(bootstrap) => {
-            bootstrap_root(bootstrap, &work_root)?;
             let tool = match bootstrap.tool {
                 BootstrapTool::Dnf => "dnf",
                 BootstrapTool::Mmdebstrap => "mmdebstrap",
             };
+            step(&format!("bootstrapping {} with {tool}", bootstrap.suite));
+            bootstrap_root(bootstrap, &work_root)?;
             (work_root.clone(), format!("{tool}:{}", bootstrap.suite))
         }
     };
 
     if !scripts.is_empty() {
-        run_scripts(&root, &scripts, &recipe.slug, version)?;
+        run_scripts(&root, scripts, &recipe.slug, version, &step)?;
     }
     if let Some(agent) = &options.agent {
+        step(&format!("installing the agent {}", agent.display()));
         install_agent(&root, agent).map_err(|err| BuildError::Agent {
             path: agent.clone(),
             err,
@@ -294,7 +343,19 @@ pub fn build(recipe: &Recipe, options: &BuildOptions) -> Result<Built, BuildErro
     };
 
     let rootfs = out_dir.join(ROOTFS);
-    let packed = pack::pack(&root, &rootfs, &options.pack).map_err(BuildError::Pack)?;
+    step(&format!("packing {ROOTFS}"));
+    let pack_options = PackOptions {
+        steps: options.steps.clone().or_else(|| options.pack.steps.clone()),
+        ..options.pack.clone()
+    };
+    let packed = pack::pack(&root, &rootfs, &pack_options).map_err(BuildError::Pack)?;
+    step(&format!(
+        "packed {} entries: {ROOTFS} {} MiB ({} MiB before compression), sha256 {}",
+        packed.entries,
+        packed.size >> 20,
+        packed.uncompressed_size >> 20,
+        packed.sha256
+    ));
     let mut artifacts = vec![Artifact {
         name: ROOTFS.to_string(),
         size: packed.size,
@@ -311,6 +372,7 @@ pub fn build(recipe: &Recipe, options: &BuildOptions) -> Result<Built, BuildErro
             sha256,
         });
         if let Some(agent) = &options.agent {
+            step(&format!("building {INITRAMFS}"));
             let image = agent_initramfs(&root, agent, release.as_deref())?;
             let dest = out_dir.join(INITRAMFS);
             write_synced(&dest, &image)?;
@@ -348,7 +410,8 @@ pub fn build(recipe: &Recipe, options: &BuildOptions) -> Result<Built, BuildErro
     }
     sync_dir(&out_dir)?;
     fs::rename(&out_dir, &final_dir).map_err(io_err("renaming into place", &final_dir))?;
-    sync_dir(&image_dir)?;
+    sync_dir(image_dir)?;
+    step(&format!("published {}", final_dir.display()));
     drop(staging);
     Ok(Built {
         dir: final_dir,
@@ -392,6 +455,63 @@ fn agent_initramfs(
     Ok(built.image)
 }
 
+/// `err` as [`BuildError::NoSpace`] when a full file system caused it
+/// (ENOSPC or EDQUOT anywhere in its chain), with what is free in `dir` now.
+fn no_space(err: BuildError, dir: &Path) -> BuildError {
+    if !is_no_space(&err) {
+        return err;
+    }
+    let doing = match &err {
+        BuildError::Pack(PackError::Write { path, .. }) => format!(
+            "writing {}",
+            path.file_name().map_or(path.as_os_str(), |n| n).display()
+        ),
+        // The temporary folder is gone: name what was written, not where.
+        BuildError::Io {
+            what: COPYING_ROOT, ..
+        } => "copying the root".to_string(),
+        BuildError::Io { what, path, .. } => format!(
+            "{what} {}",
+            path.file_name().map_or(path.as_os_str(), |n| n).display()
+        ),
+        other => other.to_string(),
+    };
+    let free = nix::sys::statvfs::statvfs(dir)
+        .map(|s| s.blocks_available() * s.fragment_size())
+        .unwrap_or(0);
+    BuildError::NoSpace {
+        doing,
+        dir: dir.to_path_buf(),
+        free,
+        err: Box::new(err),
+    }
+}
+
+/// Whether a full file system is behind `err`.
+pub fn is_no_space(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            let full = matches!(
+                io.raw_os_error(),
+                Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT)
+            ) || io.kind() == io::ErrorKind::StorageFull
+                || io.kind() == io::ErrorKind::QuotaExceeded;
+            if full {
+                return true;
+            }
+            // An io::Error wrapping another error (the tar crate does).
+            if let Some(inner) = io.get_ref()
+                && is_no_space(inner)
+            {
+                return true;
+            }
+        }
+        next = e.source();
+    }
+    false
+}
+
 fn check_slug(slug: &str) -> Result<(), BuildError> {
     let ok = !slug.is_empty()
         && !slug.starts_with('.')
@@ -430,13 +550,22 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), BuildError> {
     let mut cmd = Command::new("cp");
     cmd.args(["-a", "--reflink=auto", "--"])
         .arg(from.join("."))
-        .arg(to);
+        .arg(to)
+        .env("LC_ALL", "C");
     let output = run(&mut cmd, "cp", "copying the root")?;
     if !output.status.success() {
+        let text = tail(&output);
+        // cp's own words, in the C locale: the error kind is what callers
+        // (and `no_space`) act on.
+        let err = if text.contains("No space left on device") {
+            io::Error::from_raw_os_error(nix::libc::ENOSPC)
+        } else {
+            io::Error::other(text)
+        };
         return Err(BuildError::Io {
-            what: "copying the root to",
+            what: COPYING_ROOT,
             path: to.to_path_buf(),
-            err: io::Error::other(tail(&output)),
+            err,
         });
     }
     Ok(())
@@ -513,6 +642,7 @@ fn run_scripts(
     scripts: &[&Script],
     slug: &str,
     version: u64,
+    step: &dyn Fn(&str),
 ) -> Result<(), BuildError> {
     let tmp = root.join("tmp");
     if !tmp.is_dir() {
@@ -521,7 +651,13 @@ fn run_scripts(
             .map_err(io_err("setting the mode of", &tmp))?;
     }
     let _mounts = Mounts::new(root)?;
-    for script in scripts {
+    for (n, script) in scripts.iter().enumerate() {
+        step(&format!(
+            "running image-gen script {} ({} of {})",
+            script.slug,
+            n + 1,
+            scripts.len()
+        ));
         let content = script.content.as_deref().unwrap_or_default();
         let name = format!(".mprov-image-gen-{}", script.slug);
         let host_path = tmp.join(&name);
@@ -556,6 +692,9 @@ fn run_scripts(
             });
         }
         removed.map_err(io_err("removing", &host_path))?;
+        for line in tail(&output).lines() {
+            step(&format!("  {}: {line}", script.slug));
+        }
     }
     Ok(())
 }

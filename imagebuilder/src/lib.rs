@@ -33,8 +33,9 @@ mod progress;
 pub mod recipe;
 pub mod unpack;
 
-pub use build::{BuildError, BuildOptions, Built, KernelChoice, build};
+pub use build::{BuildError, BuildOptions, Built, KernelChoice, build, is_no_space};
 pub use manifest::{Artifact, Manifest, VerifyError, verify};
 pub use pack::{PackError, PackOptions, Packed, pack};
+pub use progress::Steps;
 pub use recipe::{Bootstrap, BootstrapTool, Recipe, RecipeError, Script, Source};
 pub use unpack::{UnpackError, UnpackOptions, Unpacked, unpack, unpack_file};

@@ -218,6 +218,7 @@ fn build_cmd(b: BuildArgs) -> Result<()> {
         kernel,
         agent,
         pack,
+        steps: None,
     };
     let built = build(&recipe, &options)?;
     for path in &built.skipped {

@@ -61,6 +61,8 @@ pub struct PackOptions {
     pub threads: u32,
     /// Show a progress bar (only drawn when stderr is a terminal).
     pub progress: bool,
+    /// Also report progress as lines (every tenth of the data packed).
+    pub steps: Option<progress::Steps>,
 }
 
 impl Default for PackOptions {
@@ -69,6 +71,7 @@ impl Default for PackOptions {
             level: DEFAULT_LEVEL,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             progress: false,
+            steps: None,
         }
     }
 }
@@ -169,6 +172,7 @@ pub fn pack(root: &Path, out: &Path, options: &PackOptions) -> Result<Packed, Pa
     builder.sparse(true);
 
     let bar = progress::bytes_bar(total, "packing", options.progress);
+    let mut tenths = progress::Tenths::new(options.steps.as_ref(), "packing", total);
     let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
     let mut entries = 0;
     let mut skipped = Vec::new();
@@ -219,6 +223,7 @@ pub fn pack(root: &Path, out: &Path, options: &PackOptions) -> Result<Packed, Pa
                 .append_file(&w.rel, &mut file)
                 .map_err(|err| classify(err, &full, out))?;
             bar.inc(w.meta.len());
+            tenths.add(w.meta.len());
         } else if ft.is_symlink() {
             let target = fs::read_link(&full).map_err(read_err)?;
             let mut header = header_from(&w.meta, EntryType::Symlink);

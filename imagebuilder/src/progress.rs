@@ -24,3 +24,69 @@ pub(crate) fn bytes_bar(total: u64, label: &str, enabled: bool) -> ProgressBar {
     bar.set_message(label.to_string());
     bar
 }
+
+/// Where a build reports its steps as lines of text, for a caller without a
+/// terminal (the job server copies them into the job's output). Cheap to
+/// clone; called from the building thread.
+#[derive(Clone)]
+pub struct Steps(std::sync::Arc<dyn Fn(&str) + Send + Sync>);
+
+impl Steps {
+    /// Reports each line to `sink`.
+    pub fn new(sink: impl Fn(&str) + Send + Sync + 'static) -> Steps {
+        Steps(std::sync::Arc::new(sink))
+    }
+
+    /// Reports one line.
+    pub fn line(&self, line: &str) {
+        (self.0)(line);
+    }
+}
+
+impl std::fmt::Debug for Steps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Steps(..)")
+    }
+}
+
+/// Reports every tenth of `total` bytes done as a line, when there is a sink.
+#[derive(Debug)]
+pub(crate) struct Tenths<'a> {
+    steps: Option<&'a Steps>,
+    label: &'static str,
+    total: u64,
+    done: u64,
+    reported: u64,
+}
+
+impl<'a> Tenths<'a> {
+    pub(crate) fn new(steps: Option<&'a Steps>, label: &'static str, total: u64) -> Self {
+        Tenths {
+            steps,
+            label,
+            total,
+            done: 0,
+            reported: 0,
+        }
+    }
+
+    /// Counts `n` more bytes done.
+    pub(crate) fn add(&mut self, n: u64) {
+        self.done += n;
+        let Some(steps) = self.steps else { return };
+        if self.total == 0 {
+            return;
+        }
+        let tenth = (self.done.min(self.total) * 10 / self.total).min(10);
+        if tenth > self.reported {
+            self.reported = tenth;
+            steps.line(&format!(
+                "{}: {}% ({} of {} MiB)",
+                self.label,
+                tenth * 10,
+                self.done >> 20,
+                self.total >> 20
+            ));
+        }
+    }
+}

@@ -42,6 +42,7 @@ fn options(out: &Path) -> BuildOptions {
             threads: 2,
             ..PackOptions::default()
         },
+        steps: None,
     }
 }
 

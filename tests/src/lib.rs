@@ -3,7 +3,8 @@
 //! PostgreSQL; [`netns`]: network namespaces joined by veth pairs; [`vm`]:
 //! QEMU VMs that netboot; [`lab`] and [`netboot`]: the Debian node image and
 //! its network; [`agent`]: the agent's static binary; [`listen`]: where a
-//! started job server listens, from its listen file; [`flood`]: a bounded
+//! started job server listens, from its listen file; [`loopfs`]: a small
+//! loop-mounted file system to fill; [`flood`]: a bounded
 //! connection flood inside a lab namespace), the Rust benchmarks
 //! (`*_bench`), and the `cargo xtask` commands ([`xtask`]).
 //!
@@ -22,6 +23,7 @@ pub mod flood;
 pub mod inventory_bench;
 pub mod lab;
 pub mod listen;
+pub mod loopfs;
 pub mod netboot;
 pub mod netboot_bench;
 pub mod netns;
