@@ -16,7 +16,9 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod daemon;
 pub mod events;
 pub mod identity;
+pub mod modules;
 pub mod snapshot;
 pub mod start;
