@@ -1,7 +1,8 @@
 //! The job server (`mprov-jobserver`): pure-Rust DHCPv4, DNS, TFTP and HTTP
 //! file servers that answer everything a node asks before its kernel runs,
-//! fed live from the control service's inventory. It runs no jobs yet: the
-//! job modules (image build, sync, delete, genders) are not written.
+//! fed live from the control service's inventory; and the daemon beside
+//! them ([`daemon`]): it registers itself, heartbeats on each of its
+//! addresses and runs the jobs queued for its modules ([`modules`]).
 //!
 //! The servers live in their own crates under `boot/` (`mprov-dhcp`,
 //! `mprov-dns`, `mprov-tftp`, `mprov-fileserver`), each taking bound sockets, a

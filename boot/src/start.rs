@@ -325,14 +325,13 @@ impl Start {
         snapshot: &Snapshot,
         port: u16,
     ) -> Result<()> {
-        let mut daemon = crate::daemon::Daemon::from_cli(cli, port)?;
+        let mut daemon = crate::daemon::Daemon::from_cli(cli, port, self.enrolled)?;
         if !self.enrolled {
-            if daemon.registration.is_some() || !daemon.job_modules.is_empty() {
+            if !daemon.job_modules.is_empty() {
                 tracing::warn!(
-                    "no client certificate: not registering, heartbeating or taking jobs (only an enrolled job server can)"
+                    "no client certificate: not taking jobs (only an enrolled job server can)"
                 );
             }
-            daemon.registration = None;
             daemon.job_modules.clear();
             daemon.heartbeat = Duration::ZERO;
         }

@@ -35,6 +35,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::Cli;
+use crate::daemon::retry::Failure;
 use crate::modules::{Registry, Settings, libgenders};
 use crate::start::Snapshot;
 
@@ -87,9 +88,10 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// From `cli`, its image server on `port`: the host id made or read,
-    /// the addresses parsed or read from the interfaces.
-    pub fn from_cli(cli: &Cli, port: u16) -> Result<Daemon> {
+    /// From `cli`, its image server on `port`: the addresses parsed or read
+    /// from the interfaces, and when registering (`enrolled`, and not
+    /// `--no-register`) the host id made or read.
+    pub fn from_cli(cli: &Cli, port: u16, enrolled: bool) -> Result<Daemon> {
         let settings = Settings::new(&cli.export);
         let registry = Registry::new(&settings);
         let (job_modules, unknown) = registry.split(&cli.modules);
@@ -101,6 +103,11 @@ impl Daemon {
         }
         let addresses = addresses::to_register(&cli.addresses)?;
         let registration = if cli.no_register {
+            None
+        } else if !enrolled {
+            tracing::warn!(
+                "no client certificate: not registering (only an enrolled job server can)"
+            );
             None
         } else {
             let dir = config_dir(cli);
@@ -130,29 +137,27 @@ impl Daemon {
     }
 
     /// Registers (unless not asked to), retried until the control service
-    /// takes it: the addresses to heartbeat on; `None` on `stop`.
+    /// takes it or fails in a way `retried` says not to retry: the
+    /// addresses to heartbeat on; `None` on `stop`.
     pub async fn register(
         &self,
         clients: &watch::Receiver<Client>,
         stop: &CancellationToken,
-    ) -> Option<Vec<IpAddr>> {
+        retried: fn(Failure) -> bool,
+    ) -> Option<Result<Vec<IpAddr>>> {
         let Some(registration) = &self.registration else {
-            return Some(self.given.iter().map(|a| a.address).collect());
+            return Some(Ok(self.given.iter().map(|a| a.address).collect()));
         };
         let url = clients.borrow().base_url().to_string();
-        let registered = retry::until_ok(
-            "registering",
-            &url,
-            stop,
-            |_| true,
-            || async {
-                let client = clients.borrow().clone();
-                Ok(client.register(registration).await?)
-            },
-        )
+        let registered = retry::until_ok("registering", &url, stop, retried, || async {
+            let client = clients.borrow().clone();
+            Ok(client.register(registration).await?)
+        })
         .await?;
-        // Every failure is retried: this is always Ok.
-        let registered = registered.ok()?;
+        let registered = match registered {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e.context("registering"))),
+        };
         let shown: Vec<String> = registered
             .addresses
             .iter()
@@ -173,7 +178,7 @@ impl Daemon {
                 shown.join(", ")
             }
         );
-        Some(registered.addresses.iter().map(|a| a.address).collect())
+        Some(Ok(registered.addresses.iter().map(|a| a.address).collect()))
     }
 
     /// Runs the daemon until `stop`: registers, then heartbeats, takes jobs
@@ -199,7 +204,9 @@ impl Daemon {
             let (c, st, every) = (clients.clone(), stop.clone(), self.heartbeat);
             tasks.spawn(crate::events::heartbeat(c, addresses, streams, every, st));
         }
-        let Some(registered) = self.register(&clients, &stop).await else {
+        // Every failure is retried: the admin may fix what the control
+        // service refuses, or upgrade it.
+        let Some(Ok(registered)) = self.register(&clients, &stop, |_| true).await else {
             return;
         };
         addresses_tx.send_replace(registered);
@@ -233,13 +240,13 @@ pub async fn run_once(cli: &Cli, stop: &CancellationToken) -> Result<()> {
         () = stop.cancelled() => return Ok(()),
     };
     let (_keep, clients) = watch::channel(client);
-    let daemon = Daemon::from_cli(cli, cli.http.port())?;
-    if renewal.is_some() {
-        if daemon.register(&clients, stop).await.is_none() {
-            return Ok(());
-        }
-    } else if daemon.registration.is_some() {
-        tracing::warn!("no client certificate: not registering (only an enrolled job server can)");
+    let daemon = Daemon::from_cli(cli, cli.http.port(), renewal.is_some())?;
+    // Only what waiting can change is retried: a refusal, or a control
+    // service without registration (404), ends the run.
+    let retried = |kind: Failure| kind.transient() && kind != Failure::NotFound;
+    match daemon.register(&clients, stop, retried).await {
+        None => return Ok(()),
+        Some(registered) => drop(registered?),
     }
     if daemon.genders() {
         let client = clients.borrow().clone();

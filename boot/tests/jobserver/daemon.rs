@@ -318,3 +318,98 @@ fn a_stop_while_the_control_service_is_away_ends_it() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{status:?}:\n{text}");
 }
+
+/// Waits (bounded) until `js` exits; its status and log.
+fn wait_exit(js: &mut mprov_tests::KillOnDrop, log: &Path) -> (std::process::ExitStatus, String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = js.0.try_wait().unwrap() {
+            return (status, plain(&std::fs::read_to_string(log).unwrap()));
+        }
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "-r did not exit:\n{}",
+            plain(&text)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_once_enrolls_and_exits_without_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let control = TlsControl::start(&d, &[]).await;
+    let (url, token) = (control.url.clone(), control.token.clone());
+    let dd = d.clone();
+    tokio::task::spawn_blocking(move || {
+        let log = dd.join("js.log");
+        let mut js = jobserver_with(&url, &dd, &log, Some(&token), &["-r", "-d"]);
+        let (status, text) = wait_exit(&mut js, &log);
+        assert!(status.success(), "{status:?}:\n{text}");
+        assert!(text.contains("enrolled as job server js1"), "{text}");
+        assert!(
+            !crate::listen_file(&dd).exists(),
+            "no server was started: {text}"
+        );
+    })
+    .await
+    .unwrap();
+    control.stop().await;
+}
+
+/// Needs the control service's register and claim endpoints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_once_runs_the_pending_jobs_then_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let control = TlsControl::start(&d, &[]).await;
+    let export = d.join("export");
+    for image in ["a", "b", "keep"] {
+        std::fs::create_dir_all(export.join("images").join(image).join("1")).unwrap();
+    }
+    let jobs = kinds::kind("jobs").unwrap();
+    let mut ids = Vec::new();
+    for image in ["a", "b"] {
+        let row = crud::validate_value(
+            jobs,
+            &json!({"module": "image-delete", "params": {"image": image}}),
+            crud::Mode::Create,
+            &SecretBox::new("k"),
+        )
+        .unwrap();
+        ids.push(
+            control.db.create(jobs, row).await.unwrap()["id"]
+                .as_i64()
+                .unwrap(),
+        );
+    }
+    let (url, token, dd) = (control.url.clone(), control.token.clone(), d.clone());
+    let export_arg = export.to_str().unwrap().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let log = dd.join("js.log");
+        let args = [
+            "-r",
+            "-m",
+            "image-delete",
+            "--address",
+            "none",
+            "--export",
+            &export_arg,
+        ];
+        let mut js = jobserver_with(&url, &dd, &log, Some(&token), &args);
+        let (status, text) = wait_exit(&mut js, &log);
+        assert!(status.success(), "{status:?}:\n{text}");
+        assert!(text.contains("2 jobs ran"), "{text}");
+    })
+    .await
+    .unwrap();
+    for id in ids {
+        let row = control.db.get(jobs, &id.to_string()).await.unwrap();
+        assert_eq!(row["status"], "success", "{row:?}");
+    }
+    assert!(!export.join("images/a").exists() && !export.join("images/b").exists());
+    assert!(export.join("images/keep/1").exists());
+    control.stop().await;
+}
