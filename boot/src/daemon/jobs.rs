@@ -199,7 +199,7 @@ pub async fn run_job(
             return_code: 1,
             reason: Some(format!("this job server has no module {}", job.module)),
         };
-        finish(id, &patch, &end, "").await;
+        finish(id, &patch, &end, "", FINAL_TRIES).await;
         return end;
     };
     let task = {
@@ -234,22 +234,24 @@ pub async fn run_job(
         None => tracing::info!("job {id}: done"),
         Some(reason) => tracing::warn!("job {id} failed: {reason}"),
     }
-    finish(id, &patch, &end, &progress.output().render()).await;
+    // Stopping: one try, the job server must not linger.
+    let tries = if stop.is_cancelled() { 1 } else { FINAL_TRIES };
+    finish(id, &patch, &end, &progress.output().render(), tries).await;
     end
 }
 
-/// Sends a job's last report, retried a few times: a job left `running`
-/// is failed only by the control service's timeout.
-async fn finish<F, Fut>(id: i64, patch: &F, end: &Ended, output: &str)
+/// Sends a job's last report, with up to `tries` tries: a job left
+/// `running` is failed only by the control service's timeout.
+async fn finish<F, Fut>(id: i64, patch: &F, end: &Ended, output: &str, tries: u32)
 where
     F: Fn(Value) -> Fut,
     Fut: std::future::Future<Output = Result<Value, mprov_api::client::ClientError>>,
 {
     let body = final_patch(end, output, &now());
-    for attempt in 1..=FINAL_TRIES {
+    for attempt in 1..=tries {
         match patch(body.clone()).await {
             Ok(_) => return,
-            Err(e) if attempt == FINAL_TRIES => {
+            Err(e) if attempt >= tries => {
                 tracing::warn!("job {id}: cannot report that it ended ({e}); giving up");
             }
             Err(_) => tokio::time::sleep(retry::pause(attempt)).await,
