@@ -413,3 +413,168 @@ async fn run_once_runs_the_pending_jobs_then_exits() {
     assert!(export.join("images/keep/1").exists());
     control.stop().await;
 }
+
+/// A module that writes more output than a job keeps, pausing past a
+/// progress report, then panics.
+struct Chatty;
+
+#[async_trait::async_trait]
+impl mprov_boot::modules::Module for Chatty {
+    async fn run(
+        &self,
+        _job: &mprov_api::jobs::Job,
+        progress: &mprov_boot::modules::Progress,
+    ) -> anyhow::Result<mprov_boot::modules::ExitInfo> {
+        progress.line("line 0: the first");
+        for i in 1..=400 {
+            progress.line(format!("line {i}: {}", "x".repeat(1000)));
+        }
+        // Long enough for a running report with the output so far.
+        tokio::time::sleep(mprov_boot::daemon::jobs::REPORT_EVERY * 2).await;
+        panic!("chatty gave up");
+    }
+}
+
+/// The jobs runner against the real control service, with js1's own
+/// certificate, on jobs the control service records as js1's (set up
+/// straight in its database, as a claim leaves them): each report is one
+/// js1 may write, and the rows say how each job went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_report_running_output_and_their_end_on_the_real_service() {
+    use mprov_boot::daemon::jobs;
+    use mprov_boot::modules::{Registry, Settings};
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let control = TlsControl::start(&d, &[]).await;
+    let db = &control.db;
+    let me = mprov_boot::identity::enroll(
+        &control.url,
+        &control.ca_pem,
+        &control.token,
+        "js1",
+        &d.join("identity"),
+    )
+    .await
+    .unwrap();
+    let js_control = mprov_boot::identity::Control {
+        url: control.url.clone(),
+        ca_pem: control.ca_pem.clone(),
+        name: "js1".into(),
+        dir: d.join("identity"),
+    };
+    let (_keep, clients) = tokio::sync::watch::channel(js_control.client(&me).unwrap());
+    let jobservers = kinds::kind("jobservers").unwrap();
+    let row = crud::validate_value(
+        jobservers,
+        &json!({"name": "js1"}),
+        crud::Mode::Create,
+        &SecretBox::new("k"),
+    )
+    .unwrap();
+    let js1 = db.create(jobservers, row).await.unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    let jobs_kind = kinds::kind("jobs").unwrap();
+    let job = |module: &'static str, params: serde_json::Value| async move {
+        let row = crud::validate_value(
+            jobs_kind,
+            &json!({"module": module, "params": params.clone(), "jobserver": js1}),
+            crud::Mode::Create,
+            &SecretBox::new("k"),
+        )
+        .unwrap();
+        let id = db.create(jobs_kind, row).await.unwrap()["id"]
+            .as_i64()
+            .unwrap();
+        mprov_api::jobs::Job {
+            id,
+            module: module.into(),
+            params,
+        }
+    };
+    let export = d.join("export");
+    std::fs::create_dir_all(export.join("images/old/1")).unwrap();
+    std::fs::create_dir_all(export.join("images/keep/1")).unwrap();
+    let mut registry = Registry::new(&Settings::new(&export));
+    registry.insert("chatty", Arc::new(Chatty));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let get = |id: i64| async move { db.get(jobs_kind, &id.to_string()).await.unwrap() };
+
+    // Removes exactly its image.
+    let ok = job("image-delete", json!({"image": "old"})).await;
+    let end = jobs::run_job(&clients, &registry, ok.clone(), &stop).await;
+    assert_eq!(end.status, "success");
+    let row = get(ok.id).await;
+    assert_eq!(row["status"], "success", "{row:?}");
+    assert_eq!(row["return_code"], 0, "{row:?}");
+    assert!(
+        row["started_at"].is_string() && row["ended_at"].is_string(),
+        "{row:?}"
+    );
+    assert!(
+        row["output"].as_str().unwrap().contains("removed"),
+        "{row:?}"
+    );
+    assert!(!export.join("images/old").exists());
+    assert!(export.join("images/keep/1").exists());
+
+    // A slug that is not one: failed, with the reason.
+    let bad = job("image-delete", json!({"image": "../keep"})).await;
+    jobs::run_job(&clients, &registry, bad.clone(), &stop).await;
+    let row = get(bad.id).await;
+    assert_eq!(row["status"], "failed", "{row:?}");
+    assert_eq!(row["return_code"], 1, "{row:?}");
+    assert!(
+        row["output"].as_str().unwrap().contains("not a plain slug"),
+        "{row:?}"
+    );
+    assert!(export.join("images/keep/1").exists());
+
+    // Output reported while it runs (the tail), then a panic fails the job
+    // and not the runner.
+    let chatty = job("chatty", json!(null)).await;
+    let run = {
+        let (clients, registry, chatty, stop) = (
+            clients.clone(),
+            registry.clone(),
+            chatty.clone(),
+            stop.clone(),
+        );
+        tokio::spawn(async move { jobs::run_job(&clients, &registry, chatty, &stop).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let running = loop {
+        let row = get(chatty.id).await;
+        // The first report may catch the module mid-write: the next has
+        // all of it.
+        if row["status"] == "running" && row["output"].as_str().unwrap_or("").contains("line 400: ")
+        {
+            break row;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never reported running with output: {row:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let output = running["output"].as_str().unwrap();
+    assert!(
+        output.starts_with('['),
+        "the dropped start is said: {}",
+        &output[..80]
+    );
+    assert!(!output.contains("line 0: the first"));
+    assert!(output.len() <= mprov_boot::modules::OUTPUT_TAIL + 200);
+    let end = run.await.unwrap();
+    assert_eq!((end.status, end.return_code), ("failed", jobs::PANICKED));
+    let row = get(chatty.id).await;
+    assert_eq!(row["status"], "failed", "{row:?}");
+    assert_eq!(row["return_code"], jobs::PANICKED, "{row:?}");
+    assert!(
+        row["output"].as_str().unwrap().contains("chatty gave up"),
+        "{:?}",
+        &row["output"].as_str().unwrap()[..200]
+    );
+    control.stop().await;
+}
