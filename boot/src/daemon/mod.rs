@@ -77,7 +77,8 @@ pub struct Daemon {
     pub job_modules: Vec<String>,
     /// Register, with this registration (`None`: `--no-register`).
     pub registration: Option<Registration>,
-    /// Heartbeat addresses when not registering (`--address`).
+    /// Heartbeat addresses when not registering: those `--address` gives
+    /// (the interfaces' are not known to the control service then).
     pub given: Vec<AddressRegistration>,
     /// Between heartbeats; zero: none.
     pub heartbeat: Duration,
@@ -88,9 +89,10 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// From `cli`, its image server on `port`: the addresses parsed or read
-    /// from the interfaces, and when registering (`enrolled`, and not
-    /// `--no-register`) the host id made or read.
+    /// From `cli`, its image server on `port`: the addresses given, and
+    /// when registering (`enrolled`, and not `--no-register`) the host id
+    /// made or read and the addresses to register (given, or else read from
+    /// the interfaces).
     pub fn from_cli(cli: &Cli, port: u16, enrolled: bool) -> Result<Daemon> {
         let settings = Settings::new(&cli.export);
         let registry = Registry::new(&settings);
@@ -101,7 +103,8 @@ impl Daemon {
                 unknown.join(", ")
             );
         }
-        let addresses = addresses::to_register(&cli.addresses)?;
+        // Checked whether or not it registers.
+        let given = addresses::parse(&cli.addresses)?.unwrap_or_default();
         let registration = if cli.no_register {
             None
         } else if !enrolled {
@@ -117,14 +120,14 @@ impl Daemon {
                 host_id,
                 modules: cli.modules.clone(),
                 port,
-                addresses: addresses.clone(),
+                addresses: addresses::to_register(&cli.addresses)?,
             })
         };
         Ok(Daemon {
             modules: cli.modules.clone(),
             job_modules,
             registration,
-            given: addresses,
+            given,
             heartbeat: Duration::from_secs(cli.heartbeat),
             registry,
             settings,
