@@ -94,7 +94,7 @@ impl Daemon {
     /// made or read and the addresses to register (given, or else read from
     /// the interfaces).
     pub fn from_cli(cli: &Cli, port: u16, enrolled: bool) -> Result<Daemon> {
-        let settings = Settings::new(&cli.export);
+        let settings = Settings::from_cli(cli);
         let registry = Registry::new(&settings);
         let (job_modules, unknown) = registry.split(&cli.modules);
         if !unknown.is_empty() {

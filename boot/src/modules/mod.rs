@@ -69,6 +69,13 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// From the command line (and the config mapped onto it): the export
+    /// folder, the defaults for the rest. The plugin files' settings
+    /// (`libgenders`'s file, ...) are set here when a config gives them.
+    pub fn from_cli(cli: &crate::cli::Cli) -> Settings {
+        Settings::new(&cli.export)
+    }
+
     /// The defaults for the export folder `export`.
     pub fn new(export: impl Into<PathBuf>) -> Settings {
         Settings {
