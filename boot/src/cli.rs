@@ -489,6 +489,35 @@ mod tests {
     }
 
     #[test]
+    fn daemon_flags() {
+        let cli = Cli::try_parse_from([
+            "mprov-jobserver",
+            "--control-url",
+            "https://c",
+            "-m",
+            "image-delete,libgenders",
+            "-m",
+            "dnsmasq",
+            "-r",
+            "-d",
+            "--host-id",
+            "rack4-js01",
+            "--address",
+            "10.0.0.1",
+            "--address",
+            "fd00::1@2",
+        ])
+        .unwrap();
+        assert_eq!(cli.modules, ["image-delete", "libgenders", "dnsmasq"]);
+        assert!(cli.run_once && cli.no_register);
+        assert_eq!(cli.host_id.as_deref(), Some("rack4-js01"));
+        assert_eq!(cli.addresses, ["10.0.0.1", "fd00::1@2"]);
+        let none = Cli::try_parse_from(["mprov-jobserver", "--boot-config", "b.json"]).unwrap();
+        assert!(none.modules.is_empty() && none.addresses.is_empty());
+        assert!(!none.run_once && !none.no_register && none.host_id.is_none());
+    }
+
+    #[test]
     fn router_advertisements_are_on_unless_no_ra() {
         let on = Cli::try_parse_from(["mprov-jobserver", "--boot-config", "b.json"]).unwrap();
         assert!(!on.no_ra);
