@@ -35,6 +35,9 @@ use crate::start::Snapshot;
 /// Where the genders file goes unless the plugin file says otherwise.
 pub const DEFAULT_FILE: &str = "/etc/genders";
 
+/// The shortest time between two rebuilds.
+pub const REBUILD_GAP: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The file's first line.
 pub const HEADER: &str =
     "# Written by mprov-jobserver (libgenders) from the inventory; edits are lost.";
@@ -202,10 +205,21 @@ pub async fn follow(
     let mut done_at: Option<i64> = None;
     let mut retry = Retry::new();
     let mut pause: Option<std::time::Duration> = None;
+    let now = std::time::Instant::now();
+    let mut last_try = now.checked_sub(REBUILD_GAP).unwrap_or(now);
     loop {
+        // A burst of writes moves the revision many times: one rebuild per
+        // second at most.
+        if let Some(wait) = REBUILD_GAP.checked_sub(last_try.elapsed()) {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
         let revision = snapshot.borrow_and_update().revision;
         // -1: no snapshot from the control service yet.
         if revision >= 0 && done_at != Some(revision) {
+            last_try = std::time::Instant::now();
             let client = clients.borrow().clone();
             match update(&client, &path, last.as_deref()).await {
                 Ok(text) => {
