@@ -9,15 +9,16 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use mprov_api::client::{Auth, Client};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
+use crate::daemon::retry::{self, Failure};
 use crate::start::{Snapshot, Start};
-use crate::{events, identity, snapshot};
+use crate::{daemon, events, identity, snapshot};
 
 /// The mProv job server: DHCP, TFTP, DNS and HTTP image servers for network
 /// boot, answering from the control service's inventory.
@@ -172,6 +173,33 @@ pub struct Cli {
     /// With port 0 binds, the ports the system chose.
     #[arg(long, value_name = "FILE")]
     pub(crate) listen_file: Option<PathBuf>,
+    /// The modules to run, comma-separated: job modules (`image-update`,
+    /// `image-sync`, `image-delete`), the `libgenders` follower, and the
+    /// seed's names of the boot services (`dnsmasq`, `mprov-webserver`).
+    /// See `crate::daemon`.
+    #[arg(short = 'm', long, value_delimiter = ',')]
+    pub(crate) modules: Vec<String>,
+    /// Run the jobs pending now, then exit (no boot services).
+    #[arg(short = 'r', long)]
+    pub(crate) run_once: bool,
+    /// Do not register this job server's row (it must exist already).
+    #[arg(short = 'd', long)]
+    pub(crate) no_register: bool,
+    /// This host's id for the control service (default: a random one, made
+    /// once and kept in `host-id` next to the config).
+    #[arg(long)]
+    pub(crate) host_id: Option<String>,
+    /// An address nodes reach this job server at, as `ADDR` or
+    /// `ADDR@NETWORK_ID`; repeat for several. One `none` registers none.
+    /// Default: the addresses of the interfaces that are up (see
+    /// `crate::daemon::addresses`).
+    #[arg(long = "address", value_name = "ADDR[@NETWORK_ID]")]
+    pub(crate) addresses: Vec<String>,
+    /// The agent binary (built static) that `image-update` puts in every
+    /// image it builds, as its initramfs's `/init`. Default:
+    /// /usr/lib/mprov/mprov-agent.
+    #[arg(long, env = "MPROV_AGENT", value_name = "FILE")]
+    pub(crate) agent: Option<PathBuf>,
 }
 
 /// Runs the command line; the process's exit code.
@@ -235,9 +263,10 @@ fn read_apikey(cli: &Cli) -> Result<String> {
 /// server's certificate (enrolling first if it has none and a token is at
 /// hand), else with the API key. With a certificate, also what renewing it
 /// needs.
-async fn control_client(
+pub(crate) async fn control_client(
     cli: &Cli,
     url: &str,
+    stop: &CancellationToken,
 ) -> Result<(Client, Option<(identity::Control, identity::Identity)>)> {
     if !url.starts_with("https://") {
         tracing::info!("following the boot config of {url} with the API key");
@@ -261,7 +290,14 @@ async fn control_client(
     let name = cli.name.clone().unwrap_or_else(host_name);
     let me = match (kept, token) {
         (Some(me), _) => Some(me),
-        (None, Some(token)) => Some(identity::enroll(url, &ca, &token, &name, &dir).await?),
+        (None, Some(token)) => {
+            // Until the control service answers, in a version this job
+            // server speaks: each kind of failure logged once.
+            let enrolled = retry::until_ok("enrolling", url, stop, Failure::transient, || {
+                identity::enroll(url, &ca, &token, &name, &dir)
+            });
+            Some(enrolled.await.context("stopped while enrolling")??)
+        }
         (None, None) => None,
     };
     match me {
@@ -324,10 +360,14 @@ fn host_name() -> String {
 /// ones before it are; the image server's tasks go to `http`.
 async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     let mut start = Start::new()?;
+    if cli.run_once {
+        return daemon::run_once(&cli, start.shutdown()).await;
+    }
     let Some((snapshot, reporter)) = boot_config(&cli, &mut start).await? else {
         // Stopped while enrolling or waiting for the control service.
         return Ok(());
     };
+    let followed = reporter.clone();
     let reports = start.timeline_reports(reporter);
     let image_server = if cli.no_http {
         None
@@ -349,6 +389,16 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     }
     if !cli.no_dns {
         start.dns(&cli, &snapshot).await?;
+    }
+    match followed {
+        Some(clients) => {
+            let port = image_server.map_or(cli.http.port(), |bound| bound.port());
+            start.daemon(&cli, clients, &snapshot, port)?;
+        }
+        None if !cli.modules.is_empty() => tracing::warn!(
+            "serving a fixed boot config: no control service to register with or take jobs from"
+        ),
+        None => {}
     }
     start.metrics(&cli).await?;
     start.run(cli.listen_file.as_deref()).await
@@ -373,12 +423,16 @@ async fn boot_config(
             Ok(Some((start.fixed(config), None)))
         }
         (None, Some(url)) => {
+            let stop = start.shutdown().clone();
             let (client, renewal) = tokio::select! {
-                found = control_client(cli, url) => found?,
-                () = start.shutdown().cancelled() => return Ok(None),
+                found = control_client(cli, url, &stop) => match found {
+                    // Stopped while retrying its enrollment.
+                    Err(_) if stop.is_cancelled() => return Ok(None),
+                    found => found?,
+                },
+                () = stop.cancelled() => return Ok(None),
             };
-            let heartbeat = Duration::from_secs(cli.heartbeat);
-            let (snapshot, clients) = start.follow(client, renewal, heartbeat);
+            let (snapshot, clients) = start.follow(client, renewal);
             Ok(Some((snapshot, Some(clients))))
         }
         (None, None) => bail!(
@@ -437,6 +491,35 @@ mod tests {
             super::http_boot_url(&cli, ip, "snponly.efi", bound).as_deref(),
             Some("http://10.0.0.1:40123/boot/snponly.efi")
         );
+    }
+
+    #[test]
+    fn daemon_flags() {
+        let cli = Cli::try_parse_from([
+            "mprov-jobserver",
+            "--control-url",
+            "https://c",
+            "-m",
+            "image-delete,libgenders",
+            "-m",
+            "dnsmasq",
+            "-r",
+            "-d",
+            "--host-id",
+            "rack4-js01",
+            "--address",
+            "10.0.0.1",
+            "--address",
+            "fd00::1@2",
+        ])
+        .unwrap();
+        assert_eq!(cli.modules, ["image-delete", "libgenders", "dnsmasq"]);
+        assert!(cli.run_once && cli.no_register);
+        assert_eq!(cli.host_id.as_deref(), Some("rack4-js01"));
+        assert_eq!(cli.addresses, ["10.0.0.1", "fd00::1@2"]);
+        let none = Cli::try_parse_from(["mprov-jobserver", "--boot-config", "b.json"]).unwrap();
+        assert!(none.modules.is_empty() && none.addresses.is_empty());
+        assert!(!none.run_once && !none.no_register && none.host_id.is_none());
     }
 
     #[test]

@@ -172,11 +172,22 @@ pub fn load_avg(loadavg: &str) -> Option<f64> {
         .filter(|l: &f64| l.is_finite() && *l >= 0.0)
 }
 
-/// Reports this machine's load to the control service at once, then
-/// `every`, until `stop` (`/ipxe/` lists the least loaded job server
-/// first). A failure is logged once until a report gets through.
-pub async fn heartbeat(clients: watch::Receiver<Client>, every: Duration, stop: CancellationToken) {
-    let mut failing = false;
+/// Reports this machine's load and the image streams being served to the
+/// control service at once, then `every`, until `stop`: one heartbeat per
+/// address `addresses` holds at the time (the control service sends a node
+/// only to an address whose heartbeat is fresh), or one without an address
+/// when it holds none (before registering, or registered without any).
+/// `/ipxe/` lists the least loaded job server first. A failure is logged
+/// once per address until a heartbeat from it gets through.
+pub async fn heartbeat(
+    clients: watch::Receiver<Client>,
+    addresses: watch::Receiver<Vec<std::net::IpAddr>>,
+    streams: crate::daemon::Streams,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut failing: std::collections::HashSet<Option<std::net::IpAddr>> = Default::default();
+    let mut no_load = false;
     let mut every = tokio::time::interval(every);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -189,27 +200,36 @@ pub async fn heartbeat(clients: watch::Receiver<Client>, every: Duration, stop: 
             Err(_) => None,
         };
         let Some(load_avg) = load else {
-            if !failing {
+            if !no_load {
                 tracing::warn!("cannot read the load average in /proc/loadavg; no heartbeat sent");
-                failing = true;
+                no_load = true;
             }
             continue;
         };
+        no_load = false;
         let client = clients.borrow().clone();
-        match client
-            .heartbeat(&mprov_api::boot::Heartbeat {
+        let targets: Vec<Option<std::net::IpAddr>> = match addresses.borrow().as_slice() {
+            [] => vec![None],
+            some => some.iter().copied().map(Some).collect(),
+        };
+        for address in &targets {
+            let beat = mprov_api::boot::Heartbeat {
                 load_avg,
-                address: None,
-                streams: 0,
-            })
-            .await
-        {
-            Ok(()) => failing = false,
-            Err(e) if !failing => {
-                tracing::warn!(error = %e, "cannot report this job server's load; nodes may be sent to it first while it is busy");
-                failing = true;
+                address: *address,
+                streams: streams.now(),
+            };
+            let shown = address.map_or_else(String::new, |a| format!(" on {a}"));
+            match client.heartbeat(&beat).await {
+                Ok(()) => {
+                    if failing.remove(address) {
+                        tracing::info!("heartbeats{shown} get through again");
+                    }
+                }
+                Err(e) if failing.insert(*address) => {
+                    tracing::warn!(error = %e, "cannot send this job server's heartbeat{shown}; nodes may not be sent to it, or sent to it while it is busy");
+                }
+                Err(_) => {}
             }
-            Err(_) => {}
         }
     }
 }

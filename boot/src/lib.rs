@@ -1,8 +1,8 @@
 //! The job server (`mprov-jobserver`): pure-Rust DHCPv4, DNS, TFTP and HTTP
 //! file servers that answer everything a node asks before its kernel runs,
-//! fed live from the control service's inventory, and the job modules
-//! ([`modules`]: building an image version, copying one from another job
-//! server).
+//! fed live from the control service's inventory; and the daemon beside
+//! them ([`daemon`]): it registers itself, heartbeats on each of its
+//! addresses and runs the jobs queued for its modules ([`modules`]).
 //!
 //! The servers live in their own crates under `boot/` (`mprov-dhcp`,
 //! `mprov-dns`, `mprov-tftp`, `mprov-fileserver`), each taking bound sockets, a
@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod daemon;
 pub mod events;
 pub mod identity;
 pub mod modules;

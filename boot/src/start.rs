@@ -56,6 +56,10 @@ pub struct Start {
     /// A fixed boot config's sender, kept while the servers run: a closed
     /// channel would tell them the job server is shutting down.
     fixed: Option<watch::Sender<Arc<BootConfig>>>,
+    /// Following the control service with a client certificate (enrolled).
+    enrolled: bool,
+    /// The image server's open streams, for the heartbeats.
+    streams: crate::daemon::Streams,
 }
 
 impl Start {
@@ -71,6 +75,8 @@ impl Start {
             registry: Registry::with_prefix("mprov"),
             listening: Listening::new(),
             fixed: None,
+            enrolled: false,
+            streams: crate::daemon::Streams::default(),
         })
     }
 
@@ -88,14 +94,13 @@ impl Start {
 
     /// Follows the control service with `client`: a task keeps the snapshot
     /// up to date, and with this job server's certificate (`renewal`)
-    /// others keep it renewed and (every `heartbeat`, unless zero) report
-    /// the machine's load. The snapshot, and the client to report the
-    /// timeline with (as renewed).
+    /// another keeps it renewed (the heartbeats are [`Start::daemon`]'s).
+    /// The snapshot, and the client to report the timeline with (as
+    /// renewed).
     pub fn follow(
         &mut self,
         client: Client,
         renewal: Option<(identity::Control, identity::Identity)>,
-        heartbeat: Duration,
     ) -> (Snapshot, watch::Receiver<Client>) {
         let (tx, snapshot) = watch::channel(Arc::new(BootConfig {
             revision: -1,
@@ -109,14 +114,7 @@ impl Start {
                 identity::keep_renewed(control, me, clients_tx, metrics, stop).await;
                 Ok(())
             });
-            // Its load, for /ipxe/'s order: only its certificate names it.
-            if !heartbeat.is_zero() {
-                let (clients, stop) = (clients.clone(), self.shutdown.clone());
-                self.tasks.spawn(async move {
-                    events::heartbeat(clients, heartbeat, stop).await;
-                    Ok(())
-                });
-            }
+            self.enrolled = true;
         }
         let (followed, stop) = (clients.clone(), self.shutdown.clone());
         self.tasks.spawn(async move {
@@ -165,6 +163,7 @@ impl Start {
             });
         }
         state.metrics().register(&mut self.registry);
+        self.streams = crate::daemon::Streams::of(state.metrics());
         // Bound here, registered with the image server's runtime there.
         let listener = std::net::TcpListener::bind(cli.http)
             .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
@@ -312,6 +311,36 @@ impl Start {
         let stop = self.shutdown.clone();
         self.tasks
             .spawn(async move { server.run(udp, Some(tcp), stop).await.context("DNS server") });
+        Ok(())
+    }
+
+    /// The daemon ([`crate::daemon`]) following the control service with
+    /// `clients`: registration, heartbeats and jobs once enrolled (only a
+    /// client certificate names the job server), and `libgenders` if
+    /// listed.
+    pub fn daemon(
+        &mut self,
+        cli: &Cli,
+        clients: watch::Receiver<Client>,
+        snapshot: &Snapshot,
+        port: u16,
+    ) -> Result<()> {
+        let mut daemon = crate::daemon::Daemon::from_cli(cli, port, self.enrolled)?;
+        if !self.enrolled {
+            if !daemon.job_modules.is_empty() {
+                tracing::warn!(
+                    "no client certificate: not taking jobs (only an enrolled job server can)"
+                );
+            }
+            daemon.job_modules.clear();
+            daemon.heartbeat = Duration::ZERO;
+        }
+        let (snapshot, streams) = (snapshot.clone(), self.streams.clone());
+        let stop = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            daemon.run(clients, snapshot, streams, stop).await;
+            Ok(())
+        });
         Ok(())
     }
 

@@ -3,7 +3,10 @@
 //! serving until the service is back. Module `ra`: the job server's IPv6
 //! router advertisements, in network namespaces; `dhcp`: its DHCP server
 //! against a DISCOVER flood, UEFI HTTP boot and proxyDHCP; `enroll`: its enrollment
-//! and certificate over HTTPS; `renew`: its certificate renewal; `tftp`: lock-step and windowed TFTP clients; `images`: its image server's admission limit
+//! and certificate over HTTPS; `daemon`: its enrollment retried (control
+//! service late, or speaking another version), its registration,
+//! heartbeats and jobs; `libgenders`: the genders file read by the real
+//! `nodeattr`; `renew`: its certificate renewal; `tftp`: lock-step and windowed TFTP clients; `images`: its image server's admission limit
 //! as set on the command line; `listen`: its `--listen-file` names the
 //! port 0 binds that answer; `image_update` and `image_sync`: the job
 //! modules that build an image on a full disk and copy one from another job
@@ -12,6 +15,8 @@
 
 #[path = "jobserver/attacks.rs"]
 mod attacks;
+#[path = "jobserver/daemon.rs"]
+mod daemon;
 #[path = "jobserver/dhcp.rs"]
 mod dhcp;
 #[path = "jobserver/enroll.rs"]
@@ -22,6 +27,8 @@ mod image_sync;
 mod image_update;
 #[path = "jobserver/images.rs"]
 mod images;
+#[path = "jobserver/libgenders.rs"]
+mod libgenders;
 #[path = "jobserver/listen.rs"]
 mod listen;
 #[path = "jobserver/ra.rs"]
@@ -57,6 +64,17 @@ use tokio_util::sync::CancellationToken;
 /// of its choosing, written with its other addresses to
 /// [`listen_file`]`(dir)`; its log goes to `log`.
 fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>) -> KillOnDrop {
+    jobserver_with(url, dir, log, token, &[])
+}
+
+/// [`jobserver`] with the further arguments `extra`.
+fn jobserver_with(
+    url: &str,
+    dir: &Path,
+    log: &Path,
+    token: Option<&str>,
+    extra: &[&str],
+) -> KillOnDrop {
     let files = FollowerFiles {
         ca: &dir.join("tls/ca.crt"),
         apikey: &dir.join("no-apikey-file"),
@@ -73,6 +91,7 @@ fn jobserver(url: &str, dir: &Path, log: &Path, token: Option<&str>) -> KillOnDr
     if let Some(t) = token {
         cmd.args(["--enroll-token", t]);
     }
+    cmd.args(extra);
     KillOnDrop(cmd.spawn().expect("start mprov-jobserver"))
 }
 
@@ -183,9 +202,47 @@ struct TlsControl {
     server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
+/// A [`TlsControl`] ready to serve: its database, CA (in `<folder>/tls`)
+/// and js1's token made, nothing listening yet.
+struct PreparedControl {
+    db: Db,
+    state: Arc<http::Inner>,
+    server_config: Arc<rustls::ServerConfig>,
+    ca_pem: String,
+    token: String,
+}
+
+impl PreparedControl {
+    /// Serves on `listener`.
+    fn serve(self, listener: std::net::TcpListener) -> TlsControl {
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(http::serve_tls(
+            listener,
+            self.server_config,
+            self.state,
+            stop.clone(),
+        ));
+        TlsControl {
+            db: self.db,
+            url,
+            ca_pem: self.ca_pem,
+            token: self.token,
+            stop,
+            server,
+        }
+    }
+}
+
 impl TlsControl {
     /// Starts it in `dir` with the settings `extra`.
     async fn start(dir: &Path, extra: &[&str]) -> TlsControl {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        TlsControl::prepare(dir, extra).await.serve(listener)
+    }
+
+    /// Prepares it in `dir` with the settings `extra`, to serve later.
+    async fn prepare(dir: &Path, extra: &[&str]) -> PreparedControl {
         let db_url = format!("sqlite://{}?mode=rwc", dir.join("c.sqlite3").display());
         let tls_dir = dir.join("tls");
         let mut args = vec!["--tls-dir", tls_dir.to_str().unwrap()];
@@ -200,26 +257,16 @@ impl TlsControl {
                 .with_ca(material.ca_pem.clone())
                 .with_signer(signer),
         );
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("https://{}", listener.local_addr().unwrap());
-        let stop = CancellationToken::new();
-        let server = tokio::spawn(http::serve_tls(
-            listener,
-            server_config,
-            state,
-            stop.clone(),
-        ));
         let token = mprov_control::enrollment::create_token(&db, "js1", Duration::from_secs(3600))
             .await
             .unwrap()
             .token;
-        TlsControl {
+        PreparedControl {
             db,
-            url,
+            state,
+            server_config,
             ca_pem: material.ca_pem,
             token,
-            stop,
-            server,
         }
     }
 

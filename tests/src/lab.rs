@@ -891,11 +891,19 @@ pub fn follower_command(
         .arg(files.enroll_token)
         .arg("--state-dir")
         .arg(files.state)
+        .arg("--host-id")
+        .arg(host_id(files.state))
         .args(["--log", "info"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(fs::File::create(log).with_context(|| format!("creating {}", log.display()))?);
     Ok(cmd)
+}
+
+/// A test job server's host id, from its own folder: unique per job
+/// server, and never kept in the host's `/etc/mprov`.
+pub fn host_id(home: &Path) -> String {
+    hex::encode(&Sha256::digest(home.as_os_str().as_encoded_bytes())[..16])
 }
 
 /// A running `mprov-jobserver` in the lab.
@@ -953,6 +961,8 @@ impl JobServer {
             .arg(&spec.export)
             .arg("--state-dir")
             .arg(spec.home.join("state"))
+            .arg("--host-id")
+            .arg(host_id(&spec.home))
             .arg("--listen-file")
             .arg(&listen_file)
             .args(&spec.args)

@@ -40,6 +40,8 @@ pub const PACKAGES: &[&str] = &[
     "tftpd-hpa",
     "atftp",
     "nginx-light",
+    // pdsh's genders file as libgenders writes it, read by nodeattr
+    "genders",
     // benchmarks: the servers' exact CPU time (tests/bench/tftp.sh)
     "linux-perf",
     // TLS: the CA and HTTPS checked from outside
