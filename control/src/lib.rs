@@ -44,6 +44,7 @@ pub mod first_start;
 pub mod fuzz;
 pub mod http;
 pub mod identity;
+pub mod jobs;
 pub mod netboot;
 pub mod pki;
 pub mod privileges;

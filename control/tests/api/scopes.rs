@@ -170,7 +170,7 @@ pub(crate) async fn enroll_jobserver(c: &Ctx, name: &str) -> Vec<u8> {
 }
 
 /// Enrolls a node through /ipxe/ and /enroll/node/; its certificate (DER).
-async fn enroll_node(c: &Ctx, mac: &str) -> Vec<u8> {
+pub(crate) async fn enroll_node(c: &Ctx, mac: &str) -> Vec<u8> {
     attest(c, mac).await;
     let app = &c.app;
     let (status, script) = ipxe(app, mac).await;
@@ -356,7 +356,7 @@ fn endpoints(ids: &Ids) -> Vec<(&'static str, String, Option<Value>)> {
 
 /// Job server js1 of network `prov` (10.0.0.0/24, where `NODE_IP` is)
 /// hosting image `compute`: the job server and the image.
-async fn hosted_image(c: &Ctx) -> (Value, Value) {
+pub(crate) async fn hosted_image(c: &Ctx) -> (Value, Value) {
     c.post(
         "networks",
         json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24}),
