@@ -14,8 +14,10 @@
 //!   ownership or BMC settings).
 //! - A **job server's** certificate: every inventory read except accounts
 //!   and credentials, its heartbeat (its load, on its own row, through
-//!   `POST /api/v1/boot/heartbeat`: no other field of the row), the jobs it
-//!   claimed, which images it hosts (`/api/v1/images/{key}/hosts/{itself}`),
+//!   `POST /api/v1/boot/heartbeat`: no other field of the row), claiming
+//!   jobs and recording the image versions it hosts (for itself only:
+//!   [`own_jobserver`]), the jobs it claimed, which images it hosts
+//!   (`/api/v1/images/{key}/hosts/{itself}`),
 //!   and renewing its certificate. What it may write of a kind is the
 //!   kind's [`jobserver_writes`](kinds::Kind::jobserver_writes).
 //! - The old **shared API key**, per `MPROV_SHARED_KEY_MODE`: `all` as an

@@ -732,6 +732,46 @@ mod tests {
     }
 
     #[test]
+    fn silent_job_servers_follow_the_seeds_knobs() {
+        assert_eq!(
+            config(&[]).silence,
+            JobServerSilence {
+                fail_jobs_after_minutes: 10,
+                delete_after_days: 0
+            }
+        );
+        let c = config(&[
+            "--jobserver-fail-jobs-after-minutes",
+            "0",
+            "--jobserver-delete-after-days",
+            "30",
+        ]);
+        assert_eq!(
+            c.silence,
+            JobServerSilence {
+                fail_jobs_after_minutes: 0,
+                delete_after_days: 30
+            }
+        );
+        // The seed's names, without a prefix.
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let env = |id: &str| {
+            cmd.get_arguments()
+                .find(|a| a.get_id() == id)
+                .and_then(|a| a.get_env())
+                .map(|e| e.to_string_lossy().into_owned())
+        };
+        assert_eq!(
+            env("jobserver_fail_jobs_after_minutes").as_deref(),
+            Some("JOBSERVER_FAIL_JOBS_AFTER_MINUTES")
+        );
+        assert_eq!(
+            env("jobserver_delete_after_days").as_deref(),
+            Some("JOBSERVER_DELETE_AFTER_DAYS")
+        );
+    }
+
+    #[test]
     fn database_urls_from_db_variables() {
         let c = config(&["--state-dir", "/s"]);
         assert_eq!(c.database_url, "sqlite:///s/db/mprov.sqlite3?mode=rwc");
