@@ -1149,6 +1149,107 @@ async fn attack_16_a_job_server_claims_and_reports_only_for_itself() {
     .await;
 }
 
+/// `serve` sweeps silent job servers at start: js1, silent since 2020,
+/// has its running job failed with the reason
+/// (`JOBSERVER_FAIL_JOBS_AFTER_MINUTES`, default 10) and, with
+/// `JOBSERVER_DELETE_AFTER_DAYS=1`, its row deleted and its certificate
+/// revoked; js2, heard from now, keeps its job and its row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_sweeps_silent_job_servers() {
+    on_admin(Engine::Sqlite, |dir, url, s, c| {
+        for name in ["js1", "js2"] {
+            c.post(
+                "jobservers",
+                serde_json::json!({"name": name, "modules": ["libgenders"]}),
+            );
+        }
+        let certs = ["js1", "js2"].map(|n| As::Cert(c.enrolled_jobserver(n)));
+        let mut jobs = Vec::new();
+        for (cert, n) in certs.iter().zip(1..) {
+            c.post(
+                "jobs",
+                serde_json::json!({"module": "libgenders", "params": {"n": n}}),
+            );
+            let (code, v) = c.call(
+                "POST",
+                mprov_api::jobs::CLAIM_PATH,
+                cert,
+                Some(serde_json::json!({"modules": ["libgenders"]})),
+            );
+            assert_eq!(code, 200, "{v}");
+            jobs.push(format!("/api/v1/jobs/{}", v["id"]));
+        }
+        s.stop();
+        // The controlled clock: js1 was last heard from in 2020, js2 now.
+        let db_url = url.to_owned();
+        tokio::runtime::Handle::current().block_on(async move {
+            let db = mprov_control::db::Db::connect(&db_url).await.unwrap();
+            for (name, at) in [
+                ("js1", "2020-01-01T00:00:00Z".to_owned()),
+                ("js2", mprov_control::time::now()),
+            ] {
+                let mut sql = db.sql();
+                sql.push("UPDATE jobservers SET heartbeat_at = ")
+                    .bind(mprov_control::db::Val::Text(Some(at)))
+                    .push(" WHERE name = ")
+                    .bind(mprov_control::db::Val::Text(Some(name.into())));
+                sql.query().execute(db.pool()).await.unwrap();
+            }
+            db.close().await;
+        });
+        *s = Server::start(
+            dir,
+            url,
+            2,
+            &[
+                ("MPROV_SUPERUSER_PASSWORD", ADMIN_PASSWORD),
+                ("JOBSERVER_DELETE_AFTER_DAYS", "1"),
+            ],
+        );
+        let c = Client::new(s, dir);
+        // The sweep runs as `serve` starts: bounded polling, no sleep guess.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let failed = loop {
+            let job = c.ok("GET", &jobs[0], None);
+            if job["status"] == "failed" {
+                break job;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not swept: {job}
+{}",
+                s.log_text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        let output = failed["output"].as_str().unwrap();
+        assert!(
+            output.contains("job server js1 was last heard from at 2020-01-01T00:00:00Z")
+                && output.contains("JOBSERVER_FAIL_JOBS_AFTER_MINUTES"),
+            "{output}"
+        );
+        assert!(failed["ended_at"].is_string(), "{failed}");
+        assert_eq!(
+            c.ok("GET", &jobs[1], None)["status"],
+            "running",
+            "js2 was heard from"
+        );
+        let (code, _) = c.call("GET", "/api/v1/jobservers/js1", &As::Admin, None);
+        assert_eq!(code, 404, "js1 was silent for more than a day");
+        assert_eq!(c.live("js1"), 0, "its certificate was revoked");
+        let (code, _) = c.call("GET", "/api/v1/systems/", &certs[0], None);
+        assert!(code == 401 || code == 403, "{code}");
+        assert_eq!(c.live("js2"), 1);
+        c.ok("GET", "/api/v1/jobservers/js2", None);
+        let log = s.stop();
+        assert!(
+            log.contains("deleted job server js1") && log.contains("failed job"),
+            "{log}"
+        );
+    })
+    .await;
+}
+
 /// The process ids of `pid`'s children.
 fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
