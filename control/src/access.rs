@@ -14,8 +14,10 @@
 //!   ownership or BMC settings).
 //! - A **job server's** certificate: every inventory read except accounts
 //!   and credentials, its heartbeat (its load, on its own row, through
-//!   `POST /api/v1/boot/heartbeat`: no other field of the row), the jobs it
-//!   claimed, which images it hosts (`/api/v1/images/{key}/hosts/{itself}`),
+//!   `POST /api/v1/boot/heartbeat`: no other field of the row), claiming
+//!   jobs and recording the image versions it hosts (for itself only:
+//!   [`own_jobserver`]), the jobs it claimed, which images it hosts
+//!   (`/api/v1/images/{key}/hosts/{itself}`),
 //!   and renewing its certificate. What it may write of a kind is the
 //!   kind's [`jobserver_writes`](kinds::Kind::jobserver_writes).
 //! - The old **shared API key**, per `MPROV_SHARED_KEY_MODE`: `all` as an
@@ -75,6 +77,14 @@ pub enum AccessError {
     /// Someone other than a job server's certificate sent a heartbeat.
     #[error("a heartbeat not from a job server's certificate")]
     HeartbeatNotFromJobServer,
+    /// Someone other than a job server's certificate called what only a
+    /// job server does for itself (`what`: claiming a job, recording
+    /// hosting).
+    #[error("{what} not from a job server's certificate")]
+    NotFromJobServer {
+        /// What was asked.
+        what: &'static str,
+    },
     /// An admin asked for a manifest without naming the node.
     #[error("a manifest asked for without naming the node")]
     ManifestNamesNoNode,
@@ -556,6 +566,17 @@ pub fn heartbeat_from(role: &BootRole) -> Result<&str, AccessError> {
     }
 }
 
+/// The job server that claims a job or records hosting (`what`), from
+/// `role`: only a job server's own certificate, which names it; nobody
+/// else can say which job server it acts for (an admin queues and reads
+/// jobs through the inventory instead). Pure.
+pub fn own_jobserver<'a>(role: &'a BootRole, what: &'static str) -> Result<&'a str, AccessError> {
+    match role {
+        BootRole::JobServer(name) => Ok(name),
+        _ => Err(AccessError::NotFromJobServer { what }),
+    }
+}
+
 /// The certificate a renewal replaces: only an agent's (a node's or a job
 /// server's) is renewed. The shared key turned off is refused as it is
 /// everywhere. Pure.
@@ -725,10 +746,18 @@ mod tests {
             heartbeat_from(&BootRole::JobServer("js1".into())),
             Ok("js1")
         );
+        assert_eq!(
+            own_jobserver(&BootRole::JobServer("js1".into()), "claims"),
+            Ok("js1")
+        );
         for role in [node, admin, BootRole::Reader] {
             assert_eq!(
                 heartbeat_from(&role),
                 Err(AccessError::HeartbeatNotFromJobServer)
+            );
+            assert_eq!(
+                own_jobserver(&role, "claims"),
+                Err(AccessError::NotFromJobServer { what: "claims" })
             );
         }
 

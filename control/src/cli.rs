@@ -615,6 +615,12 @@ async fn run_servers(
         boot_events_retention(&db, keep_days, &stop).await;
         Ok(())
     });
+    let (db, stop) = (state.db.clone(), shutdown.clone());
+    let silence = state.config.silence;
+    servers.spawn(async move {
+        silent_jobservers(&db, silence, &stop).await;
+        Ok(())
+    });
     // One look a second for lease reports other replicas stored, for the
     // `/ipxe/` requests waiting on them.
     let (watched, stop) = (state.clone(), shutdown.clone());
@@ -662,6 +668,51 @@ async fn boot_events_retention(db: &Db, keep_days: u32, stop: &CancellationToken
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(RETENTION_EVERY) => {}
+        }
+    }
+}
+
+/// How often `serve` looks for silent job servers.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Fails the running jobs of silent job servers and deletes long-silent
+/// ones ([`crate::jobs::sweep`]) at start and every [`SWEEP_EVERY`] until
+/// `stop`; a failure is logged and tried again at the next round.
+async fn silent_jobservers(
+    db: &Db,
+    silence: crate::config::JobServerSilence,
+    stop: &CancellationToken,
+) {
+    if silence.fail_jobs_after_minutes == 0 && silence.delete_after_days == 0 {
+        return;
+    }
+    loop {
+        match crate::jobs::sweep(db, jiff::Timestamp::now(), silence).await {
+            Ok(swept) => {
+                for id in &swept.failed_jobs {
+                    tracing::warn!(
+                        job = id,
+                        minutes = silence.fail_jobs_after_minutes,
+                        "jobs: failed job {id}: its job server sent no heartbeat for {} minutes (JOBSERVER_FAIL_JOBS_AFTER_MINUTES)",
+                        silence.fail_jobs_after_minutes
+                    );
+                }
+                for name in &swept.deleted_jobservers {
+                    tracing::warn!(
+                        jobserver = %name,
+                        days = silence.delete_after_days,
+                        "jobs: deleted job server {name} and revoked its certificates: no heartbeat for {} days (JOBSERVER_DELETE_AFTER_DAYS)",
+                        silence.delete_after_days
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "jobs: the sweep of silent job servers failed; trying again in a minute")
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(SWEEP_EVERY) => {}
         }
     }
 }

@@ -160,6 +160,14 @@ pub struct Settings {
     /// Days boot events are kept; older ones are removed hourly.
     #[arg(long, env = "MPROV_BOOT_EVENTS_KEEP_DAYS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
     pub boot_events_keep_days: u32,
+    /// Minutes a job server may go without a heartbeat before its running
+    /// jobs are failed, with that reason; 0 never fails them.
+    #[arg(long, env = "JOBSERVER_FAIL_JOBS_AFTER_MINUTES", default_value_t = 10)]
+    pub jobserver_fail_jobs_after_minutes: u32,
+    /// Days a job server may go without a heartbeat before its row is
+    /// deleted (its certificates revoked); 0 never deletes it.
+    #[arg(long, env = "JOBSERVER_DELETE_AFTER_DAYS", default_value_t = 0)]
+    pub jobserver_delete_after_days: u32,
     /// Seconds a new connection has to start its first request (the TLS
     /// handshake included) before it is closed.
     #[arg(long, env = "MPROV_FIRST_REQUEST_SECONDS", default_value_t = 10)]
@@ -234,6 +242,16 @@ pub struct WriteLimits {
     pub boot_events_keep_days: u32,
 }
 
+/// How long a job server may be silent (no heartbeat) before its running
+/// jobs are failed and before it is deleted; zero turns either off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobServerSilence {
+    /// `JOBSERVER_FAIL_JOBS_AFTER_MINUTES`.
+    pub fail_jobs_after_minutes: u32,
+    /// `JOBSERVER_DELETE_AFTER_DAYS`.
+    pub delete_after_days: u32,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -293,6 +311,8 @@ pub struct Config {
     pub connections: mprov_process::listen::Limits,
     /// The per-identity write budgets and the boot events' retention.
     pub writes: WriteLimits,
+    /// When silent job servers' jobs are failed and their rows deleted.
+    pub silence: JobServerSilence,
     /// The first-start admin password, if given.
     pub superuser_password: Option<String>,
     /// The secret key, if given in the environment.
@@ -471,6 +491,10 @@ impl Config {
                 jobserver_events_per_minute: s.jobserver_events_per_minute.max(1),
                 renewals_per_hour: s.renewals_per_hour.max(1),
                 boot_events_keep_days: s.boot_events_keep_days.max(1),
+            },
+            silence: JobServerSilence {
+                fail_jobs_after_minutes: s.jobserver_fail_jobs_after_minutes,
+                delete_after_days: s.jobserver_delete_after_days,
             },
             superuser_password: s.superuser_password.filter(|p| !p.is_empty()),
             secret_key: s.secret_key.filter(|k| !k.is_empty()),
@@ -705,6 +729,46 @@ mod tests {
         let mut argv = vec!["x"];
         argv.extend_from_slice(args);
         Config::from_settings(Cli::try_parse_from(argv).unwrap().s).unwrap()
+    }
+
+    #[test]
+    fn silent_job_servers_follow_the_seeds_knobs() {
+        assert_eq!(
+            config(&[]).silence,
+            JobServerSilence {
+                fail_jobs_after_minutes: 10,
+                delete_after_days: 0
+            }
+        );
+        let c = config(&[
+            "--jobserver-fail-jobs-after-minutes",
+            "0",
+            "--jobserver-delete-after-days",
+            "30",
+        ]);
+        assert_eq!(
+            c.silence,
+            JobServerSilence {
+                fail_jobs_after_minutes: 0,
+                delete_after_days: 30
+            }
+        );
+        // The seed's names, without a prefix.
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let env = |id: &str| {
+            cmd.get_arguments()
+                .find(|a| a.get_id() == id)
+                .and_then(|a| a.get_env())
+                .map(|e| e.to_string_lossy().into_owned())
+        };
+        assert_eq!(
+            env("jobserver_fail_jobs_after_minutes").as_deref(),
+            Some("JOBSERVER_FAIL_JOBS_AFTER_MINUTES")
+        );
+        assert_eq!(
+            env("jobserver_delete_after_days").as_deref(),
+            Some("JOBSERVER_DELETE_AFTER_DAYS")
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The mProv control service: the inventory database, the REST API under
 //! `/api/v1/`, first start, the version lock, the install's own certificate
 //! authority with the HTTPS listener, the signing helper, enrollment of job
-//! servers and nodes, `/ipxe/`, the boot timeline and manifest, and backups.
-//! Not written yet: the admin pages and the job queue.
+//! servers and nodes, `/ipxe/`, the boot timeline and manifest, the jobs
+//! queue, and backups. Not written yet: the admin pages.
 //!
 //! Layered bottom-up; a module names only its own layer and those below,
 //! only [`http`] and [`cli`] name HTTP types, and `cargo xtask layering
@@ -17,7 +17,7 @@
 //!    signing helper that alone reads the CA key, and its client);
 //! 3. the domain: [`identity`] (principals; certificate, API key and
 //!    password checks), [`enrollment`] (tokens, nonces, credentials),
-//!    [`boot`] (the boot timeline) and [`netboot`] (the node view, the
+//!    [`boot`] (the boot timeline), [`jobs`] (the jobs queue) and [`netboot`] (the node view, the
 //!    bootability rule and the pure `/ipxe/` decision), [`first_start`] (what a new install makes once), [`backup`];
 //! 4. [`access`]: what each principal may reach;
 //! 5. [`http`]: router, middleware, thin handlers, the one `ApiError`;
@@ -44,6 +44,7 @@ pub mod first_start;
 pub mod fuzz;
 pub mod http;
 pub mod identity;
+pub mod jobs;
 pub mod netboot;
 pub mod pki;
 pub mod privileges;

@@ -557,6 +557,20 @@ impl Client {
         self.send(Method::POST, url, Some(hosting)).await.map(drop)
     }
 
+    /// The files recorded for `version` of `image` (`None`: its current
+    /// version): what a copy is verified against.
+    pub async fn image_files(
+        &self,
+        image: &str,
+        version: Option<i64>,
+    ) -> Result<crate::jobs::ImageFiles, ClientError> {
+        let mut url = self.path_url(&crate::jobs::image_files_path(image))?;
+        if let Some(v) = version {
+            url.query_pairs_mut().append_pair("version", &v.to_string());
+        }
+        self.call(Method::GET, url, None::<&()>).await
+    }
+
     /// A node's last boot, oldest event first (`all`: every boot); with no
     /// `system`, the latest event of every node.
     pub async fn boot_events(

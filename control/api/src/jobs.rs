@@ -126,3 +126,28 @@ pub struct HostedFile {
     /// Its SHA-256, lowercase hex.
     pub sha256: String,
 }
+
+/// The most characters a job's output holds: a longer report is refused
+/// (400), so a job server sends the tail of what its job printed.
+pub const MAX_OUTPUT: usize = 1 << 20;
+
+/// Where a job server reads the files recorded for an image's version
+/// (`GET`, [`ImageFiles`]; `?version=N`, else the current version).
+pub fn image_files_path(image: &str) -> String {
+    format!("/api/v1/images/{image}/files")
+}
+
+/// The route of [`image_files_path`], as the control service serves it.
+pub const IMAGE_FILES_ROUTE: &str = "/api/v1/images/{key}/files";
+
+/// The files recorded for an image version: what a copy is verified
+/// against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageFiles {
+    /// The image's slug.
+    pub image: String,
+    /// The version.
+    pub version: i64,
+    /// Its files, by name; empty when none were recorded.
+    pub files: Vec<HostedFile>,
+}

@@ -215,7 +215,12 @@ pub(crate) static KINDS: &[KindInfo] = &[
             "created_at",
             "ended_at",
         ],
-        typed: &[("params", Json), ("jobserver", Ref), ("return_code", Int)],
+        typed: &[
+            ("params", Json),
+            ("jobserver", Ref),
+            ("return_code", Int),
+            ("for_jobserver", Ref),
+        ],
     },
     KindInfo {
         name: "apikeys",

@@ -20,6 +20,7 @@
 mod boot;
 pub mod config;
 mod import;
+mod jobs;
 mod kinds;
 pub mod output;
 mod values;
@@ -146,8 +147,8 @@ pub enum Command {
     Scripts(KindArgs),
     /// Job servers (key: id or name)
     Jobservers(KindArgs),
-    /// Units of work for job servers (key: id)
-    Jobs(KindArgs),
+    /// The jobs queue: list jobs, show one with its whole output (key: id)
+    Jobs(JobsArgs),
     /// API keys; adding one prints the key, once (key: id)
     Apikeys(KindArgs),
     /// Administrator accounts (key: id or username)
@@ -157,6 +158,114 @@ pub enum Command {
     Import(ImportArgs),
     /// Boot timelines: what each node's boot went through, step by step
     Boot(BootArgs),
+}
+
+const JOBS_AFTER_HELP: &str = "\
+Job servers claim the jobs of their modules, oldest first, and report each one's
+status, output and exit code. States: pending, running, success, failed.
+
+Examples:
+  mash jobs                              every job, newest first
+  mash jobs --status failed --module image-update
+  mash jobs show 42                      one job with its whole output
+  mash jobs add module=libgenders        queue a job by hand
+  mash jobs delete 42";
+
+/// The arguments of `mash jobs`: a list unless an action is named.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, after_help = JOBS_AFTER_HELP)]
+pub struct JobsArgs {
+    /// What to do; without one, list the jobs.
+    #[command(subcommand)]
+    pub action: Option<JobsAction>,
+    /// What `mash jobs` alone lists.
+    #[command(flatten)]
+    pub list: JobsList,
+}
+
+/// Which jobs a list shows.
+#[derive(Debug, Args, Default)]
+pub struct JobsList {
+    /// Only jobs in this state (pending, running, success, failed)
+    #[arg(long, value_name = "STATE")]
+    pub status: Option<String>,
+    /// Only jobs of this module (image-update, image-sync, ...)
+    #[arg(long, value_name = "MODULE")]
+    pub module: Option<String>,
+    /// Only jobs claimed by this job server (id or name)
+    #[arg(long, value_name = "JOBSERVER")]
+    pub jobserver: Option<String>,
+    /// Show at most N jobs, newest first
+    #[arg(short, long, value_name = "N")]
+    pub limit: Option<u32>,
+    /// Print JSON (the same as --output json)
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `mash jobs` does.
+#[derive(Debug, Subcommand)]
+pub enum JobsAction {
+    /// List jobs, newest first: id, module, state, job server, times, exit code
+    #[command(visible_alias = "ls")]
+    List(JobsList),
+    /// Show one job with its whole output
+    #[command(visible_alias = "get")]
+    Show {
+        /// The job's id
+        id: String,
+        /// Print JSON (the same as --output json)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Queue a job from FIELD=VALUE arguments (module=..., params:=JSON)
+    #[command(visible_alias = "create")]
+    Add {
+        /// The fields: FIELD=VALUE or FIELD:=JSON
+        #[arg(value_name = "FIELD=VALUE")]
+        fields: Vec<String>,
+        /// The body as one JSON object
+        #[arg(long, value_name = "OBJECT")]
+        json: Option<String>,
+    },
+    /// Change fields of a job
+    #[command(visible_alias = "update")]
+    Edit {
+        /// The job's id
+        key: String,
+        /// The fields to change: FIELD=VALUE or FIELD:=JSON
+        #[arg(value_name = "FIELD=VALUE")]
+        fields: Vec<String>,
+        /// The changes as one JSON object
+        #[arg(long, value_name = "OBJECT")]
+        json: Option<String>,
+    },
+    /// Delete a job
+    #[command(visible_alias = "rm")]
+    Delete {
+        /// The job's id
+        key: String,
+    },
+}
+
+impl JobsArgs {
+    /// The generic action this stands for, when it is one (add, edit,
+    /// delete); list and show are the jobs' own.
+    fn generic(&self) -> Option<Action> {
+        Some(match self.action.as_ref()? {
+            JobsAction::Add { fields, json } => Action::Add {
+                fields: fields.clone(),
+                json: json.clone(),
+            },
+            JobsAction::Edit { key, fields, json } => Action::Edit {
+                key: key.clone(),
+                fields: fields.clone(),
+                json: json.clone(),
+            },
+            JobsAction::Delete { key } => Action::Delete { key: key.clone() },
+            JobsAction::List(_) | JobsAction::Show { .. } => return None,
+        })
+    }
 }
 
 /// The arguments of `mash boot`.
@@ -188,6 +297,7 @@ impl Command {
     /// The kind a kind command is about, and its arguments.
     fn kind(&self) -> Option<(&'static str, &KindArgs)> {
         Some(match self {
+            Command::Jobs(_) => return None,
             Command::Systems(a) => ("systems", a),
             Command::Groups(a) => ("groups", a),
             Command::Nics(a) => ("nics", a),
@@ -200,7 +310,6 @@ impl Command {
             Command::Repos(a) => ("repos", a),
             Command::Scripts(a) => ("scripts", a),
             Command::Jobservers(a) => ("jobservers", a),
-            Command::Jobs(a) => ("jobs", a),
             Command::Apikeys(a) => ("apikeys", a),
             Command::Users(a) => ("users", a),
             Command::Import(_) | Command::Boot(_) => return None,
@@ -310,12 +419,45 @@ async fn run_async(cli: Cli, out: &mut dyn Write) -> Result<()> {
         let format = if *json { Format::Json } else { cli.output };
         return boot::status(&client, host.as_deref(), *all, format, out).await;
     }
+    if let Command::Jobs(args) = &cli.command {
+        return jobs_command(&cli, args, out).await;
+    }
     let Some((name, args)) = cli.command.kind() else {
         bail!("no such command");
     };
+    run_kind(&cli, name, &args.action, out).await
+}
+
+/// `mash jobs`: its own list and show, the generic add, edit and delete.
+async fn jobs_command(cli: &Cli, args: &JobsArgs, out: &mut dyn Write) -> Result<()> {
+    if let Some(action) = args.generic() {
+        return run_kind(cli, "jobs", &action, out).await;
+    }
+    let client = connect(&cli.conn)?;
+    let format = |json: bool| if json { Format::Json } else { cli.output };
+    match &args.action {
+        Some(JobsAction::Show { id, json }) => jobs::show(&client, id, format(*json), out).await,
+        action => {
+            let l = match action {
+                Some(JobsAction::List(l)) => l,
+                _ => &args.list,
+            };
+            let filters = jobs::Filters {
+                status: l.status.clone(),
+                module: l.module.clone(),
+                jobserver: l.jobserver.clone(),
+                limit: l.limit,
+            };
+            jobs::list(&client, &filters, format(l.json), out).await
+        }
+    }
+}
+
+/// A generic action on rows of the kind `name`.
+async fn run_kind(cli: &Cli, name: &str, action: &Action, out: &mut dyn Write) -> Result<()> {
     let kind = kinds::kind(name).with_context(|| format!("mash does not know the kind {name}"))?;
     let client = connect(&cli.conn)?;
-    match &args.action {
+    match action {
         Action::List {
             filters,
             sort,
@@ -506,7 +648,11 @@ mod tests {
                 .find_subcommand(kind.name)
                 .unwrap_or_else(|| panic!("no command for {}", kind.name));
             let cli = Cli::try_parse_from(["mash", kind.name, "list"]).expect("parse");
-            assert_eq!(cli.command.kind().map(|(n, _)| n), Some(kind.name));
+            if kind.name == "jobs" {
+                assert!(matches!(cli.command, Command::Jobs(_)));
+            } else {
+                assert_eq!(cli.command.kind().map(|(n, _)| n), Some(kind.name));
+            }
             assert!(sub.get_about().is_some(), "{}", kind.name);
         }
         let kind_commands = cmd
@@ -532,6 +678,52 @@ mod tests {
                 action: BootAction::Status { host: None, .. }
             })
         ));
+    }
+
+    #[test]
+    fn jobs_list_alone_or_with_list_and_show_one() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).expect("parse").command {
+            Command::Jobs(a) => a,
+            other => panic!("{other:?}"),
+        };
+        let a = parse(&[
+            "mash",
+            "jobs",
+            "--status",
+            "failed",
+            "--module",
+            "image-update",
+        ]);
+        assert!(a.action.is_none());
+        assert_eq!(
+            (a.list.status.as_deref(), a.list.module.as_deref()),
+            (Some("failed"), Some("image-update"))
+        );
+        let a = parse(&["mash", "jobs", "list", "--status", "running", "-l", "5"]);
+        assert!(
+            matches!(a.action, Some(JobsAction::List(JobsList { ref status, limit: Some(5), .. })) if status.as_deref() == Some("running"))
+        );
+        let a = parse(&["mash", "jobs", "show", "42"]);
+        assert!(matches!(a.action, Some(JobsAction::Show { ref id, json: false }) if id == "42"));
+        assert!(a.generic().is_none());
+        let a = parse(&["mash", "jobs", "delete", "42"]);
+        assert!(matches!(a.generic(), Some(Action::Delete { ref key }) if key == "42"));
+        assert!(Cli::try_parse_from(["mash", "jobs", "show"]).is_err());
+        assert!(Cli::try_parse_from(["mash", "jobs", "--status", "failed", "show", "1"]).is_err());
+        let help = Cli::command()
+            .find_subcommand_mut("jobs")
+            .expect("jobs")
+            .render_long_help()
+            .to_string();
+        for needle in [
+            "--status",
+            "--module",
+            "show",
+            "whole output",
+            "mash jobs show 42",
+        ] {
+            assert!(help.contains(needle), "{needle} missing from:\n{help}");
+        }
     }
 
     #[test]

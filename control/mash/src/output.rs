@@ -80,7 +80,7 @@ pub(crate) fn render(mut table: Table) -> String {
 
 /// One value as table text. In a list, nested objects (a system's NICs) are
 /// summarised as `name=mac`; in `show` (`expand`), each is its JSON on a line.
-fn cell(value: Option<&Value>, expand: bool) -> String {
+pub(crate) fn cell(value: Option<&Value>, expand: bool) -> String {
     match value {
         None | Some(Value::Null) => "-".to_owned(),
         Some(Value::Array(items)) if items.is_empty() => "-".to_owned(),

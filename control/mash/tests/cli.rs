@@ -482,3 +482,71 @@ fn import_a_thousand_systems() {
     assert!(err.contains("more (--max-errors 0 shows all)"), "{err}");
     ctx.cleanup();
 }
+
+/// `mash jobs`: the queue newest first with its filters, one job with its
+/// whole output, and the end time the control service stamps on a job that
+/// ended without one.
+#[test]
+fn jobs_list_filter_and_show() {
+    let ctx = TestContext::start().expect("server");
+    ctx.ok(&["jobservers", "add", "name=js1"]);
+    ctx.ok(&[
+        "jobs",
+        "add",
+        "module=image-update",
+        r#"params:={"image":"rocky9","version":2}"#,
+    ]);
+    ctx.ok(&["jobs", "add", "module=libgenders"]);
+    let output = (1..=300)
+        .map(|i| format!("step {i} of 300\n"))
+        .collect::<String>();
+    ctx.ok(&[
+        "jobs",
+        "edit",
+        "1",
+        "status=failed",
+        "jobserver=js1",
+        "return_code=2",
+        &format!("output={output}"),
+    ]);
+
+    let table = ctx.ok(&["jobs"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("id") && lines[0].contains("return_code"),
+        "{table}"
+    );
+    assert!(
+        lines[1].starts_with('2') && lines[1].contains("pending"),
+        "newest first: {table}"
+    );
+    assert!(
+        lines[2].contains("image-update")
+            && lines[2].contains("failed")
+            && lines[2].contains("js1"),
+        "{table}"
+    );
+    let failed = ctx.ok(&["jobs", "--status", "failed"]);
+    assert_eq!(failed.lines().count(), 2, "{failed}");
+    assert!(failed.contains("image-update"), "{failed}");
+    let listed = ctx.ok(&["jobs", "list", "--module", "libgenders"]);
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+    assert!(
+        listed.contains("libgenders") && listed.contains("pending"),
+        "{listed}"
+    );
+    assert_eq!(ctx.ok(&["jobs", "--status", "running"]), "no jobs\n");
+
+    let shown = ctx.ok(&["jobs", "show", "1"]);
+    assert!(shown.ends_with(&format!("output:\n{output}")), "{shown}");
+    assert!(shown.contains("js1 ("), "{shown}");
+    let job = ctx.json(&["jobs", "show", "1", "--json"]);
+    assert_eq!(job["output"], output.as_str());
+    assert!(
+        job["ended_at"].is_string(),
+        "a failed job gets its end time: {job}"
+    );
+    let err = ctx.fails(ctx.mash().args(["jobs", "show", "99"]));
+    assert!(err.contains("could not show job 99"), "{err}");
+    ctx.cleanup();
+}

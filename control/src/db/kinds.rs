@@ -223,6 +223,27 @@ pub enum Hook {
         /// The job parameter that names the row (by slug).
         param: &'static str,
     },
+    /// A delete of a row queues a job of the module `job` with the
+    /// parameters `{"<param>": slug, "version": version}`, in the delete's
+    /// transaction: the parameters outlive the row (an image deleted: its
+    /// files are removed from every job server).
+    Deleted {
+        /// The job module that cleans up after it.
+        job: &'static str,
+        /// The job parameter that names the row (by slug).
+        param: &'static str,
+    },
+    /// A write that sets the field `status` to one of `finals` without
+    /// giving the time field `stamp` sets `stamp` to now, if it is unset (a
+    /// job that ended gets its end time).
+    Ends {
+        /// The state field.
+        status: &'static str,
+        /// The states that end the row's work.
+        finals: &'static [&'static str],
+        /// The time field stamped.
+        stamp: &'static str,
+    },
 }
 
 /// What a job server's certificate may write of a kind: the access rules
@@ -859,6 +880,9 @@ pub static KINDS: &[Kind] = &[
             hosts: "jobservers",
             job: "image-update",
             param: "image",
+        }, Hook::Deleted {
+            job: "image-delete",
+            param: "image",
         }],
         jobserver_writes: JobServerWrite::Hosts("jobservers"),
         ..Kind::DEFAULTS
@@ -1004,13 +1028,31 @@ pub static KINDS: &[Kind] = &[
                 "Exit status.",
             )
             .null(),
-            f("output", CONTENT, "What it printed.").def(Default::Str("")),
+            f(
+                "output",
+                Ty::Text {
+                    max: mprov_api::jobs::MAX_OUTPUT,
+                },
+                "What it printed: at most 1 MiB characters (a longer report is refused; job servers send the tail).",
+            )
+            .def(Default::Str("")),
+            f(
+                "for_jobserver",
+                Ty::Ref("jobservers"),
+                "The one job server that may claim it (an image-sync of a version another published); null: any that runs its module.",
+            )
+            .null(),
         ],
         m2m: &[],
         children: &[],
         timestamps: true,
         doc: "A unit of work for a job server.",
         visibility: Visibility::JOBSERVERS,
+        hooks: &[Hook::Ends {
+            status: "status",
+            finals: &["failed", "success"],
+            stamp: "ended_at",
+        }],
         jobserver_writes: JobServerWrite::Claimed {
             by: "jobserver",
             fields: &["status", "output", "return_code", "started_at", "ended_at"],
@@ -1206,9 +1248,11 @@ mod tests {
         for k in KINDS {
             for hook in k.hooks {
                 seen += 1;
-                let version = k.field("version").expect("a hooked kind has a version");
-                assert!(matches!(version.ty, Ty::Int { .. }), "{}", k.name);
-                assert_eq!(version.access, Access::ReadOnly, "{}", k.name);
+                if !matches!(hook, Hook::Ends { .. }) {
+                    let version = k.field("version").expect("a versioned kind has a version");
+                    assert!(matches!(version.ty, Ty::Int { .. }), "{}", k.name);
+                    assert_eq!(version.access, Access::ReadOnly, "{}", k.name);
+                }
                 match *hook {
                     Hook::VersionCounts(field) => {
                         assert!(k.field(field).is_some(), "{}.{field}", k.name);
@@ -1233,10 +1277,29 @@ mod tests {
                         assert!(k.slug.is_some(), "{} has no slug", k.name);
                         assert!(!job.is_empty() && !param.is_empty());
                     }
+                    Hook::Deleted { job, param } => {
+                        assert!(k.slug.is_some(), "{} has no slug", k.name);
+                        assert!(!job.is_empty() && !param.is_empty());
+                    }
+                    Hook::Ends {
+                        status,
+                        finals,
+                        stamp,
+                    } => {
+                        let Some(Ty::Enum(states)) = k.field(status).map(|f| f.ty) else {
+                            panic!("{}.{status} is no state", k.name);
+                        };
+                        assert!(finals.iter().all(|f| states.contains(f)), "{}", k.name);
+                        let stamp = k.field(stamp).expect("stamp field");
+                        assert!(stamp.ty == Ty::Timestamp && stamp.nullable, "{}", k.name);
+                    }
                 }
             }
         }
-        assert_eq!(seen, 2, "the scripts' and the images' hooks");
+        assert_eq!(
+            seen, 4,
+            "the scripts', the images' (rebuild, delete) and the jobs' hooks"
+        );
     }
 
     /// What a job server may write through the inventory API, kind by

@@ -446,6 +446,9 @@ impl From<AccessError> for ApiError {
             AccessError::HeartbeatNotFromJobServer => ApiError::Forbidden(
                 "a heartbeat comes from a job server's own certificate, which names it".into(),
             ),
+            AccessError::NotFromJobServer { what } => ApiError::Forbidden(format!(
+                "{what} come from a job server's own certificate, which names it"
+            )),
             AccessError::ManifestNamesNoNode => {
                 ApiError::invalid("system", "name the node: ?system=<host>")
             }

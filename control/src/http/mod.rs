@@ -11,6 +11,7 @@ pub mod boot;
 pub mod enroll;
 pub mod error;
 pub mod ipxe;
+pub mod jobs;
 pub mod openapi;
 pub mod outage;
 
@@ -191,6 +192,8 @@ pub fn router(state: AppState) -> Router {
         )
         .route(mprov_api::boot::MANIFEST_PATH, get(boot::manifest))
         .route(mprov_api::boot::HEARTBEAT_PATH, post(boot::heartbeat))
+        .route(mprov_api::jobs::CLAIM_PATH, post(jobs::claim))
+        .route(mprov_api::jobs::HOSTING_PATH, post(jobs::hosting))
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(from_fn_with_state(state.clone(), authenticated_layer));
     let mut inventory = Router::new()
@@ -204,6 +207,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
         .route("/api/v1/systems/{key}/config", get(api::effective_config))
+        .route(mprov_api::jobs::IMAGE_FILES_ROUTE, get(jobs::image_files))
         .route(
             "/api/v1/images/{key}/hosts/{jobserver}",
             axum::routing::put(api::image_host).delete(api::image_host),

@@ -616,6 +616,85 @@ fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Va
             "post": {"summary": "Revoke a certificate at once (admin)", "responses": revoked}}),
     );
     boot_paths(paths, schemas);
+    jobs_paths(paths, schemas);
+}
+
+/// The job server's own calls for the jobs queue: claiming and hosting, and
+/// the files recorded for an image version.
+fn jobs_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) {
+    let file = json!({"type": "object", "properties": {
+        "name": {"type": "string", "description": "Its name in the version folder (rootfs.tar.zst, vmlinuz, ...)."},
+        "size": {"type": "integer", "minimum": 0, "description": "Its size in bytes."},
+        "sha256": {"type": "string", "description": "Its SHA-256, 64 hex digits."}
+    }, "required": ["name", "size", "sha256"], "additionalProperties": false});
+    schemas.insert("HostedFile".into(), file);
+    schemas.insert(
+        "ImageFiles".into(),
+        json!({"type": "object", "properties": {
+            "image": {"type": "string", "description": "The image's slug."},
+            "version": {"type": "integer"},
+            "files": {"type": "array", "items": schema_ref("HostedFile"), "description": "By name; empty when none were recorded."}
+        }, "required": ["image", "version", "files"], "additionalProperties": false}),
+    );
+    schemas.insert(
+        "ClaimedJob".into(),
+        json!({"type": "object", "properties": {
+            "id": {"type": "integer", "description": "PATCH /api/v1/jobs/{id} reports on it."},
+            "module": {"type": "string"},
+            "params": {"description": "The module's parameters, e.g. {\"image\": \"compute\", \"version\": 3}."}
+        }, "required": ["id", "module", "params"], "additionalProperties": false}),
+    );
+    let mut claimed = ok(
+        "200",
+        "The job, now running and claimed by this job server.",
+        schema_ref("ClaimedJob"),
+    );
+    claimed.insert(
+        "204".into(),
+        json!({"description": "No pending job of these modules (empty body)."}),
+    );
+    claimed.extend(error_responses(&["401", "403", "426"]));
+    json_reader_refusals(&mut claimed);
+    paths.insert(
+        mprov_api::jobs::CLAIM_PATH.into(),
+        json!({"post": {"summary": "Claim the oldest pending job of these modules, for anyone or for this job server: a job server's own certificate only. Atomic: of concurrent claims, one wins each job",
+            "tags": ["jobs"],
+            "security": [{"clientCertificate": []}],
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                "type": "object", "properties": {
+                    "modules": {"type": "array", "items": {"type": "string"}, "maxItems": 64, "description": "The job modules it runs."}
+                }, "required": ["modules"], "additionalProperties": false}}}},
+            "responses": claimed}}),
+    );
+    let mut hosted = error_responses(&["401", "403", "404", "409", "426"]);
+    hosted.insert(
+        "204".into(),
+        json!({"description": "Recorded: this job server hosts the version."}),
+    );
+    json_reader_refusals(&mut hosted);
+    paths.insert(
+        mprov_api::jobs::HOSTING_PATH.into(),
+        json!({"post": {"summary": "This job server hosts an image's current version (409 for any other). With files (it built it): records them and the rootfs checksum and size, clears the rebuild request, and queues an image-sync for every other job server running that module. Without (a copy, verified against the recorded files): only for a version with files recorded (else 409)",
+            "tags": ["jobs"],
+            "security": [{"clientCertificate": []}],
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                "type": "object", "properties": {
+                    "image": {"type": "string", "description": "The image's slug."},
+                    "version": {"type": "integer"},
+                    "files": {"type": ["array", "null"], "items": schema_ref("HostedFile"), "maxItems": crate::jobs::MAX_FILES, "description": "The version's files, rootfs.tar.zst among them: only from the job server that built it."}
+                }, "required": ["image", "version"], "additionalProperties": false}}}},
+            "responses": hosted}}),
+    );
+    let mut listed = ok("200", "The recorded files.", schema_ref("ImageFiles"));
+    listed.extend(error_responses(&["400", "401", "403", "404", "426"]));
+    paths.insert(
+        mprov_api::jobs::IMAGE_FILES_ROUTE.into(),
+        json!({"parameters": [{"name": "key", "in": "path", "required": true, "schema": {"type": "string"}, "description": "The image's id or slug."}],
+            "get": {"summary": "The files recorded for an image version, which a copy is verified against (job servers and administrators)",
+                "tags": ["images"],
+                "parameters": [{"name": "version", "in": "query", "schema": {"type": "integer"}, "description": "The version; default the current one."}],
+                "responses": listed}}),
+    );
 }
 
 /// The boot timeline and the boot manifest.

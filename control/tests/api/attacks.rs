@@ -478,6 +478,8 @@ async fn serve_with_no_path_makes_its_user() {
 pub(crate) enum As {
     Nobody,
     Admin,
+    /// Another account, by user name and password (HTTP Basic).
+    User(&'static str, &'static str),
     Cert(std::path::PathBuf),
 }
 
@@ -520,6 +522,9 @@ impl Client {
             As::Nobody => {}
             As::Admin => {
                 cmd.args(["-u", &format!("admin:{ADMIN_PASSWORD}")]);
+            }
+            As::User(user, password) => {
+                cmd.args(["-u", &format!("{user}:{password}")]);
             }
             As::Cert(base) => {
                 cmd.arg("--cert")
@@ -1058,6 +1063,189 @@ async fn attack_13_a_job_server_writes_only_the_status_of_its_jobs() {
             assert_eq!(after[field], before[0][field], "{field}");
         }
         s.stop();
+    })
+    .await;
+}
+
+/// Attack 16: the jobs queue against the real service. Job server js2
+/// tries to write js1's claimed job, to claim in js1's name, to take a job
+/// for js1 and to record hosting of a version that is not the current one;
+/// a node's certificate, a read-only account and an admin try to claim.
+/// Every one is refused and every job is as it was; js1's own claim and
+/// report work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_16_a_job_server_claims_and_reports_only_for_itself() {
+    on_admin(Engine::Sqlite, |_, url, s, c| {
+        let image = hosted_image(c);
+        let mut ids = Vec::new();
+        for (name, modules) in [("js1", ["image-update", "image-sync"]), ("js2", ["image-update", "image-sync"])] {
+            ids.push(c.post("jobservers", serde_json::json!({"name": name, "modules": modules}))["id"].clone());
+        }
+        let js1 = As::Cert(c.enrolled_jobserver("js1"));
+        let js2 = As::Cert(c.enrolled_jobserver("js2"));
+        c.post("systems", serde_json::json!({"hostname": "c01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:16:01", "network": "lo"}]}));
+        let node = As::Cert(c.enroll_node("c01", &c.nonce(url, "aa:bb:cc:00:16:01")));
+        c.post("users", serde_json::json!({"username": "ro", "password": "read-only-password", "is_admin": false}));
+        c.ok("PATCH", "/api/v1/images/compute", Some(serde_json::json!({"needs_rebuild": true})));
+        let for_js1 = c.post("jobs", serde_json::json!({"module": "image-sync", "for_jobserver": ids[0]}));
+        let claim_path = mprov_api::jobs::CLAIM_PATH;
+        let claim = |who: &As, body: serde_json::Value| c.call("POST", claim_path, who, Some(body));
+        let update = serde_json::json!({"modules": ["image-update"]});
+
+        // js1 claims the rebuild.
+        let (code, build) = claim(&js1, update.clone());
+        assert_eq!(code, 200, "{build}");
+        assert_eq!(build["params"]["version"], 2, "{build}");
+        let build_path = format!("/api/v1/jobs/{}", build["id"]);
+        let jobs = |c: &Client| c.ok("GET", "/api/v1/jobs/?sort=id", None);
+        let before = jobs(c);
+
+        // Nobody else claims: not a node, a read-only account or an admin.
+        for who in [&node, &As::User("ro", "read-only-password"), &As::Admin] {
+            let (code, v) = claim(who, update.clone());
+            assert_eq!(code, 403, "{v}");
+        }
+        // js2 writes nothing of js1's job.
+        for body in [
+            serde_json::json!({"status": "failed"}),
+            serde_json::json!({"output": "js2 was here", "return_code": 1}),
+            serde_json::json!({"jobserver": ids[1]}),
+        ] {
+            let (code, v) = c.call("PATCH", &build_path, &js2, Some(body.clone()));
+            assert_eq!(code, 403, "{body}: {v}");
+        }
+        // It cannot claim in js1's name, nor take the job that is js1's.
+        let (code, v) = claim(&js2, serde_json::json!({"modules": ["image-sync"], "jobserver": "js1"}));
+        assert!((400..500).contains(&code) && code != 401 && code != 403, "{code} {v}");
+        let (code, v) = claim(&js2, serde_json::json!({"modules": ["image-sync", "image-update"]}));
+        assert_eq!(code, 204, "the only pending job is js1's: {v}");
+        // Nor record hosting of a version that is not the current one.
+        let files = serde_json::json!([{"name": "rootfs.tar.zst", "size": 1, "sha256": crate::scopes::SHA}]);
+        for (who, version) in [(&js2, 1), (&js2, 3), (&js1, 1)] {
+            let (code, v) = c.call("POST", mprov_api::jobs::HOSTING_PATH, who, Some(serde_json::json!({"image": "compute", "version": version, "files": files})));
+            assert_eq!(code, 409, "version {version}: {v}");
+        }
+        let (code, v) = c.call("POST", mprov_api::jobs::HOSTING_PATH, &node, Some(serde_json::json!({"image": "compute", "version": 2, "files": files})));
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(jobs(c), before, "the attacks changed a job");
+        let img = c.ok("GET", "/api/v1/images/compute", None);
+        assert_eq!((&img["rootfs_sha256"], &img["jobservers"]), (&serde_json::json!(""), &serde_json::json!([])), "{img}");
+
+        // What js1 may do: its own job for it, its report, its publishing.
+        let (code, v) = claim(&js1, serde_json::json!({"modules": ["image-sync"]}));
+        assert_eq!((code, &v["id"]), (200, &for_js1["id"]), "{v}");
+        let (code, v) = c.call("PATCH", &build_path, &js1, Some(serde_json::json!({"status": "success", "output": "built", "return_code": 0})));
+        assert_eq!(code, 200, "{v}");
+        assert!(v["ended_at"].is_string(), "{v}");
+        let (code, v) = c.call("POST", mprov_api::jobs::HOSTING_PATH, &js1, Some(serde_json::json!({"image": "compute", "version": 2, "files": files})));
+        assert_eq!(code, 204, "{v}");
+        let img = c.ok("GET", "/api/v1/images/compute", None);
+        assert_eq!(img["jobservers"], serde_json::json!([ids[0]]), "{img}");
+        let syncs = c.ok("GET", "/api/v1/jobs/?module=image-sync&status=pending", None);
+        assert_eq!(syncs["total"], 1, "{syncs}");
+        assert_eq!(syncs["items"][0]["for_jobserver"], ids[1], "{syncs}");
+        s.stop();
+    })
+    .await;
+}
+
+/// `serve` sweeps silent job servers at start: js1, silent since 2020,
+/// has its running job failed with the reason
+/// (`JOBSERVER_FAIL_JOBS_AFTER_MINUTES`, default 10) and, with
+/// `JOBSERVER_DELETE_AFTER_DAYS=1`, its row deleted and its certificate
+/// revoked; js2, heard from now, keeps its job and its row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_sweeps_silent_job_servers() {
+    on_admin(Engine::Sqlite, |dir, url, s, c| {
+        for name in ["js1", "js2"] {
+            c.post(
+                "jobservers",
+                serde_json::json!({"name": name, "modules": ["libgenders"]}),
+            );
+        }
+        let certs = ["js1", "js2"].map(|n| As::Cert(c.enrolled_jobserver(n)));
+        let mut jobs = Vec::new();
+        for (cert, n) in certs.iter().zip(1..) {
+            c.post(
+                "jobs",
+                serde_json::json!({"module": "libgenders", "params": {"n": n}}),
+            );
+            let (code, v) = c.call(
+                "POST",
+                mprov_api::jobs::CLAIM_PATH,
+                cert,
+                Some(serde_json::json!({"modules": ["libgenders"]})),
+            );
+            assert_eq!(code, 200, "{v}");
+            jobs.push(format!("/api/v1/jobs/{}", v["id"]));
+        }
+        s.stop();
+        // The controlled clock: js1 was last heard from in 2020, js2 now.
+        let db_url = url.to_owned();
+        tokio::runtime::Handle::current().block_on(async move {
+            let db = mprov_control::db::Db::connect(&db_url).await.unwrap();
+            for (name, at) in [
+                ("js1", "2020-01-01T00:00:00Z".to_owned()),
+                ("js2", mprov_control::time::now()),
+            ] {
+                let mut sql = db.sql();
+                sql.push("UPDATE jobservers SET heartbeat_at = ")
+                    .bind(mprov_control::db::Val::Text(Some(at)))
+                    .push(" WHERE name = ")
+                    .bind(mprov_control::db::Val::Text(Some(name.into())));
+                sql.query().execute(db.pool()).await.unwrap();
+            }
+            db.close().await;
+        });
+        *s = Server::start(
+            dir,
+            url,
+            2,
+            &[
+                ("MPROV_SUPERUSER_PASSWORD", ADMIN_PASSWORD),
+                ("JOBSERVER_DELETE_AFTER_DAYS", "1"),
+            ],
+        );
+        let c = Client::new(s, dir);
+        // The sweep runs as `serve` starts: bounded polling, no sleep guess.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let failed = loop {
+            let job = c.ok("GET", &jobs[0], None);
+            if job["status"] == "failed" {
+                break job;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not swept: {job}
+{}",
+                s.log_text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        let output = failed["output"].as_str().unwrap();
+        assert!(
+            output.contains("job server js1 was last heard from at 2020-01-01T00:00:00Z")
+                && output.contains("JOBSERVER_FAIL_JOBS_AFTER_MINUTES"),
+            "{output}"
+        );
+        assert!(failed["ended_at"].is_string(), "{failed}");
+        assert_eq!(
+            c.ok("GET", &jobs[1], None)["status"],
+            "running",
+            "js2 was heard from"
+        );
+        let (code, _) = c.call("GET", "/api/v1/jobservers/js1", &As::Admin, None);
+        assert_eq!(code, 404, "js1 was silent for more than a day");
+        assert_eq!(c.live("js1"), 0, "its certificate was revoked");
+        let (code, _) = c.call("GET", "/api/v1/systems/", &certs[0], None);
+        assert!(code == 401 || code == 403, "{code}");
+        assert_eq!(c.live("js2"), 1);
+        c.ok("GET", "/api/v1/jobservers/js2", None);
+        let log = s.stop();
+        assert!(
+            log.contains("deleted job server js1") && log.contains("failed job"),
+            "{log}"
+        );
     })
     .await;
 }

@@ -275,6 +275,30 @@ async fn populate(c: &Ctx, full: usize, members: usize) {
         .execute(db.pool())
         .await
         .unwrap();
+    // The jobs queue: a job for one job server, a published version's files.
+    c.post(
+        "jobs",
+        json!({"module": "image-sync", "params": {"image": "compute", "version": 1, "from": "js0"}, "for_jobserver": "js1"}),
+    )
+    .await;
+    let mut files = db.sql();
+    files.push("INSERT INTO image_files (image_id, version, name, size, sha256) VALUES ");
+    for (i, (name, size)) in [("rootfs.tar.zst", 1_i64 << 40), ("vmlinuz", 12_345)]
+        .into_iter()
+        .enumerate()
+    {
+        if i > 0 {
+            files.push(", ");
+        }
+        files.bind_list([
+            Val::Int(image_id.as_i64()),
+            Val::Int(Some(1)),
+            Val::Text(Some(name.into())),
+            Val::Int(Some(size)),
+            Val::Text(Some("ab".repeat(32))),
+        ]);
+    }
+    files.query().execute(db.pool()).await.unwrap();
     mprov_control::enrollment::create_token(db, "spare", std::time::Duration::from_secs(3600))
         .await
         .unwrap();
@@ -437,6 +461,8 @@ async fn populated_install_round_trip() {
         "credentials",
         "enroll_tokens",
         "jobservers",
+        "jobs",
+        "image_files",
     ] {
         assert!(!want_rows[table].1.is_empty(), "{table} is populated");
     }

@@ -6,6 +6,7 @@ mod backup;
 mod boot;
 mod common;
 mod flood;
+mod jobs;
 mod limits;
 mod openapi;
 mod process;
@@ -1101,7 +1102,27 @@ async fn openapi_lists_every_status_answered(engine: Engine) {
     openapi::every_status_answered_is_documented(engine).await;
 }
 
+async fn jobs_claim_race(engine: Engine) {
+    jobs::claim_race(engine).await;
+}
+
+async fn jobs_claims_and_reports(engine: Engine) {
+    jobs::claims_and_reports(engine).await;
+}
+
+async fn jobs_publish_and_copy(engine: Engine) {
+    jobs::publish_and_copy(engine).await;
+}
+
+async fn jobs_sweeps_with_a_controlled_clock(engine: Engine) {
+    jobs::sweeps_with_a_controlled_clock(engine).await;
+}
+
 engine_tests!(
+    jobs_claim_race,
+    jobs_claims_and_reports,
+    jobs_publish_and_copy,
+    jobs_sweeps_with_a_controlled_clock,
     boot_timeline_manifest_and_nonces,
     ipxe_rate_limits,
     bootability_one_rule,

@@ -170,7 +170,7 @@ pub(crate) async fn enroll_jobserver(c: &Ctx, name: &str) -> Vec<u8> {
 }
 
 /// Enrolls a node through /ipxe/ and /enroll/node/; its certificate (DER).
-async fn enroll_node(c: &Ctx, mac: &str) -> Vec<u8> {
+pub(crate) async fn enroll_node(c: &Ctx, mac: &str) -> Vec<u8> {
     attest(c, mac).await;
     let app = &c.app;
     let (status, script) = ipxe(app, mac).await;
@@ -241,6 +241,11 @@ fn expected(who: Who, mode: &str, method: &str, path: &str, ids: &Ids) -> bool {
         ];
         method == "GET" && own_system.iter().chain(reads.iter()).any(|p| p == path)
     };
+    // Claiming and hosting are a job server's own, with its certificate:
+    // not even an admin's (nobody else can say which job server it is).
+    if path == mprov_api::jobs::CLAIM_PATH || path == mprov_api::jobs::HOSTING_PATH {
+        return who == Who::JobServer;
+    }
     // Renewal is for the holder of an agent certificate only.
     if path == "/enroll/renew/" {
         return matches!(who, Who::NodeA | Who::NodeB | Who::JobServer);
@@ -312,6 +317,24 @@ fn endpoints(ids: &Ids) -> Vec<(&'static str, String, Option<Value>)> {
         ("GET", "/api/v1/systems/c01/config".into(), None),
         ("GET", "/api/v1/systems/c02/config".into(), None),
         ("GET", "/api/v1/nics/?system=c01".into(), None),
+        // Allowed, and changing nothing: no job of that module, no such
+        // image.
+        (
+            "POST",
+            mprov_api::jobs::CLAIM_PATH.into(),
+            Some(json!({"modules": ["no-such-module"]})),
+        ),
+        (
+            "POST",
+            mprov_api::jobs::HOSTING_PATH.into(),
+            Some(json!({"image": "no-such-image", "version": 1})),
+        ),
+        (
+            "GET",
+            mprov_api::jobs::image_files_path("no-such-image"),
+            None,
+        ),
+        ("GET", mprov_api::jobs::image_files_path("compute"), None),
         ("GET", "/api/v1/nics/?system=c02".into(), None),
         ("GET", format!("/api/v1/bmcs/?system={}", ids.a), None),
         ("PATCH", "/api/v1/jobservers/js1".into(), Some(bad.clone())),
@@ -356,7 +379,7 @@ fn endpoints(ids: &Ids) -> Vec<(&'static str, String, Option<Value>)> {
 
 /// Job server js1 of network `prov` (10.0.0.0/24, where `NODE_IP` is)
 /// hosting image `compute`: the job server and the image.
-async fn hosted_image(c: &Ctx) -> (Value, Value) {
+pub(crate) async fn hosted_image(c: &Ctx) -> (Value, Value) {
     c.post(
         "networks",
         json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24}),

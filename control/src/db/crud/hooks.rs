@@ -60,7 +60,7 @@ impl Db {
     }
 
     /// The hooks that run once a row was written (`created` or updated):
-    /// [`Hook::Rebuild`].
+    /// [`Hook::Rebuild`], [`Hook::Ends`].
     pub(super) async fn after_write(
         &self,
         conn: &mut AnyConnection,
@@ -70,6 +70,16 @@ impl Db {
         created: bool,
     ) -> Result<(), StoreError> {
         for hook in kind.hooks {
+            if let Hook::Ends {
+                status,
+                finals,
+                stamp,
+            } = *hook
+            {
+                self.stamp_end(conn, kind, id, row, (status, finals, stamp))
+                    .await?;
+                continue;
+            }
             let Hook::Rebuild {
                 flag,
                 resets,
@@ -113,36 +123,99 @@ impl Db {
                     clear.query().execute(&mut *conn).await?;
                 }
             }
-            // The kinds' tests check that a rebuilt kind has a slug.
-            let Some(slug) = kind.slug else {
-                continue;
-            };
-            let mut sel = self.sql();
-            sel.push("SELECT ")
-                .push(slug)
-                .push(" AS slug, version FROM ")
-                .push(kind.table)
-                .push(" WHERE id = ")
-                .bind(Val::Int(Some(id)));
-            let r = sel.query().fetch_one(&mut *conn).await?;
-            let mut params = Map::new();
-            params.insert(param.into(), Value::String(r.try_get("slug")?));
-            params.insert("version".into(), int(&r, "version")?.into());
-            let now = now();
-            let mut insert = self.sql();
-            insert.push(
-                "INSERT INTO jobs (module, params, status, output, created_at, updated_at) VALUES ",
-            );
-            insert.bind_list([
-                Val::Text(Some(job.into())),
-                Val::Text(Some(Value::Object(params).to_string())),
-                Val::Text(Some("pending".into())),
-                Val::Text(Some(String::new())),
-                Val::Text(Some(now.clone())),
-                Val::Text(Some(now)),
-            ]);
-            insert.query().execute(&mut *conn).await?;
+            self.queue_for_row(conn, kind, id, job, param).await?;
         }
+        Ok(())
+    }
+
+    /// The hooks that run before a delete, while the row is still there:
+    /// [`Hook::Deleted`].
+    pub(super) async fn before_delete(
+        &self,
+        conn: &mut AnyConnection,
+        kind: &'static Kind,
+        id: i64,
+    ) -> Result<(), StoreError> {
+        for hook in kind.hooks {
+            if let Hook::Deleted { job, param } = *hook {
+                self.queue_for_row(conn, kind, id, job, param).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues a pending job of the module `job` with the parameters
+    /// `{"<param>": slug, "version": version}` of the row `id`.
+    async fn queue_for_row(
+        &self,
+        conn: &mut AnyConnection,
+        kind: &'static Kind,
+        id: i64,
+        job: &str,
+        param: &str,
+    ) -> Result<(), StoreError> {
+        // The kinds' tests check that such a kind has a slug.
+        let Some(slug) = kind.slug else {
+            return Ok(());
+        };
+        let mut sel = self.sql();
+        sel.push("SELECT ")
+            .push(slug)
+            .push(" AS slug, version FROM ")
+            .push(kind.table)
+            .push(" WHERE id = ")
+            .bind(Val::Int(Some(id)));
+        let r = sel.query().fetch_one(&mut *conn).await?;
+        let mut params = Map::new();
+        params.insert(param.into(), Value::String(r.try_get("slug")?));
+        params.insert("version".into(), int(&r, "version")?.into());
+        let now = now();
+        let mut insert = self.sql();
+        insert.push(
+            "INSERT INTO jobs (module, params, status, output, created_at, updated_at) VALUES ",
+        );
+        insert.bind_list([
+            Val::Text(Some(job.into())),
+            Val::Text(Some(Value::Object(params).to_string())),
+            Val::Text(Some("pending".into())),
+            Val::Text(Some(String::new())),
+            Val::Text(Some(now.clone())),
+            Val::Text(Some(now)),
+        ]);
+        insert.query().execute(&mut *conn).await?;
+        Ok(())
+    }
+
+    /// [`Hook::Ends`]: a write that set `status` to one of `finals` without
+    /// giving `stamp` sets `stamp` to now where it is unset.
+    async fn stamp_end(
+        &self,
+        conn: &mut AnyConnection,
+        kind: &'static Kind,
+        id: i64,
+        row: &Prepared,
+        (status, finals, stamp): (&str, &[&str], &str),
+    ) -> Result<(), StoreError> {
+        let ended = matches!(
+            row.value(status),
+            Some(Pending::Val(Val::Text(Some(s)))) if finals.contains(&s.as_str())
+        );
+        let (Some(field), true, None) = (kind.field(stamp), ended, row.value(stamp)) else {
+            return Ok(());
+        };
+        let mut sql = self.sql();
+        sql.push("UPDATE ")
+            .push(kind.table)
+            .push(" SET ")
+            .push(&field.column())
+            .push(" = ")
+            .bind(Val::Text(Some(now())));
+        sql.push(" WHERE id = ")
+            .bind(Val::Int(Some(id)))
+            .push(" AND ")
+            .push(&field.column())
+            .push(" IS NULL");
+        sql.query().execute(&mut *conn).await?;
         Ok(())
     }
 }

@@ -183,6 +183,7 @@ impl Db {
                     .await?;
             }
         }
+        self.before_delete(&mut tx, kind, id).await?;
         let mut sql = self.sql();
         sql.push("DELETE FROM ")
             .push(kind.table)

@@ -1,0 +1,607 @@
+//! The jobs queue: job servers claim jobs, publish and record the image
+//! versions they host, and the sweeps of silent job servers. The HTTP
+//! endpoints over it are in `crate::http::jobs`; who may call them is
+//! [`crate::access::own_jobserver`] (a job server's own certificate).
+//!
+//! - **Claiming** ([`claim`]) is atomic on every engine: a conditional
+//!   `UPDATE ... WHERE id = ? AND status = 'pending'` whose row count says
+//!   who won, in a transaction that bumps the inventory revision first (which
+//!   also serializes it with every other write). A loser takes the next
+//!   candidate. The oldest pending job of the claimer's modules comes first;
+//!   a job [for one job server](`for_jobserver`) is taken only by it.
+//! - **Publishing** ([`record_hosting`]): the job server that built the
+//!   image's current version sends its files; they are recorded (the rootfs
+//!   checksum and size onto the image), the rebuild request is cleared, the
+//!   builder becomes a host, and every other job server running
+//!   `image-sync` gets a job to copy it. A copy sends no files: it becomes
+//!   a host only of a version whose files were recorded.
+//! - **Sweeps** ([`sweep`]), with the time passed in: the running jobs of a
+//!   job server silent for `JOBSERVER_FAIL_JOBS_AFTER_MINUTES` are failed
+//!   with the reason; job servers silent for `JOBSERVER_DELETE_AFTER_DAYS`
+//!   are deleted, with their certificates revoked.
+//!
+//! A job's output is bounded by [`MAX_OUTPUT`] characters: a longer report
+//! is refused (400) by the field's validation, so the job server sends the
+//! tail of what it printed.
+
+use std::collections::HashSet;
+
+use mprov_api::jobs::{HostedFile, Hosting, Job, module};
+use serde_json::{Map, Value};
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row as _};
+
+use crate::config::JobServerSilence;
+use crate::db::crud::{StoreError, parse_sha256};
+use crate::db::{Db, Val, int, kinds};
+use crate::time::format_ts;
+
+pub use mprov_api::jobs::MAX_OUTPUT;
+
+/// The file of a version whose checksum and size are the image's.
+pub const ROOTFS: &str = "rootfs.tar.zst";
+/// The most files one version may list.
+pub const MAX_FILES: usize = 1000;
+/// How many pending jobs one claim tries per look (each a conditional
+/// update that a concurrent claimer may win first).
+const CANDIDATES: i64 = 16;
+/// How many looks one claim takes before it answers "nothing" (each look
+/// found candidates that all went to others).
+const LOOKS: usize = 8;
+
+/// A job's states: waiting, taken, and the two ends.
+pub mod status {
+    /// Waiting for a job server.
+    pub const PENDING: &str = "pending";
+    /// Claimed and running.
+    pub const RUNNING: &str = "running";
+    /// Ended well.
+    pub const SUCCESS: &str = "success";
+    /// Ended badly.
+    pub const FAILED: &str = "failed";
+    /// The states a job ends in.
+    pub const FINAL: &[&str] = &[SUCCESS, FAILED];
+}
+
+fn text(v: impl Into<String>) -> Val {
+    Val::Text(Some(v.into()))
+}
+
+fn conflict(message: String) -> StoreError {
+    StoreError::Conflict {
+        field: None,
+        message,
+    }
+}
+
+fn invalid(field: &str, message: String) -> StoreError {
+    StoreError::Invalid {
+        field: Some(field.to_owned()),
+        message: format!("{field}: {message}"),
+    }
+}
+
+/// Bumps the inventory revision: the first statement of every write, as in
+/// the generic writes (on SQLite it takes the write lock up front).
+async fn bump_revision(conn: &mut AnyConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE inventory_revision SET revision = revision + 1 WHERE id = 1")
+        .execute(&mut *conn)
+        .await
+        .map(drop)
+}
+
+/// The id of the job server named `name`, if it is registered.
+pub async fn jobserver_id(db: &Db, name: &str) -> Result<Option<i64>, sqlx::Error> {
+    let row = db
+        .row_where("SELECT id FROM jobservers WHERE name = ", name)
+        .await?;
+    row.map(|r| int(&r, "id")).transpose()
+}
+
+/// Inserts a pending job of `module` with `params`, for the job server
+/// `for_jobserver` alone (`None`: any running the module), in `conn`'s
+/// transaction.
+pub async fn queue(
+    db: &Db,
+    conn: &mut AnyConnection,
+    module: &str,
+    params: &Value,
+    for_jobserver: Option<i64>,
+    now: &str,
+) -> Result<(), sqlx::Error> {
+    let mut insert = db.sql();
+    insert.push(
+        "INSERT INTO jobs (module, params, status, output, for_jobserver_id, created_at, updated_at) VALUES ",
+    );
+    insert.bind_list([
+        text(module),
+        text(params.to_string()),
+        text(status::PENDING),
+        text(""),
+        Val::Int(for_jobserver),
+        text(now),
+        text(now),
+    ]);
+    insert.query().execute(&mut *conn).await.map(drop)
+}
+
+/// Claims the oldest pending job of `modules` for the job server
+/// `jobserver` (its row id), taking only jobs for anyone or for it: marks
+/// it running, claimed by it, started `now`. `None` when there is none.
+/// Under concurrent claims each job goes to exactly one claimer.
+pub async fn claim(
+    db: &Db,
+    jobserver: i64,
+    modules: &[String],
+    now: jiff::Timestamp,
+) -> Result<Option<Job>, StoreError> {
+    let modules: Vec<&String> = modules.iter().collect::<HashSet<_>>().into_iter().collect();
+    if modules.is_empty() {
+        return Ok(None);
+    }
+    let now = format_ts(now);
+    for _ in 0..LOOKS {
+        let mut sel = db.sql();
+        sel.push("SELECT id, module, params FROM jobs WHERE status = ")
+            .bind(text(status::PENDING))
+            .push(" AND module IN ");
+        sel.bind_list(modules.iter().map(|m| text(m.as_str())));
+        sel.push(" AND (for_jobserver_id IS NULL OR for_jobserver_id = ")
+            .bind(Val::Int(Some(jobserver)))
+            .push(") ORDER BY id LIMIT ")
+            .bind(Val::Int(Some(CANDIDATES)));
+        let candidates = db.fetch_all(&sel).await?;
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        for row in &candidates {
+            let id = int(row, "id")?;
+            let mut tx = db.pool().begin().await?;
+            bump_revision(&mut tx).await?;
+            let mut upd = db.sql();
+            upd.push("UPDATE jobs SET status = ")
+                .bind(text(status::RUNNING))
+                .push(", jobserver_id = ")
+                .bind(Val::Int(Some(jobserver)))
+                .push(", started_at = ")
+                .bind(text(now.clone()))
+                .push(", updated_at = ")
+                .bind(text(now.clone()))
+                .push(" WHERE id = ")
+                .bind(Val::Int(Some(id)))
+                .push(" AND status = ")
+                .bind(text(status::PENDING));
+            if upd.query().execute(&mut *tx).await?.rows_affected() == 1 {
+                tx.commit().await?;
+                return Ok(Some(job_of(row, id)?));
+            }
+            // Another claimer won it: nothing written, not even the revision.
+            tx.rollback().await?;
+        }
+    }
+    Ok(None)
+}
+
+fn job_of(row: &AnyRow, id: i64) -> Result<Job, sqlx::Error> {
+    let params: Option<String> = row.try_get("params")?;
+    Ok(Job {
+        id,
+        module: row.try_get("module")?,
+        params: params
+            .and_then(|p| serde_json::from_str(&p).ok())
+            .unwrap_or(Value::Null),
+    })
+}
+
+/// An image's id, slug and current version, found by id or slug.
+async fn image(
+    conn: &mut AnyConnection,
+    db: &Db,
+    key: &str,
+) -> Result<(i64, String, i64), StoreError> {
+    let mut sel = db.sql();
+    sel.push("SELECT id, slug, version FROM system_images WHERE slug = ")
+        .bind(text(key));
+    if let Ok(id) = key.parse::<i64>() {
+        sel.push(" OR id = ").bind(Val::Int(Some(id)));
+    }
+    let row = sel
+        .query()
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: "images",
+            key: key.to_owned(),
+        })?;
+    Ok((
+        int(&row, "id")?,
+        row.try_get("slug")?,
+        int(&row, "version")?,
+    ))
+}
+
+/// Checks a version's file list: names that stay inside the version folder,
+/// SHA-256 digests, each name once, a rootfs among them. The rootfs entry.
+pub fn check_files(files: &[HostedFile]) -> Result<&HostedFile, StoreError> {
+    if files.len() > MAX_FILES {
+        return Err(invalid(
+            "files",
+            format!("at most {MAX_FILES} files; got {}", files.len()),
+        ));
+    }
+    let mut seen = HashSet::new();
+    for (i, f) in files.iter().enumerate() {
+        let at = format!("files[{i}]");
+        let name_ok = !f.name.is_empty()
+            && f.name.len() <= 255
+            && f.name != "."
+            && f.name != ".."
+            && !f.name.contains(['/', '\\', '\0']);
+        if !name_ok {
+            return Err(invalid(
+                &format!("{at}.name"),
+                format!("{:?} is not a file name inside the version folder", f.name),
+            ));
+        }
+        if !seen.insert(f.name.as_str()) {
+            return Err(invalid(
+                &format!("{at}.name"),
+                format!("{:?} is listed twice", f.name),
+            ));
+        }
+        if f.sha256.is_empty() {
+            return Err(invalid(
+                &format!("{at}.sha256"),
+                "a SHA-256 is required".into(),
+            ));
+        }
+        parse_sha256(&f.sha256).map_err(|e| invalid(&format!("{at}.sha256"), e))?;
+        if i64::try_from(f.size).is_err() {
+            return Err(invalid(&format!("{at}.size"), "too large".into()));
+        }
+    }
+    files.iter().find(|f| f.name == ROOTFS).ok_or_else(|| {
+        invalid(
+            "files",
+            format!("no {ROOTFS}: the version's root file system must be among its files"),
+        )
+    })
+}
+
+/// Job server `jobserver` (row id) hosts `hosting.version` of an image:
+/// refused (409) unless that is the image's current version. With files
+/// (the builder): records them, sets the image's rootfs checksum and size,
+/// clears its rebuild request, and queues an `image-sync` of it for every
+/// other job server that runs that module. Without (a copy): only for a
+/// version whose files were recorded (else 409). Either way it becomes one
+/// of the image's hosts. One transaction, bumping the revision.
+pub async fn record_hosting(
+    db: &Db,
+    jobserver: i64,
+    hosting: &Hosting,
+    now: jiff::Timestamp,
+) -> Result<(), StoreError> {
+    let rootfs = hosting.files.as_deref().map(check_files).transpose()?;
+    let now = format_ts(now);
+    let mut tx = db.pool().begin().await?;
+    bump_revision(&mut tx).await?;
+    let (image_id, slug, current) = image(&mut tx, db, &hosting.image).await?;
+    if hosting.version != current {
+        return Err(conflict(format!(
+            "image {slug} is at version {current}, not {}: only the current version is hosted",
+            hosting.version
+        )));
+    }
+    let mut count = db.sql();
+    count
+        .push("SELECT COUNT(*) AS n FROM image_files WHERE image_id = ")
+        .bind(Val::Int(Some(image_id)))
+        .push(" AND version = ")
+        .bind(Val::Int(Some(current)));
+    let recorded = int(&count.query().fetch_one(&mut *tx).await?, "n")? > 0;
+    match (&hosting.files, rootfs) {
+        (Some(files), Some(rootfs)) => {
+            let mut del = db.sql();
+            del.push("DELETE FROM image_files WHERE image_id = ")
+                .bind(Val::Int(Some(image_id)))
+                .push(" AND version = ")
+                .bind(Val::Int(Some(current)));
+            del.query().execute(&mut *tx).await?;
+            for chunk in files.chunks(crate::db::MAX_BINDS / 5) {
+                let mut ins = db.sql();
+                ins.push("INSERT INTO image_files (image_id, version, name, size, sha256) VALUES ");
+                for (i, f) in chunk.iter().enumerate() {
+                    if i > 0 {
+                        ins.push(", ");
+                    }
+                    ins.bind_list([
+                        Val::Int(Some(image_id)),
+                        Val::Int(Some(current)),
+                        text(f.name.clone()),
+                        Val::Int(Some(i64::try_from(f.size).unwrap_or(i64::MAX))),
+                        text(f.sha256.to_ascii_lowercase()),
+                    ]);
+                }
+                ins.query().execute(&mut *tx).await?;
+            }
+            let mut upd = db.sql();
+            upd.push("UPDATE system_images SET rootfs_sha256 = ")
+                .bind(text(rootfs.sha256.to_ascii_lowercase()))
+                .push(", rootfs_size = ")
+                .bind(Val::Int(Some(
+                    i64::try_from(rootfs.size).unwrap_or(i64::MAX),
+                )))
+                .push(", needs_rebuild = ")
+                .bind(Val::Bool(Some(false)))
+                .push(", updated_at = ")
+                .bind(text(now.clone()))
+                .push(" WHERE id = ")
+                .bind(Val::Int(Some(image_id)));
+            upd.query().execute(&mut *tx).await?;
+            // A version published again (a retried build) is not copied twice.
+            if !recorded {
+                queue_syncs(db, &mut tx, jobserver, &slug, current, &now).await?;
+            }
+        }
+        _ if !recorded => {
+            return Err(conflict(format!(
+                "no files are recorded for version {current} of image {slug}: the job server that built it publishes them first"
+            )));
+        }
+        _ => {}
+    }
+    let mut has = db.sql();
+    has.push("SELECT COUNT(*) AS n FROM image_hosts WHERE image_id = ")
+        .bind(Val::Int(Some(image_id)))
+        .push(" AND jobserver_id = ")
+        .bind(Val::Int(Some(jobserver)));
+    if int(&has.query().fetch_one(&mut *tx).await?, "n")? == 0 {
+        let mut ins = db.sql();
+        ins.push("INSERT INTO image_hosts (image_id, jobserver_id) VALUES ")
+            .bind_list([Val::Int(Some(image_id)), Val::Int(Some(jobserver))]);
+        ins.query().execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Queues an `image-sync` of `slug` at `version` for every job server but
+/// `publisher` that runs that module, naming the publisher as the source.
+async fn queue_syncs(
+    db: &Db,
+    conn: &mut AnyConnection,
+    publisher: i64,
+    slug: &str,
+    version: i64,
+    now: &str,
+) -> Result<(), StoreError> {
+    let rows = sqlx::query("SELECT id, name, modules FROM jobservers")
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut from = String::new();
+    let mut targets = Vec::new();
+    for r in &rows {
+        let id = int(r, "id")?;
+        let name: String = r.try_get("name")?;
+        if id == publisher {
+            from = name;
+            continue;
+        }
+        let modules: String = r.try_get("modules")?;
+        let modules: Vec<String> = serde_json::from_str(&modules).unwrap_or_default();
+        if modules.iter().any(|m| m == module::IMAGE_SYNC) {
+            targets.push(id);
+        }
+    }
+    let mut params = Map::new();
+    params.insert("image".into(), slug.into());
+    params.insert("version".into(), version.into());
+    params.insert("from".into(), from.into());
+    let params = Value::Object(params);
+    for id in targets {
+        queue(db, conn, module::IMAGE_SYNC, &params, Some(id), now).await?;
+    }
+    Ok(())
+}
+
+/// The files recorded for an image's `version` (`None`: its current one):
+/// the image's slug, the version and its files by name.
+pub async fn files(
+    db: &Db,
+    key: &str,
+    version: Option<i64>,
+) -> Result<mprov_api::jobs::ImageFiles, StoreError> {
+    let mut conn = db.pool().acquire().await?;
+    let (image_id, slug, current) = image(&mut conn, db, key).await?;
+    let version = version.unwrap_or(current);
+    let mut sel = db.sql();
+    sel.push("SELECT name, size, sha256 FROM image_files WHERE image_id = ")
+        .bind(Val::Int(Some(image_id)))
+        .push(" AND version = ")
+        .bind(Val::Int(Some(version)))
+        .push(" ORDER BY name");
+    let rows = sel.query().fetch_all(&mut *conn).await?;
+    let files = rows
+        .iter()
+        .map(|r| {
+            Ok(HostedFile {
+                name: r.try_get("name")?,
+                size: u64::try_from(int(r, "size")?).unwrap_or_default(),
+                sha256: r.try_get("sha256")?,
+            })
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
+    Ok(mprov_api::jobs::ImageFiles {
+        image: slug,
+        version,
+        files,
+    })
+}
+
+/// What a [`sweep`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// The jobs failed, by id.
+    pub failed_jobs: Vec<i64>,
+    /// The job servers deleted, by name.
+    pub deleted_jobservers: Vec<String>,
+}
+
+/// The time `minutes` before `now`, in the stored form.
+fn before(now: jiff::Timestamp, minutes: i64) -> String {
+    format_ts(
+        now.checked_sub(jiff::SignedDuration::from_mins(minutes))
+            .unwrap_or(jiff::Timestamp::MIN),
+    )
+}
+
+/// `text` with `line` added, keeping its last [`MAX_OUTPUT`] characters.
+pub fn append_bounded(text: &str, line: &str) -> String {
+    let mut out = String::with_capacity(text.len() + line.len() + 1);
+    out.push_str(text);
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(line);
+    let over = out.chars().count().saturating_sub(MAX_OUTPUT);
+    match out.char_indices().nth(over) {
+        Some((at, _)) if over > 0 => out[at..].to_owned(),
+        _ => out,
+    }
+}
+
+/// The job servers last heard from before `cutoff` (never heard from:
+/// registered before it): id, name, and when they were last heard from.
+async fn silent_since(db: &Db, cutoff: &str) -> Result<Vec<(i64, String, String)>, sqlx::Error> {
+    let mut sel = db.sql();
+    sel.push(
+        "SELECT id, name, COALESCE(heartbeat_at, created_at) AS heard FROM jobservers WHERE COALESCE(heartbeat_at, created_at) < ",
+    )
+    .bind(text(cutoff))
+    .push(" ORDER BY id");
+    db.fetch_all(&sel)
+        .await?
+        .iter()
+        .map(|r| Ok((int(r, "id")?, r.try_get("name")?, r.try_get("heard")?)))
+        .collect()
+}
+
+/// At `now`: fails the running jobs of every job server silent for
+/// `limits.fail_jobs_after_minutes`, with the reason at the end of their
+/// output and their end time; deletes every job server silent for
+/// `limits.delete_after_days` (revoking its certificates, as deleting its
+/// row through the API does). Each failed job is written in its own
+/// transaction, which bumps the revision, and only if it is still running.
+pub async fn sweep(
+    db: &Db,
+    now: jiff::Timestamp,
+    limits: JobServerSilence,
+) -> Result<Swept, StoreError> {
+    let mut swept = Swept::default();
+    let stamp = format_ts(now);
+    if limits.fail_jobs_after_minutes > 0 {
+        let minutes = i64::from(limits.fail_jobs_after_minutes);
+        for (id, name, heard) in silent_since(db, &before(now, minutes)).await? {
+            let mut sel = db.sql();
+            sel.push("SELECT id, output FROM jobs WHERE status = ")
+                .bind(text(status::RUNNING))
+                .push(" AND jobserver_id = ")
+                .bind(Val::Int(Some(id)))
+                .push(" ORDER BY id");
+            let reason = format!(
+                "failed by the control service at {stamp}: job server {name} was last heard from at {heard}, more than {minutes} minutes before (JOBSERVER_FAIL_JOBS_AFTER_MINUTES)"
+            );
+            for job in db.fetch_all(&sel).await? {
+                let job_id = int(&job, "id")?;
+                let output: String = job.try_get("output")?;
+                let mut tx = db.pool().begin().await?;
+                bump_revision(&mut tx).await?;
+                let mut upd = db.sql();
+                upd.push("UPDATE jobs SET status = ")
+                    .bind(text(status::FAILED))
+                    .push(", output = ")
+                    .bind(text(append_bounded(&output, &reason)))
+                    .push(", ended_at = ")
+                    .bind(text(stamp.clone()))
+                    .push(", updated_at = ")
+                    .bind(text(stamp.clone()))
+                    .push(" WHERE id = ")
+                    .bind(Val::Int(Some(job_id)))
+                    .push(" AND status = ")
+                    .bind(text(status::RUNNING));
+                if upd.query().execute(&mut *tx).await?.rows_affected() == 1 {
+                    tx.commit().await?;
+                    swept.failed_jobs.push(job_id);
+                } else {
+                    tx.rollback().await?;
+                }
+            }
+        }
+    }
+    if limits.delete_after_days > 0 {
+        let minutes = i64::from(limits.delete_after_days) * 24 * 60;
+        let jobservers = kinds::kind("jobservers").ok_or_else(|| StoreError::NotFound {
+            kind: "kinds",
+            key: "jobservers".into(),
+        })?;
+        for (_, name, _) in silent_since(db, &before(now, minutes)).await? {
+            match db.delete(jobservers, &name).await {
+                Ok(()) => swept.deleted_jobservers.push(name),
+                // Deleted meanwhile (by an admin): nothing left to do.
+                Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(swept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, sha: &str) -> HostedFile {
+        HostedFile {
+            name: name.into(),
+            size: 10,
+            sha256: sha.into(),
+        }
+    }
+
+    const SHA: &str = "5e0a0d1c9f2b7e3a4d6c8b0a1f3e5d7c9b1a3f5e7d9c1b3a5f7e9d1c3b5a7f90";
+
+    #[test]
+    fn file_lists_name_their_rootfs_and_stay_in_their_folder() {
+        let good = [file(ROOTFS, SHA), file("vmlinuz", SHA)];
+        assert_eq!(check_files(&good).unwrap().name, ROOTFS);
+        let msg = |files: &[HostedFile]| check_files(files).unwrap_err().to_string();
+        assert!(msg(&[file("vmlinuz", SHA)]).contains("no rootfs.tar.zst"));
+        assert!(msg(&[file(ROOTFS, SHA), file("../etc", SHA)]).contains("files[1].name"));
+        assert!(msg(&[file(ROOTFS, SHA), file("..", SHA)]).contains("files[1].name"));
+        assert!(msg(&[file(ROOTFS, SHA), file(ROOTFS, SHA)]).contains("listed twice"));
+        assert!(msg(&[file(ROOTFS, "abc")]).contains("files[0].sha256"));
+        assert!(msg(&[file(ROOTFS, "")]).contains("files[0].sha256"));
+        let mut huge = file(ROOTFS, SHA);
+        huge.size = u64::MAX;
+        assert!(msg(&[huge]).contains("files[0].size"));
+    }
+
+    #[test]
+    fn appended_output_keeps_its_tail() {
+        assert_eq!(append_bounded("", "x"), "x");
+        assert_eq!(append_bounded("a", "x"), "a\nx");
+        assert_eq!(append_bounded("a\n", "x"), "a\nx");
+        let long = "é".repeat(MAX_OUTPUT);
+        let out = append_bounded(&long, "the reason");
+        assert_eq!(out.chars().count(), MAX_OUTPUT);
+        assert!(out.ends_with("\nthe reason"));
+        assert!(out.starts_with('é'));
+    }
+
+    #[test]
+    fn before_counts_back_in_minutes() {
+        let now: jiff::Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        assert_eq!(before(now, 10), "2026-12-01T09:50:00Z");
+        assert_eq!(before(now, 2 * 24 * 60), "2026-11-29T10:00:00Z");
+    }
+}
