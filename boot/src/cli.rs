@@ -30,6 +30,38 @@ use crate::{events, identity, snapshot};
 /// control service leaves for the job server on its own host) and keeps the
 /// certificate in the state folder. Over HTTP, or before enrolling, it uses
 /// the API key.
+///
+/// CONFIGURATION. The settings come from the command line, then the config
+/// file (-c FILE, default /etc/mprov/jobserver.yaml, or jobserver.yaml in
+/// MPROV_CONFIG_DIR), then the environment variables named below, then the
+/// defaults: a flag given on the command line wins. The file is the seed's
+/// format: a YAML list of one-key maps, `- global: {...}` (mprovURL,
+/// apikey, heartbeatInterval, runonce, caBundle, logLevel, hostId,
+/// logTimestamps, myaddress, addresses, jobmodules), plugin sections such
+/// as `- dnsmasq: {enableDHCP: true, enableDNS: false, enableTFTP: true}`,
+/// and `- !include plugins/*.yaml` (relative to the including file; a
+/// pattern may match nothing, a plain path must exist). Unknown keys are
+/// errors, reported with the file and line. The job modules (jobmodules,
+/// or -m a,b): dnsmasq (DHCP, DNS and TFTP), mprov-webserver (the HTTP
+/// image server), image-update, image-sync, image-delete, libgenders; a
+/// server whose module is not listed does not run. The seed's repo-*,
+/// nads and script-runner are not in this release and are skipped with a
+/// warning.
+///
+/// When MPROV_URL, MPROV_APIKEY, MPROV_ADDRESS or MPROV_MODS (space
+/// separated) is set and no other config file is chosen, the job server
+/// writes /etc/mprov/jobserver.yaml from them at every start (mode 0600,
+/// edits are lost; put your own settings in plugins/*.yaml beside it, or
+/// in a file of your own given with -c). MPROV_ARGS holds more arguments,
+/// split as a shell would and read after the command line's (e.g.
+/// MPROV_ARGS="-c /etc/mprov/jobserver-local.yaml").
+///
+/// LOGS go to standard error. Each line is tagged [E], [W], [I] or [D] and
+/// its module, stamped in the time zone TZ names unless standard error is
+/// journald's (JOURNAL_STREAM names it; logTimestamps or --log-timestamps
+/// decide otherwise). Under journald each line also carries its syslog
+/// priority (<3> error ... <7> debug), so `journalctl -p warning` shows
+/// warnings and errors only. Colour only on a terminal.
 #[derive(Debug, Parser)]
 #[command(name = "mprov-jobserver", version)]
 pub struct Cli {
@@ -43,14 +75,12 @@ pub struct Cli {
     /// writes for the job server on its own host.
     #[arg(long, default_value = "/etc/mprov/apikey")]
     pub(crate) apikey_file: PathBuf,
-    /// The CA certificate to trust for an https:// control URL (the control
-    /// service's ca.crt).
-    #[arg(
-        long,
-        env = "MPROV_CA_FILE",
-        default_value = "/var/lib/mprov/tls/ca.crt"
-    )]
-    pub(crate) ca_file: PathBuf,
+    /// The CA certificate to trust for an https:// control URL (caBundle).
+    /// Default: the control service's ca.crt,
+    /// /var/lib/mprov/tls/ca.crt, if this host has it, else the system's CA
+    /// bundle.
+    #[arg(long, env = "MPROV_CA_FILE")]
+    pub(crate) ca_file: Option<PathBuf>,
     /// A one-time enrollment token (`mprov-control enroll-token`), used once
     /// when the job server has no certificate yet.
     #[arg(long, env = "MPROV_ENROLL_TOKEN", hide_env_values = true)]
@@ -162,9 +192,18 @@ pub struct Cli {
     /// Where the DHCP lease log lives.
     #[arg(long, default_value = "/var/lib/mprov/jobserver")]
     pub(crate) state_dir: PathBuf,
-    /// Log filter, e.g. info or mprov_dhcp=debug.
+    /// Log filter, e.g. info or mprov_dhcp=debug (over logLevel: error,
+    /// warning, info or debug).
     #[arg(long, env = "MPROV_LOG", default_value = "info")]
     pub(crate) log: String,
+    /// Stamp each log line with the time (logTimestamps). Default: unless
+    /// standard error is journald's.
+    #[arg(long, value_name = "BOOL")]
+    pub(crate) log_timestamps: Option<bool>,
+    /// The config file (see CONFIGURATION above). Default:
+    /// /etc/mprov/jobserver.yaml if it exists.
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
     /// Once every server's socket is bound, write where each listens to
     /// FILE (atomically): one JSON object from the server's name (`dhcp`,
     /// `pxe`, `tftp`, `dns`, `http`, `metrics`; only those that run) to its
@@ -172,12 +211,37 @@ pub struct Cli {
     /// With port 0 binds, the ports the system chose.
     #[arg(long, value_name = "FILE")]
     pub(crate) listen_file: Option<PathBuf>,
+    // The daemon's settings, which the config file also sets.
+    /// The job modules to run, comma separated (over jobmodules).
+    #[arg(short = 'm', long, value_delimiter = ',')]
+    pub(crate) modules: Vec<String>,
+    /// Run once and exit (runonce): with only the boot services, bind
+    /// every server, write the listen file, and stop.
+    #[arg(short = 'r', long)]
+    pub(crate) run_once: bool,
+    /// Do not register with the control service.
+    #[arg(short = 'd', long)]
+    pub(crate) no_register: bool,
+    /// This host's id for the control service (hostId).
+    #[arg(long)]
+    pub(crate) host_id: Option<String>,
+    /// An address this job server serves nodes on (addresses); repeat for
+    /// each.
+    #[arg(long = "address", value_name = "ADDRESS")]
+    pub(crate) addresses: Option<Vec<crate::config::Address>>,
 }
 
 /// Runs the command line; the process's exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    mprov_process::logging::init(&cli.log);
+    let (cli, warnings) = match crate::config::command_line::parse() {
+        Ok(parsed) => parsed,
+        Err(e) => return mprov_process::exit(Err(e)),
+    };
+    mprov_process::logging::set_time_zone(jiff::tz::TimeZone::system());
+    mprov_process::logging::init_with(&cli.log, cli.log_timestamps);
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
     match mprov_process::raise_file_limit() {
         Ok(l) if l.now > l.was => {
             tracing::info!("open-file limit raised from {} to {}", l.was, l.now)
@@ -243,12 +307,7 @@ async fn control_client(
         tracing::info!("following the boot config of {url} with the API key");
         return Ok((Client::new(url, Auth::ApiKey(read_apikey(cli)?))?, None));
     }
-    let ca = std::fs::read_to_string(&cli.ca_file).with_context(|| {
-        format!(
-            "an https:// control URL needs the control service's CA certificate: copy its ca.crt to {} or give --ca-file",
-            cli.ca_file.display()
-        )
-    })?;
+    let ca = crate::config::ca_bundle(cli.ca_file.as_deref())?;
     let dir = identity::dir(&cli.state_dir);
     let kept = identity::load(&dir)?;
     let token = cli
@@ -351,6 +410,12 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
         start.dns(&cli, &snapshot).await?;
     }
     start.metrics(&cli).await?;
+    if cli.run_once {
+        // Once, with the boot services only: every server bound and the
+        // listen file written, then stopped as on a signal.
+        tracing::info!("run once: every server is bound; stopping");
+        start.shutdown().cancel();
+    }
     start.run(cli.listen_file.as_deref()).await
 }
 

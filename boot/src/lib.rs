@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod config;
 pub mod events;
 pub mod identity;
 pub mod snapshot;
