@@ -65,11 +65,13 @@ use crate::{events, identity, snapshot};
 #[derive(Debug, Parser)]
 #[command(name = "mprov-jobserver", version)]
 pub struct Cli {
-    /// The control service's URL, e.g. http://10.0.0.1:8080.
-    #[arg(long, env = "MPROV_URL", conflicts_with = "boot_config")]
+    /// The control service's URL, e.g. http://10.0.0.1:8080 (mprovURL;
+    /// MPROV_URL through the rendered config file).
+    #[arg(long, conflicts_with = "boot_config")]
     pub(crate) control_url: Option<String>,
-    /// The API key (default: read from --apikey-file).
-    #[arg(long, env = "MPROV_APIKEY", hide_env_values = true)]
+    /// The API key (apikey; MPROV_APIKEY through the rendered config file;
+    /// default: read from --apikey-file).
+    #[arg(long)]
     pub(crate) apikey: Option<String>,
     /// A file holding `export MPROV_APIKEY=<key>`, as the control service
     /// writes for the job server on its own host.
@@ -104,8 +106,9 @@ pub struct Cli {
     #[arg(long)]
     pub(crate) boot_config: Option<PathBuf>,
     /// The address nodes reach this job server at (DHCP server id,
-    /// next-server).
-    #[arg(long, env = "MPROV_ADDRESS")]
+    /// next-server): myaddress, MPROV_ADDRESS through the rendered config
+    /// file.
+    #[arg(long)]
     pub(crate) server_ip: Option<Ipv4Addr>,
     /// DHCP listen address.
     #[arg(long, default_value = "0.0.0.0:67")]

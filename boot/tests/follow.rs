@@ -10,6 +10,8 @@
 
 #[path = "jobserver/attacks.rs"]
 mod attacks;
+#[path = "jobserver/config.rs"]
+mod config;
 #[path = "jobserver/dhcp.rs"]
 mod dhcp;
 #[path = "jobserver/enroll.rs"]

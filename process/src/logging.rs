@@ -44,7 +44,7 @@ pub fn init_with(wanted: &str, timestamps: Option<bool>) {
         Ok(f) => (f, None),
         Err(e) => (tracing_subscriber::EnvFilter::new("info"), Some(e)),
     };
-    let journald = stderr_is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref());
+    let journald = stderr_is_journald();
     let format = Format {
         journald,
         timestamps: timestamps.unwrap_or(!journald),
@@ -66,6 +66,11 @@ pub fn init_with(wanted: &str, timestamps: Option<bool>) {
 /// Sets the time zone of the timestamps from now on; the first call wins.
 pub fn set_time_zone(tz: jiff::tz::TimeZone) {
     let _ = TIME_ZONE.set(tz);
+}
+
+/// Whether standard error is journald's stream: `JOURNAL_STREAM` names it.
+pub fn stderr_is_journald() -> bool {
+    stderr_is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref())
 }
 
 /// Whether standard error is the stream `journal_stream` names

@@ -7,6 +7,7 @@ mod boot;
 mod common;
 mod flood;
 mod limits;
+mod logs;
 mod openapi;
 mod process;
 mod scopes;
