@@ -251,6 +251,20 @@ mod tests {
         let cli = applied(&[], config).unwrap();
         assert_eq!(cli.heartbeat, 10);
         assert_eq!(cli.server_ip, Some("10.0.0.9".parse().unwrap()));
+        // logLevel, unless --log says otherwise.
+        let config = Config {
+            log_level: Some(crate::config::LogLevel::Warning),
+            log_timestamps: Some(false),
+            ..Config::default()
+        };
+        if std::env::var_os("MPROV_LOG").is_none() {
+            assert_eq!(applied(&[], config.clone()).unwrap().log, "warn");
+        }
+        let cli = applied(&["--log", "debug", "--log-timestamps", "true"], config).unwrap();
+        assert_eq!(
+            (cli.log.as_str(), cli.log_timestamps),
+            ("debug", Some(true))
+        );
     }
 
     #[test]
