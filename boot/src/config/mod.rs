@@ -456,10 +456,20 @@ fn parse(path: &Path, text: &str) -> Result<wire::File, ConfigError> {
             let message = err
                 .without_snippet()
                 .render_with_formatter(&serde_saphyr::UserMessageFormatter);
-            Err(ConfigError::At {
-                at,
-                message: strip_location(&message).to_owned(),
-            })
+            let mut message = strip_location(&message).to_owned();
+            // The line itself, so that "invalid u64" shows what was read;
+            // never the API key's line, as the message goes to the log.
+            let line = usize::try_from(at.line)
+                .ok()
+                .and_then(|l| l.checked_sub(1))
+                .and_then(|l| text.lines().nth(l));
+            if let Some(line) = line.map(str::trim).filter(|l| !l.is_empty())
+                && !line.contains("apikey")
+            {
+                let shown: String = line.chars().take(80).collect();
+                message.push_str(&format!(" (in `{shown}`)"));
+            }
+            Err(ConfigError::At { at, message })
         }
     }
 }

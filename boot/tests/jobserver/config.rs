@@ -2,7 +2,8 @@
 //! seed-style setup (the file rendered from `MPROV_*`, a `dnsmasq` plugin
 //! file pulled in by `!include plugins/*.yaml`, the seed's module names)
 //! starts exactly the servers it asks for; `-r` runs once and exits 0; a
-//! broken file stops the start with its file and line; and the log, written
+//! broken file (malformed YAML, an unknown key, a wrong type, a missing
+//! include) stops the start with its file and line; and the log, written
 //! to a file, has no colour escapes and, when `JOURNAL_STREAM` names that
 //! file, a syslog priority on every line, so that what `journalctl -p
 //! warning` keeps is the warnings and errors only. (journald itself does not
@@ -215,7 +216,13 @@ fn a_broken_config_stops_the_start_naming_file_and_line() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let d = dir.path();
     std::fs::create_dir_all(d.join("plugins"))?;
-    let cases: [(&str, &str, &str, &str); 4] = [
+    let cases: [(&str, &str, &str, &str); 5] = [
+        (
+            "wrong-type.yaml",
+            "- global:\n    heartbeatInterval: often\n",
+            "wrong-type.yaml:2:",
+            "often",
+        ),
         (
             "malformed.yaml",
             "- global:\n    mprovURL: \"http://x/\n    apikey: k\n",
