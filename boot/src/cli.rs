@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::daemon::retry::{self, Failure};
 use crate::start::{Snapshot, Start};
-use crate::{daemon, events, identity, snapshot};
+use crate::{daemon, events, identity, modules, snapshot};
 
 /// The mProv job server: DHCP, TFTP, DNS and HTTP image servers for network
 /// boot, answering from the control service's inventory.
@@ -31,27 +31,59 @@ use crate::{daemon, events, identity, snapshot};
 /// control service leaves for the job server on its own host) and keeps the
 /// certificate in the state folder. Over HTTP, or before enrolling, it uses
 /// the API key.
+///
+/// CONFIGURATION. The settings come from the command line, then the config
+/// file (-c FILE, default /etc/mprov/jobserver.yaml, or jobserver.yaml in
+/// MPROV_CONFIG_DIR), then the environment variables named below, then the
+/// defaults: a flag given on the command line wins. The file is the seed's
+/// format: a YAML list of one-key maps, `- global: {...}` (mprovURL,
+/// apikey, heartbeatInterval, runonce, caBundle, logLevel, hostId,
+/// logTimestamps, myaddress, addresses, jobmodules), plugin sections such
+/// as `- dnsmasq: {enableDHCP: true, enableDNS: false, enableTFTP: true}`,
+/// and `- !include plugins/*.yaml` (relative to the including file; a
+/// pattern may match nothing, a plain path must exist). Unknown keys are
+/// errors, reported with the file and line. The job modules (jobmodules,
+/// or -m a,b): dnsmasq (DHCP, DNS and TFTP), mprov-webserver (the HTTP
+/// image server), image-update, image-sync, image-delete, libgenders; a
+/// server whose module is not listed does not run. The seed's repo-*,
+/// nads and script-runner are not in this release and are skipped with a
+/// warning.
+///
+/// When MPROV_URL, MPROV_APIKEY, MPROV_ADDRESS or MPROV_MODS (space
+/// separated) is set and no other config file is chosen, the job server
+/// writes /etc/mprov/jobserver.yaml from them at every start (mode 0600,
+/// edits are lost; put your own settings in plugins/*.yaml beside it, or
+/// in a file of your own given with -c). MPROV_ARGS holds more arguments,
+/// split as a shell would and read after the command line's (e.g.
+/// MPROV_ARGS="-c /etc/mprov/jobserver-local.yaml").
+///
+/// LOGS go to standard error. Each line is tagged [E], [W], [I] or [D] and
+/// its module, stamped in the time zone TZ names unless standard error is
+/// journald's (JOURNAL_STREAM names it; logTimestamps or --log-timestamps
+/// decide otherwise). Under journald each line also carries its syslog
+/// priority (<3> error ... <7> debug), so `journalctl -p warning` shows
+/// warnings and errors only. Colour only on a terminal.
 #[derive(Debug, Parser)]
 #[command(name = "mprov-jobserver", version)]
 pub struct Cli {
-    /// The control service's URL, e.g. http://10.0.0.1:8080.
-    #[arg(long, env = "MPROV_URL", conflicts_with = "boot_config")]
+    /// The control service's URL, e.g. http://10.0.0.1:8080 (mprovURL;
+    /// MPROV_URL through the rendered config file).
+    #[arg(long, conflicts_with = "boot_config")]
     pub(crate) control_url: Option<String>,
-    /// The API key (default: read from --apikey-file).
-    #[arg(long, env = "MPROV_APIKEY", hide_env_values = true)]
+    /// The API key (apikey; MPROV_APIKEY through the rendered config file;
+    /// default: read from --apikey-file).
+    #[arg(long)]
     pub(crate) apikey: Option<String>,
     /// A file holding `export MPROV_APIKEY=<key>`, as the control service
     /// writes for the job server on its own host.
     #[arg(long, default_value = "/etc/mprov/apikey")]
     pub(crate) apikey_file: PathBuf,
-    /// The CA certificate to trust for an https:// control URL (the control
-    /// service's ca.crt).
-    #[arg(
-        long,
-        env = "MPROV_CA_FILE",
-        default_value = "/var/lib/mprov/tls/ca.crt"
-    )]
-    pub(crate) ca_file: PathBuf,
+    /// The CA certificate to trust for an https:// control URL (caBundle).
+    /// Default: the control service's ca.crt,
+    /// /var/lib/mprov/tls/ca.crt, if this host has it, else the system's CA
+    /// bundle.
+    #[arg(long, env = "MPROV_CA_FILE")]
+    pub(crate) ca_file: Option<PathBuf>,
     /// A one-time enrollment token (`mprov-control enroll-token`), used once
     /// when the job server has no certificate yet.
     #[arg(long, env = "MPROV_ENROLL_TOKEN", hide_env_values = true)]
@@ -75,8 +107,9 @@ pub struct Cli {
     #[arg(long)]
     pub(crate) boot_config: Option<PathBuf>,
     /// The address nodes reach this job server at (DHCP server id,
-    /// next-server).
-    #[arg(long, env = "MPROV_ADDRESS")]
+    /// next-server): myaddress, MPROV_ADDRESS through the rendered config
+    /// file.
+    #[arg(long)]
     pub(crate) server_ip: Option<Ipv4Addr>,
     /// DHCP listen address.
     #[arg(long, default_value = "0.0.0.0:67")]
@@ -163,9 +196,18 @@ pub struct Cli {
     /// Where the DHCP lease log lives.
     #[arg(long, default_value = "/var/lib/mprov/jobserver")]
     pub(crate) state_dir: PathBuf,
-    /// Log filter, e.g. info or mprov_dhcp=debug.
+    /// Log filter, e.g. info or mprov_dhcp=debug (over logLevel: error,
+    /// warning, info or debug).
     #[arg(long, env = "MPROV_LOG", default_value = "info")]
     pub(crate) log: String,
+    /// Stamp each log line with the time (logTimestamps). Default: unless
+    /// standard error is journald's.
+    #[arg(long, value_name = "BOOL")]
+    pub(crate) log_timestamps: Option<bool>,
+    /// The config file (see CONFIGURATION above). Default:
+    /// /etc/mprov/jobserver.yaml if it exists.
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
     /// Once every server's socket is bound, write where each listens to
     /// FILE (atomically): one JSON object from the server's name (`dhcp`,
     /// `pxe`, `tftp`, `dns`, `http`, `metrics`; only those that run) to its
@@ -173,13 +215,17 @@ pub struct Cli {
     /// With port 0 binds, the ports the system chose.
     #[arg(long, value_name = "FILE")]
     pub(crate) listen_file: Option<PathBuf>,
+    // The daemon's settings, which the config file also sets.
     /// The modules to run, comma-separated: job modules (`image-update`,
     /// `image-sync`, `image-delete`), the `libgenders` follower, and the
     /// seed's names of the boot services (`dnsmasq`, `mprov-webserver`).
     /// See `crate::daemon`.
     #[arg(short = 'm', long, value_delimiter = ',')]
     pub(crate) modules: Vec<String>,
-    /// Run the jobs pending now, then exit (no boot services).
+    /// Run once (runonce), then exit. With job modules listed: the jobs
+    /// pending now (and the genders file, with libgenders), serving
+    /// nothing. With only the boot services: bind every server, write the
+    /// listen file, and stop.
     #[arg(short = 'r', long)]
     pub(crate) run_once: bool,
     /// Do not register this job server's row (it must exist already).
@@ -204,8 +250,15 @@ pub struct Cli {
 
 /// Runs the command line; the process's exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    mprov_process::logging::init(&cli.log);
+    let (cli, warnings) = match crate::config::command_line::parse() {
+        Ok(parsed) => parsed,
+        Err(e) => return mprov_process::exit(Err(e)),
+    };
+    mprov_process::logging::set_time_zone(jiff::tz::TimeZone::system());
+    mprov_process::logging::init_with(&cli.log, cli.log_timestamps);
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
     match mprov_process::raise_file_limit() {
         Ok(l) if l.now > l.was => {
             tracing::info!("open-file limit raised from {} to {}", l.was, l.now)
@@ -272,12 +325,7 @@ pub(crate) async fn control_client(
         tracing::info!("following the boot config of {url} with the API key");
         return Ok((Client::new(url, Auth::ApiKey(read_apikey(cli)?))?, None));
     }
-    let ca = std::fs::read_to_string(&cli.ca_file).with_context(|| {
-        format!(
-            "an https:// control URL needs the control service's CA certificate: copy its ca.crt to {} or give --ca-file",
-            cli.ca_file.display()
-        )
-    })?;
+    let ca = crate::config::ca_bundle(cli.ca_file.as_deref())?;
     let dir = identity::dir(&cli.state_dir);
     let kept = identity::load(&dir)?;
     let token = cli
@@ -360,7 +408,8 @@ fn host_name() -> String {
 /// ones before it are; the image server's tasks go to `http`.
 async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     let mut start = Start::new()?;
-    if cli.run_once {
+    let jobs_listed = (cli.modules.iter()).any(|m| !modules::BOOT_SERVICES.contains(&m.as_str()));
+    if cli.run_once && jobs_listed {
         return daemon::run_once(&cli, start.shutdown()).await;
     }
     let Some((snapshot, reporter)) = boot_config(&cli, &mut start).await? else {
@@ -401,6 +450,12 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
         None => {}
     }
     start.metrics(&cli).await?;
+    if cli.run_once {
+        // Once, with the boot services only: every server bound and the
+        // listen file written, then stopped as on a signal.
+        tracing::info!("run once: every server is bound; stopping");
+        start.shutdown().cancel();
+    }
     start.run(cli.listen_file.as_deref()).await
 }
 

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod config;
 pub mod daemon;
 pub mod events;
 pub mod identity;

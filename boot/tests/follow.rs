@@ -15,6 +15,8 @@
 
 #[path = "jobserver/attacks.rs"]
 mod attacks;
+#[path = "jobserver/config.rs"]
+mod config;
 #[path = "jobserver/daemon.rs"]
 mod daemon;
 #[path = "jobserver/dhcp.rs"]

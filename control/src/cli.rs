@@ -34,6 +34,12 @@ use crate::secrets::{self, SecretBox};
 #[command(name = "mprov-control", version, propagate_version = true)]
 pub struct Cli {
     /// Log filter, e.g. info, debug, or mprov_control=debug,sqlx=warn.
+    ///
+    /// Each line is tagged [E], [W], [I] or [D] with its module, and
+    /// stamped unless standard error is journald's (JOURNAL_STREAM names
+    /// it), which stamps lines itself; there each line also carries its
+    /// syslog priority, so `journalctl -p warning` shows warnings and
+    /// errors only. Colour only on a terminal.
     #[arg(
         long,
         env = "MPROV_LOG",

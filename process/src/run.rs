@@ -9,12 +9,19 @@ use tokio_util::sync::CancellationToken;
 
 /// Main's exit code for `result`. An error is printed once, on standard
 /// error, with its whole cause chain (`error: cannot open ...: permission
-/// denied`); the log, also on standard error, does not repeat it.
+/// denied`); the log, also on standard error, does not repeat it. On
+/// journald's stream the line carries the error priority (`<3>`), as the
+/// log's error lines do.
 pub fn exit(result: Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            let priority = if crate::logging::stderr_is_journald() {
+                "<3>"
+            } else {
+                ""
+            };
+            eprintln!("{priority}error: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -350,7 +350,7 @@ fn jobserver_pool_survives_a_discover_flood() -> Result<()> {
         .find(|l| l.contains("covers 1 address(es) the inventory assigns"))
         .with_context(|| format!("no overlap warning:\n{text}"))?;
     assert!(
-        overlap.contains("WARN") && overlap.contains("10.79.0.120"),
+        overlap.contains("[W]") && overlap.contains("10.79.0.120"),
         "{overlap}"
     );
 
@@ -418,7 +418,7 @@ fn jobserver_pool_survives_a_discover_flood() -> Result<()> {
         .filter(|l| l.contains("is exhausted"))
         .collect();
     assert_eq!(warnings.len(), 1, "{text}");
-    assert!(warnings[0].contains("WARN"), "{}", warnings[0]);
+    assert!(warnings[0].contains("[W]"), "{}", warnings[0]);
     assert!(
         warnings[0].contains("network prov") && warnings[0].contains("of its 50 addresses"),
         "{}",

@@ -100,7 +100,7 @@ fn jobserver_advertises_on_provisioning_interfaces_only() -> Result<()> {
         .lines()
         .find(|l| l.contains("IPv6 router advertisements"))
         .with_context(|| format!("no RA log line: {log}"))?;
-    assert!(line.contains("INFO"), "{line}");
+    assert!(line.contains("[I]"), "{line}");
     assert!(
         line.contains(&format!("{} (prefix fd78::/64)", prov.a)),
         "{line}"

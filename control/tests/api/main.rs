@@ -8,6 +8,7 @@ mod common;
 mod flood;
 mod jobs;
 mod limits;
+mod logs;
 mod openapi;
 mod process;
 mod scopes;
