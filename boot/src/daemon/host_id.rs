@@ -11,9 +11,6 @@ use anyhow::{Context, Result, bail};
 /// The file's name in the config folder.
 pub const FILE: &str = "host-id";
 
-/// The config folder unless the config file says otherwise.
-pub const DEFAULT_DIR: &str = "/etc/mprov";
-
 /// The longest host id taken (the file's or `--host-id`).
 pub const MAX_LEN: usize = 128;
 

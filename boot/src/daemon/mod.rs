@@ -44,9 +44,15 @@ pub mod host_id;
 pub mod jobs;
 pub mod retry;
 
-/// The folder of the job server's config: where the host id is kept.
-pub fn config_dir(_cli: &Cli) -> PathBuf {
-    PathBuf::from(host_id::DEFAULT_DIR)
+/// The folder of the job server's config, where the host id is kept: the
+/// `-c` file's, else the default config's (`MPROV_CONFIG_DIR`, else
+/// /etc/mprov).
+pub fn config_dir(cli: &Cli) -> PathBuf {
+    cli.config
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map_or_else(crate::config::command_line::config_dir, PathBuf::from)
 }
 
 /// The image streams the image server is serving now, if it runs.

@@ -117,7 +117,7 @@ fn start_jobserver(
             ip: spec.ip.to_owned(),
             dhcp: spec.dhcp_on.is_some(),
             bridge: spec.dhcp_on.unwrap_or("br0"),
-            args: jobserver_args(spec, agent, &run.join(format!("home-{}", spec.name))),
+            args: jobserver_args(spec, agent),
             export: export.clone(),
             home: run.join(format!("jobserver-{}", spec.name)),
             metrics_port,
@@ -129,9 +129,8 @@ fn start_jobserver(
 }
 
 /// The job server's arguments beyond the lab's: its modules, its one
-/// address, its heartbeat, where its host id lives and the agent binary
-/// image-update puts in images.
-fn jobserver_args(spec: &Spec, agent: &Path, home: &Path) -> Vec<String> {
+/// address, its heartbeat and the agent binary image-update puts in images.
+fn jobserver_args(spec: &Spec, agent: &Path) -> Vec<String> {
     vec![
         "-m".into(),
         spec.modules.into(),
@@ -139,8 +138,6 @@ fn jobserver_args(spec: &Spec, agent: &Path, home: &Path) -> Vec<String> {
         spec.ip.into(),
         "--heartbeat".into(),
         HEARTBEAT.into(),
-        "--config-dir".into(),
-        home.display().to_string(),
         "--agent".into(),
         agent.display().to_string(),
     ]
@@ -163,7 +160,7 @@ fn inventory(control: &LabControl, root: &Path, slug: &str) -> Result<()> {
         control.api(
             "POST",
             "/api/v1/scripts/",
-            Some(&json!({"slug": script, "content": content, "kind": "image-gen"})),
+            Some(&json!({"slug": script, "content": content, "script_type": "image-gen"})),
         )?;
         scripts.push(script);
     }
@@ -358,8 +355,8 @@ fn job_servers_register_build_sync_and_serve_their_own_network() -> Result<()> {
         .filter(|j| j["module"] == "image-update")
         .collect();
     ensure!(
-        built_by.len() == 1 && built_by[0]["status"] == "done",
-        "one image-update job, done: {jobs_done:#?}"
+        built_by.len() == 1 && built_by[0]["status"] == "success",
+        "one image-update job, successful: {jobs_done:#?}"
     );
     let builder = built_by[0]["jobserver"]
         .as_str()
@@ -367,7 +364,7 @@ fn job_servers_register_build_sync_and_serve_their_own_network() -> Result<()> {
         .to_owned();
     let synced: Vec<&str> = jobs_done
         .iter()
-        .filter(|j| j["module"] == "image-sync" && j["status"] == "done")
+        .filter(|j| j["module"] == "image-sync" && j["status"] == "success")
         .filter_map(|j| j["jobserver"].as_str())
         .collect();
     ensure!(
