@@ -13,8 +13,10 @@
 //!   system, host name, groups, image, kernel command line, aliases, NIC
 //!   ownership or BMC settings).
 //! - A **job server's** certificate: every inventory read except accounts
-//!   and credentials, its heartbeat (its load, on its own row, through
-//!   `POST /api/v1/boot/heartbeat`: no other field of the row), the jobs it
+//!   and credentials, its registration (its own row, the one its
+//!   certificate names, through `POST /api/v1/jobserver/register`), its
+//!   heartbeats (load and streams, on its own row and its registered
+//!   addresses, through `POST /api/v1/boot/heartbeat`), the jobs it
 //!   claimed, which images it hosts (`/api/v1/images/{key}/hosts/{itself}`),
 //!   and renewing its certificate. What it may write of a kind is the
 //!   kind's [`jobserver_writes`](kinds::Kind::jobserver_writes).
@@ -40,8 +42,9 @@
 //! - A **job server** reports the phases [`jobserver_phase`] lists about any
 //!   node, and only its reports attest `/ipxe/` requests
 //!   ([`Reporter::attesting_jobserver`]): only its own certificate says
-//!   which job server reports. It reads every timeline, and it alone sends a
-//!   heartbeat (for the row its certificate names).
+//!   which job server reports. It reads every timeline, and it alone
+//!   registers and sends heartbeats, for the row its certificate names
+//!   ([`register_from`], [`heartbeat_from`]).
 //! - **Admins** report any phase but `script_served` (which `/ipxe/` records
 //!   itself) about any node, and read any node's manifest by naming it.
 //! - **Read-only users** read every timeline and write none.
@@ -75,6 +78,9 @@ pub enum AccessError {
     /// Someone other than a job server's certificate sent a heartbeat.
     #[error("a heartbeat not from a job server's certificate")]
     HeartbeatNotFromJobServer,
+    /// Someone other than a job server's certificate registered.
+    #[error("a registration not from a job server's certificate")]
+    RegisterNotFromJobServer,
     /// An admin asked for a manifest without naming the node.
     #[error("a manifest asked for without naming the node")]
     ManifestNamesNoNode,
@@ -556,6 +562,17 @@ pub fn heartbeat_from(role: &BootRole) -> Result<&str, AccessError> {
     }
 }
 
+/// The job server a registration from `role` is for: only a job server's
+/// own certificate registers, and its name is the row's (the body names
+/// none), so no job server registers, renames or takes over a row under
+/// another name. Pure.
+pub fn register_from(role: &BootRole) -> Result<&str, AccessError> {
+    match role {
+        BootRole::JobServer(name) => Ok(name),
+        _ => Err(AccessError::RegisterNotFromJobServer),
+    }
+}
+
 /// The certificate a renewal replaces: only an agent's (a node's or a job
 /// server's) is renewed. The shared key turned off is refused as it is
 /// everywhere. Pure.
@@ -725,10 +742,15 @@ mod tests {
             heartbeat_from(&BootRole::JobServer("js1".into())),
             Ok("js1")
         );
+        assert_eq!(register_from(&BootRole::JobServer("js1".into())), Ok("js1"));
         for role in [node, admin, BootRole::Reader] {
             assert_eq!(
                 heartbeat_from(&role),
                 Err(AccessError::HeartbeatNotFromJobServer)
+            );
+            assert_eq!(
+                register_from(&role),
+                Err(AccessError::RegisterNotFromJobServer)
             );
         }
 

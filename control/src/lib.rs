@@ -18,7 +18,8 @@
 //! 3. the domain: [`identity`] (principals; certificate, API key and
 //!    password checks), [`enrollment`] (tokens, nonces, credentials),
 //!    [`boot`] (the boot timeline) and [`netboot`] (the node view, the
-//!    bootability rule and the pure `/ipxe/` decision), [`first_start`] (what a new install makes once), [`backup`];
+//!    bootability rule and the pure `/ipxe/` decision), [`jobservers`] (a
+//!    job server's registration and heartbeats), [`first_start`] (what a new install makes once), [`backup`];
 //! 4. [`access`]: what each principal may reach;
 //! 5. [`http`]: router, middleware, thin handlers, the one `ApiError`;
 //!    `fuzz`: the fuzz targets' entry points, built only for tests and
@@ -44,6 +45,7 @@ pub mod first_start;
 pub mod fuzz;
 pub mod http;
 pub mod identity;
+pub mod jobservers;
 pub mod netboot;
 pub mod pki;
 pub mod privileges;

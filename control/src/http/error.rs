@@ -21,6 +21,7 @@ use crate::db::crud::StoreError;
 use crate::db::health::is_unavailable;
 use crate::enrollment::EnrollError;
 use crate::identity::IdentityError;
+use crate::jobservers::RegisterError;
 use crate::netboot::{NotBootable, ViewError};
 
 /// What went wrong with a request.
@@ -412,6 +413,34 @@ impl From<BootError> for ApiError {
     }
 }
 
+impl From<RegisterError> for ApiError {
+    fn from(err: RegisterError) -> Self {
+        match &err {
+            RegisterError::Db(db) if is_unavailable(db) => unavailable(db),
+            // Two registrations racing for one host id or name: the loser
+            // registers again and finds the winner's row.
+            RegisterError::Db(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                ApiError::Conflict {
+                    message: "another registration of this host id or name was written at the same time; register again".into(),
+                    field: None,
+                }
+            }
+            RegisterError::Db(_) => ApiError::internal(err),
+            RegisterError::Invalid { field, message } => ApiError::invalid(field, message.clone()),
+            RegisterError::HostIdHeld { .. } | RegisterError::HostIdAndNameSplit { .. } => {
+                ApiError::Conflict {
+                    message: err.to_string(),
+                    field: Some("host_id".into()),
+                }
+            }
+            RegisterError::NameHeld { .. } => ApiError::Conflict {
+                message: err.to_string(),
+                field: None,
+            },
+        }
+    }
+}
+
 impl From<ViewError> for ApiError {
     fn from(err: ViewError) -> Self {
         match &err {
@@ -445,6 +474,9 @@ impl From<AccessError> for ApiError {
             AccessError::Forbidden(m) => ApiError::Forbidden(m),
             AccessError::HeartbeatNotFromJobServer => ApiError::Forbidden(
                 "a heartbeat comes from a job server's own certificate, which names it".into(),
+            ),
+            AccessError::RegisterNotFromJobServer => ApiError::Forbidden(
+                "a job server registers with its own certificate, whose name is its row's; an administrator edits job servers through /api/v1/jobservers/".into(),
             ),
             AccessError::ManifestNamesNoNode => {
                 ApiError::invalid("system", "name the node: ?system=<host>")

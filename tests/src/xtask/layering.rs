@@ -127,6 +127,7 @@ pub const CONTROL: Spec = Spec {
                 "enrollment",
                 "first_start",
                 "identity",
+                "jobservers",
                 "netboot",
             ],
             http: false,
