@@ -13,9 +13,11 @@
 //!   system, host name, groups, image, kernel command line, aliases, NIC
 //!   ownership or BMC settings).
 //! - A **job server's** certificate: every inventory read except accounts
-//!   and credentials, its heartbeat (its load, on its own row, through
-//!   `POST /api/v1/boot/heartbeat`: no other field of the row), claiming
-//!   jobs and recording the image versions it hosts (for itself only:
+//!   and credentials, its registration (its own row, the one its
+//!   certificate names, through `POST /api/v1/jobserver/register`), its
+//!   heartbeats (load and streams, on its own row and its registered
+//!   addresses, through `POST /api/v1/boot/heartbeat`), claiming jobs and
+//!   recording the image versions it hosts (for itself only:
 //!   [`own_jobserver`]), the jobs it claimed, which images it hosts
 //!   (`/api/v1/images/{key}/hosts/{itself}`),
 //!   and renewing its certificate. What it may write of a kind is the
@@ -42,8 +44,9 @@
 //! - A **job server** reports the phases [`jobserver_phase`] lists about any
 //!   node, and only its reports attest `/ipxe/` requests
 //!   ([`Reporter::attesting_jobserver`]): only its own certificate says
-//!   which job server reports. It reads every timeline, and it alone sends a
-//!   heartbeat (for the row its certificate names).
+//!   which job server reports. It reads every timeline, and it alone
+//!   registers and sends heartbeats, for the row its certificate names
+//!   ([`own_jobserver`], [`heartbeat_from`]).
 //! - **Admins** report any phase but `script_served` (which `/ipxe/` records
 //!   itself) about any node, and read any node's manifest by naming it.
 //! - **Read-only users** read every timeline and write none.
@@ -566,7 +569,8 @@ pub fn heartbeat_from(role: &BootRole) -> Result<&str, AccessError> {
     }
 }
 
-/// The job server that claims a job or records hosting (`what`), from
+/// The job server that registers, claims a job or records hosting
+/// (`what`), from
 /// `role`: only a job server's own certificate, which names it; nobody
 /// else can say which job server it acts for (an admin queues and reads
 /// jobs through the inventory instead). Pure.

@@ -21,13 +21,15 @@
 //! `script_served` ([`starts_new_boot`]).
 //!
 //! The same events attest `/ipxe/` requests ([`attests`]). A job server's
-//! `dhcp_acked` or `proxy_answered` report is stored only for an address
-//! inside its own row's network ([`lease_report_allowed`]; refused, and
-//! nothing written, otherwise, and from a job server whose row names no
-//! network). A request is attested by such a report of its source address
-//! for its MAC, from a job server of the node's network: the network of the
-//! node's switch port, else of its NIC; for a NIC naming none, a job server
-//! whose network holds the NIC's reserved address; a node with neither is
+//! networks are those of the addresses it registered, and its row's
+//! network ([`jobserver_networks`]): one serving several subnets vouches on
+//! each. Its `dhcp_acked` or `proxy_answered` report is stored only for an
+//! address inside one of them ([`lease_report_allowed`]; refused, and
+//! nothing written, otherwise, and from a job server with no network). A
+//! request is attested by such a report of its source address for its MAC,
+//! the network holding that address being the node's: the network of the
+//! node's switch port, else of its NIC; for a NIC naming none, a network
+//! that also holds the NIC's reserved address; a node with neither is
 //! refused with a retry script asking to set the NIC's network
 //! ([`UNPLACED`]). An unknown MAC is attested by any job server's lease (it
 //! gets only the discovery script).
@@ -40,7 +42,7 @@ use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
 use crate::db::{Db, Engine, Sql, Val, int, opt_int};
-use crate::time::{format_ts, now};
+use crate::time::format_ts;
 
 /// A pause after which a node's next event starts a new boot.
 pub const BOOT_GAP: Duration = Duration::from_secs(30 * 60);
@@ -268,6 +270,9 @@ pub async fn count(db: &Db) -> Result<i64, BootError> {
     Ok(int(&r, "n")?)
 }
 
+/// A network a job server serves: its id, subnet and prefix.
+pub type Served = (i64, (Ipv4Addr, u8));
+
 /// A lease a job server reported for a MAC, for attestation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -275,40 +280,59 @@ pub struct Lease {
     pub ip: Option<IpAddr>,
     /// A proxyDHCP exchange rather than a lease.
     pub proxy: bool,
-    /// The reporting job server's network.
-    pub network: Option<i64>,
-    /// That network's subnet and prefix.
-    pub subnet: Option<(Ipv4Addr, u8)>,
+    /// The reporting job server's networks ([`jobserver_networks`]).
+    pub networks: Vec<Served>,
+}
+
+/// The networks of job servers, by job server id, for a `LEFT JOIN`: those
+/// of the addresses each registered, and its row's.
+const JOBSERVER_NETWORKS: &str = "(SELECT id AS jobserver_id, network_id FROM jobservers WHERE network_id IS NOT NULL UNION SELECT jobserver_id, network_id FROM jobserver_addresses WHERE network_id IS NOT NULL)";
+
+/// Reads a network's subnet and prefix from `subnet` and `netmask` columns.
+fn served(r: &AnyRow) -> Result<Option<Served>, sqlx::Error> {
+    let subnet = text(r, "subnet").and_then(|s| s.parse().ok());
+    let prefix = opt_int(r, "netmask")?.and_then(|p| u8::try_from(p).ok());
+    Ok(opt_int(r, "network_id")?.zip(subnet.zip(prefix)))
 }
 
 /// The leases job servers reported for `mac` within [`ATTEST_WINDOW`],
-/// newest first.
+/// newest first (at most 20), each with its job server's networks.
 pub async fn recent_leases(db: &Db, mac: &str) -> Result<Vec<Lease>, BootError> {
     let mut q = db.sql();
-    q.push("SELECT e.ip, e.phase, j.network_id, n.subnet, n.netmask FROM boot_events e JOIN jobservers j ON j.id = e.jobserver_id LEFT JOIN networks n ON n.id = j.network_id WHERE e.mac = ")
+    q.push("SELECT e.id, e.ip, e.phase, x.network_id, n.subnet, n.netmask FROM (SELECT id, ip, phase, jobserver_id FROM boot_events WHERE jobserver_id IS NOT NULL AND mac = ")
         .bind(Val::Text(Some(mac.to_owned())))
-        .push(" AND e.phase IN (")
+        .push(" AND phase IN (")
         .bind(Val::Text(Some(BootPhase::DhcpAcked.as_str().into())))
         .push(", ")
         .bind(Val::Text(Some(BootPhase::ProxyAnswered.as_str().into())))
-        .push(") AND e.at >= ")
+        .push(") AND at >= ")
         .bind(Val::Text(Some(since(ATTEST_WINDOW))))
-        .push(" ORDER BY e.id DESC LIMIT 20");
-    let mut out = Vec::new();
+        .push(" ORDER BY id DESC LIMIT 20) e LEFT JOIN ")
+        .push(JOBSERVER_NETWORKS)
+        .push(" x ON x.jobserver_id = e.jobserver_id LEFT JOIN networks n ON n.id = x.network_id ORDER BY e.id DESC, x.network_id");
+    let mut out: Vec<(i64, Lease)> = Vec::new();
     for r in db.fetch_all(&q).await? {
-        let subnet = text(&r, "subnet").and_then(|s| s.parse().ok());
-        let prefix = opt_int(&r, "netmask")?.and_then(|p| u8::try_from(p).ok());
-        out.push(Lease {
-            ip: text(&r, "ip").and_then(|s| s.parse().ok()),
-            proxy: text(&r, "phase").as_deref() == Some(BootPhase::ProxyAnswered.as_str()),
-            network: opt_int(&r, "network_id")?,
-            subnet: subnet.zip(prefix),
-        });
+        let id = int(&r, "id")?;
+        if out.last().is_none_or(|(last, _)| *last != id) {
+            out.push((
+                id,
+                Lease {
+                    ip: text(&r, "ip").and_then(|s| s.parse().ok()),
+                    proxy: text(&r, "phase").as_deref() == Some(BootPhase::ProxyAnswered.as_str()),
+                    networks: Vec::new(),
+                },
+            ));
+        }
+        if let (Some((_, lease)), Some(net)) = (out.last_mut(), served(&r)?) {
+            lease.networks.push(net);
+        }
     }
-    Ok(out)
+    Ok(out.into_iter().map(|(_, l)| l).collect())
 }
 
-fn in_subnet(ip: IpAddr, (net, prefix): (Ipv4Addr, u8)) -> bool {
+/// Whether `ip` lies inside the IPv4 network `net/prefix` (an IPv6 address
+/// never does).
+pub fn in_subnet(ip: IpAddr, (net, prefix): (Ipv4Addr, u8)) -> bool {
     let IpAddr::V4(ip) = ip else { return false };
     let mask = u32::MAX
         .checked_shl(32 - u32::from(prefix.min(32)))
@@ -347,29 +371,27 @@ pub enum Attestation {
 pub const UNPLACED: &str = "this node's NIC names no network (and no switch port or reserved address does): set the NIC's network so the control service knows which job servers may vouch for it";
 
 /// Whether `leases` attest a request from `source`, for a node placed at
-/// `node`. A lease counts when its job server has a network, the leased
-/// address lies inside that network, and it is the request's source (or, in
+/// `node`. A lease counts on a network of its job server that holds the
+/// leased address, when that address is the request's source (or, in
 /// proxyDHCP mode, the report names no address and the network holds the
-/// source). Then the node's placement must match the job server: the same
-/// network; for a node whose NIC names none, a network holding its
-/// reserved address; a node with neither is [`Attestation::Unplaced`]. An
+/// source). Then the node's placement must match that network: the same
+/// network; for a node whose NIC names none, one holding its reserved
+/// address too; a node with neither is [`Attestation::Unplaced`]. An
 /// unknown MAC is attested by any job server's lease.
 pub fn attests(leases: &[Lease], source: IpAddr, node: Placement) -> Attestation {
-    let mut leased = leases.iter().filter(|l| {
-        let Some(subnet) = l.subnet.filter(|_| l.network.is_some()) else {
-            return false;
-        };
-        match l.ip {
-            Some(ip) if !ip.is_unspecified() => ip == source && in_subnet(ip, subnet),
-            _ => l.proxy && in_subnet(source, subnet),
-        }
-    });
-    let placed = |l: &&Lease| match node {
-        Placement::Unknown | Placement::Unplaced => true,
-        Placement::Network(n) => l.network == Some(n),
-        Placement::Reserved(ip) => l.subnet.is_some_and(|s| in_subnet(IpAddr::V4(ip), s)),
+    let vouched = |l: &Lease, &(_, subnet): &Served| match l.ip {
+        Some(ip) if !ip.is_unspecified() => ip == source && in_subnet(ip, subnet),
+        _ => l.proxy && in_subnet(source, subnet),
     };
-    match (leased.any(|l| placed(&l)), node) {
+    let placed = |&(network, subnet): &Served| match node {
+        Placement::Unknown | Placement::Unplaced => true,
+        Placement::Network(n) => network == n,
+        Placement::Reserved(ip) => in_subnet(IpAddr::V4(ip), subnet),
+    };
+    let found = leases
+        .iter()
+        .any(|l| l.networks.iter().any(|net| vouched(l, net) && placed(net)));
+    match (found, node) {
         (false, _) => Attestation::Unattested,
         (true, Placement::Unplaced) => Attestation::Unplaced,
         (true, _) => Attestation::Attested,
@@ -377,32 +399,38 @@ pub fn attests(leases: &[Lease], source: IpAddr, node: Placement) -> Attestation
 }
 
 /// Whether a job server's lease report may be stored as one: a
-/// `dhcp_acked` or `proxy_answered` report's address must lie inside the
-/// reporting job server's network (`subnet`, `None` when its row names no
-/// network), so a job server can vouch only for nodes it can actually
-/// lease to. A proxyDHCP report may name no address (or `0.0.0.0`): it then
-/// attests only sources inside that network. Other phases are no lease
-/// reports and pass. Pure.
+/// `dhcp_acked` or `proxy_answered` report's address must lie inside one of
+/// the reporting job server's networks (`subnets`; [`jobserver_networks`]),
+/// so a job server can vouch only for nodes it can actually lease to. A
+/// proxyDHCP report may name no address (or `0.0.0.0`): it then attests
+/// only sources inside those networks. Other phases are no lease reports
+/// and pass. Pure.
 pub fn lease_report_allowed(
     jobserver: &str,
     phase: BootPhase,
     ip: Option<IpAddr>,
-    subnet: Option<(Ipv4Addr, u8)>,
+    subnets: &[(Ipv4Addr, u8)],
 ) -> Result<(), LeaseRefused> {
     if !matches!(phase, BootPhase::DhcpAcked | BootPhase::ProxyAnswered) {
         return Ok(());
     }
-    let Some(subnet) = subnet else {
+    if subnets.is_empty() {
         return Err(LeaseRefused::NoNetwork {
             jobserver: jobserver.to_owned(),
         });
-    };
+    }
     match ip {
-        Some(ip) if !ip.is_unspecified() && !in_subnet(ip, subnet) => Err(LeaseRefused::Outside {
-            jobserver: jobserver.to_owned(),
-            ip,
-            subnet: format!("{}/{}", subnet.0, subnet.1),
-        }),
+        Some(ip) if !ip.is_unspecified() && !subnets.iter().any(|s| in_subnet(ip, *s)) => {
+            Err(LeaseRefused::Outside {
+                jobserver: jobserver.to_owned(),
+                ip,
+                subnet: subnets
+                    .iter()
+                    .map(|(net, prefix)| format!("{net}/{prefix}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+        }
         None if phase == BootPhase::DhcpAcked => Err(LeaseRefused::NoAddress),
         _ => Ok(()),
     }
@@ -411,24 +439,24 @@ pub fn lease_report_allowed(
 /// Why a job server's lease report is refused ([`lease_report_allowed`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseRefused {
-    /// The job server's row names no network with a subnet.
+    /// The job server has no network with a subnet.
     #[error(
-        "job server {jobserver} names no network with a subnet: set its row's network, since a lease report is accepted only for an address inside it"
+        "job server {jobserver} serves no network with a subnet: register an address inside one (or set its row's network), since a lease report is accepted only for an address inside its networks"
     )]
     NoNetwork {
         /// The job server.
         jobserver: String,
     },
-    /// The address lies outside the job server's network.
+    /// The address lies outside the job server's networks.
     #[error(
-        "{ip} is outside job server {jobserver}'s network {subnet}: a lease report is accepted only for an address inside it"
+        "{ip} is outside job server {jobserver}'s networks ({subnet}): a lease report is accepted only for an address inside one of them"
     )]
     Outside {
         /// The job server.
         jobserver: String,
         /// The address reported.
         ip: IpAddr,
-        /// Its network, as `subnet/prefix`.
+        /// Its networks, as `subnet/prefix`, comma-separated.
         subnet: String,
     },
     /// A `dhcp_acked` report without the leased address.
@@ -436,21 +464,29 @@ pub enum LeaseRefused {
     NoAddress,
 }
 
-/// The network and subnet of the job server named `name`: `None` if no job
-/// server has that name; the subnet is `None` when its row names no network.
-pub async fn jobserver_subnet(
+/// The id and networks of the job server named `name`: those of the
+/// addresses it registered, and its row's network. `None` if no job server
+/// has that name; no networks when none of them is set.
+pub async fn jobserver_networks(
     db: &Db,
     name: &str,
-) -> Result<Option<(i64, Option<(Ipv4Addr, u8)>)>, BootError> {
+) -> Result<Option<(i64, Vec<Served>)>, BootError> {
     let mut q = db.sql();
-    q.push("SELECT j.id, n.subnet, n.netmask FROM jobservers j LEFT JOIN networks n ON n.id = j.network_id WHERE j.name = ")
-        .bind(Val::Text(Some(name.to_owned())));
-    let Some(r) = db.fetch_optional(&q).await? else {
+    q.push("SELECT j.id, x.network_id, n.subnet, n.netmask FROM jobservers j LEFT JOIN ")
+        .push(JOBSERVER_NETWORKS)
+        .push(" x ON x.jobserver_id = j.id LEFT JOIN networks n ON n.id = x.network_id WHERE j.name = ")
+        .bind(Val::Text(Some(name.to_owned())))
+        .push(" ORDER BY x.network_id");
+    let rows = db.fetch_all(&q).await?;
+    let Some(first) = rows.first() else {
         return Ok(None);
     };
-    let subnet = text(&r, "subnet").and_then(|s| s.parse().ok());
-    let prefix = opt_int(&r, "netmask")?.and_then(|p| u8::try_from(p).ok());
-    Ok(Some((int(&r, "id")?, subnet.zip(prefix))))
+    let id = int(first, "id")?;
+    let mut networks = Vec::new();
+    for r in &rows {
+        networks.extend(served(r)?);
+    }
+    Ok(Some((id, networks)))
 }
 
 /// The id of the newest boot event (0 without any).
@@ -531,21 +567,6 @@ pub async fn by_leased_ip(db: &Db, ip: IpAddr) -> Result<Option<(Option<i64>, St
         Ok((opt_int(r, "system_id")?, text(r, "mac").unwrap_or_default()))
     })
     .await
-}
-
-/// Stores a job server's heartbeat on its row: its load and the time (not
-/// `updated_at`: a heartbeat is no edit). `false` if no job server has that
-/// name (its row was deleted).
-pub async fn heartbeat(db: &Db, name: &str, load_avg: f64) -> Result<bool, BootError> {
-    let mut q = db.sql();
-    q.push("UPDATE jobservers SET load_avg = ")
-        .bind(Val::Float(Some(load_avg)))
-        .push(", heartbeat_at = ")
-        .bind(Val::Text(Some(now())))
-        .push(" WHERE name = ")
-        .bind(Val::Text(Some(name.to_owned())));
-    let done = q.query().execute(db.pool()).await?;
-    Ok(done.rows_affected() == 1)
 }
 
 /// The id of the job server named `name`, if it is registered.
@@ -712,8 +733,9 @@ mod tests {
         let lease = |ip: &str, net: Option<i64>| Lease {
             ip: Some(ip.parse().unwrap()),
             proxy: false,
-            network: net,
-            subnet: Some(("10.0.0.0".parse().unwrap(), 24)),
+            networks: net
+                .map(|n| vec![(n, ("10.0.0.0".parse().unwrap(), 24))])
+                .unwrap_or_default(),
         };
         let on_1 = Placement::Network(1);
         assert_eq!(attests(&[lease("10.0.0.50", Some(1))], src, on_1), Attested);
@@ -772,8 +794,65 @@ mod tests {
     }
 
     #[test]
+    fn a_job_server_serving_two_subnets_vouches_on_each_for_its_own_nodes() {
+        use Attestation::{Attested, Unattested};
+        let both = |ip: &str| Lease {
+            ip: Some(ip.parse().unwrap()),
+            proxy: false,
+            networks: vec![
+                (1, ("10.0.1.0".parse().unwrap(), 24)),
+                (2, ("10.0.2.0".parse().unwrap(), 24)),
+            ],
+        };
+        let at = |s: &str| -> IpAddr { s.parse().unwrap() };
+        // A node on either network, leased inside it: attested.
+        assert_eq!(
+            attests(&[both("10.0.1.50")], at("10.0.1.50"), Placement::Network(1)),
+            Attested
+        );
+        assert_eq!(
+            attests(&[both("10.0.2.50")], at("10.0.2.50"), Placement::Network(2)),
+            Attested
+        );
+        // Leased on network 2 to a node the inventory places on 1: the
+        // network holding the lease must be the node's.
+        assert_eq!(
+            attests(&[both("10.0.2.50")], at("10.0.2.50"), Placement::Network(1)),
+            Unattested
+        );
+        // Reserved addresses: the network holding the lease holds it too.
+        let reserved = |ip: &str| Placement::Reserved(ip.parse().unwrap());
+        assert_eq!(
+            attests(&[both("10.0.2.50")], at("10.0.2.50"), reserved("10.0.2.7")),
+            Attested
+        );
+        assert_eq!(
+            attests(&[both("10.0.2.50")], at("10.0.2.50"), reserved("10.0.1.7")),
+            Unattested
+        );
+        // Its reports are accepted inside either network, and only there.
+        let subnets = [
+            ("10.0.1.0".parse().unwrap(), 24),
+            ("10.0.2.0".parse().unwrap(), 24),
+        ];
+        for ip in ["10.0.1.9", "10.0.2.9"] {
+            assert_eq!(
+                lease_report_allowed("js1", BootPhase::DhcpAcked, Some(at(ip)), &subnets),
+                Ok(())
+            );
+        }
+        let refused =
+            lease_report_allowed("js1", BootPhase::DhcpAcked, Some(at("10.0.3.9")), &subnets)
+                .unwrap_err();
+        assert!(
+            refused.to_string().contains("10.0.1.0/24, 10.0.2.0/24"),
+            "{refused}"
+        );
+    }
+
+    #[test]
     fn a_lease_report_lies_inside_its_job_servers_network() {
-        let net = Some(("10.0.0.0".parse().unwrap(), 24));
+        let net: &[(Ipv4Addr, u8)] = &[("10.0.0.0".parse().unwrap(), 24)];
         let ip = |s: &str| Some(s.parse().unwrap());
         assert_eq!(
             lease_report_allowed("js1", BootPhase::DhcpAcked, ip("10.0.0.9"), net),
@@ -796,12 +875,12 @@ mod tests {
             Err(LeaseRefused::NoAddress)
         );
         assert!(matches!(
-            lease_report_allowed("js1", BootPhase::DhcpAcked, ip("10.0.0.9"), None),
+            lease_report_allowed("js1", BootPhase::DhcpAcked, ip("10.0.0.9"), &[]),
             Err(LeaseRefused::NoNetwork { .. })
         ));
         // Not a lease report: anywhere.
         assert_eq!(
-            lease_report_allowed("js1", BootPhase::KernelFetched, ip("127.0.0.1"), None),
+            lease_report_allowed("js1", BootPhase::KernelFetched, ip("127.0.0.1"), &[]),
             Ok(())
         );
     }

@@ -199,6 +199,12 @@ pub struct Settings {
     /// third is left, so a short value (tests, drills) exercises renewal.
     #[arg(long, env = "MPROV_JOBSERVER_CERT_SECONDS", value_parser = clap::value_parser!(u64).range(60..=JOBSERVER_MAX_SECONDS))]
     pub jobserver_cert_seconds: Option<u64>,
+    /// Seconds after a job server's last heartbeat on an address (or, for a
+    /// job server that registered none, on its row) before `/ipxe/` and the
+    /// boot manifest stop sending nodes there (default 45: three of the job
+    /// server's default 15 s heartbeats).
+    #[arg(long, env = "MPROV_JOBSERVER_STALE_SECONDS", default_value_t = DEFAULT_JOBSERVER_STALE_SECONDS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub jobserver_stale_seconds: u64,
 }
 
 /// A knob has a value we cannot use.
@@ -289,6 +295,9 @@ pub struct Config {
     pub domain: String,
     /// A job server certificate's validity, seconds.
     pub jobserver_cert_seconds: u64,
+    /// How old a job server's last heartbeat may be before nodes are no
+    /// longer sent to it.
+    pub jobserver_stale: std::time::Duration,
     /// Host header values accepted; `None` accepts any.
     pub allowed_hosts: Option<Vec<String>>,
     /// The time zone, and its name.
@@ -501,6 +510,7 @@ impl Config {
             backup_dir,
             served_dirs,
             jobserver_cert_seconds: s.jobserver_cert_seconds.unwrap_or(JOBSERVER_MAX_SECONDS),
+            jobserver_stale: std::time::Duration::from_secs(s.jobserver_stale_seconds.max(1)),
         })
     }
 
@@ -625,6 +635,11 @@ pub const DB_SUFFIXES: &[&str] = &["", "-wal", "-shm", "-journal"];
 pub const JOBSERVER_DAYS: u32 = 90;
 /// The same in seconds: the default and the most `MPROV_JOBSERVER_CERT_SECONDS` may ask.
 pub const JOBSERVER_MAX_SECONDS: u64 = JOBSERVER_DAYS as u64 * 86_400;
+/// How old a job server's last heartbeat may be, in seconds, before nodes
+/// are no longer sent to it: three of the job server's default heartbeats
+/// (`mprov-jobserver`'s `MPROV_HEARTBEAT`, 15 s), so one lost heartbeat
+/// does not drop it.
+pub const DEFAULT_JOBSERVER_STALE_SECONDS: u64 = 45;
 /// The backups folder's name inside the state folder (the default).
 pub const BACKUP_DIR_NAME: &str = "backups";
 

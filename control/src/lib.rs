@@ -17,8 +17,11 @@
 //!    signing helper that alone reads the CA key, and its client);
 //! 3. the domain: [`identity`] (principals; certificate, API key and
 //!    password checks), [`enrollment`] (tokens, nonces, credentials),
-//!    [`boot`] (the boot timeline), [`jobs`] (the jobs queue) and [`netboot`] (the node view, the
-//!    bootability rule and the pure `/ipxe/` decision), [`first_start`] (what a new install makes once), [`backup`];
+//!    [`boot`] (the boot timeline), [`jobs`] (the jobs queue),
+//!    [`jobservers`] (a job server's registration and heartbeats) and
+//!    [`netboot`] (the node view, the bootability rule and the pure
+//!    `/ipxe/` decision), [`first_start`] (what a new install makes once),
+//!    [`backup`];
 //! 4. [`access`]: what each principal may reach;
 //! 5. [`http`]: router, middleware, thin handlers, the one `ApiError`;
 //!    `fuzz`: the fuzz targets' entry points, built only for tests and
@@ -45,6 +48,7 @@ pub mod fuzz;
 pub mod http;
 pub mod identity;
 pub mod jobs;
+pub mod jobservers;
 pub mod netboot;
 pub mod pki;
 pub mod privileges;

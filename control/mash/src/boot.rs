@@ -11,7 +11,7 @@ use mprov_api::client::Client;
 use crate::output::{self, Format};
 
 /// Seconds since the epoch of a stored time (`YYYY-MM-DDTHH:MM:SSZ`).
-fn epoch(at: &str) -> Option<i64> {
+pub(crate) fn epoch(at: &str) -> Option<i64> {
     let b = at.as_bytes();
     if b.len() != 20 || b[4] != b'-' || b[10] != b'T' || b[19] != b'Z' {
         return None;

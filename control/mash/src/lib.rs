@@ -21,6 +21,7 @@ mod boot;
 pub mod config;
 mod import;
 mod jobs;
+mod jobservers;
 mod kinds;
 pub mod output;
 mod values;
@@ -145,7 +146,19 @@ pub enum Command {
     Repos(KindArgs),
     /// Image-gen and post-boot scripts (key: id or slug)
     Scripts(KindArgs),
-    /// Job servers (key: id or name)
+    /// Job servers: list and show each one's addresses with their network,
+    /// heartbeat age, load and image streams, and its modules (key: id or
+    /// name)
+    ///
+    /// `list` and `show` print one line per address the job server
+    /// registered: the network it serves there, how long ago its last
+    /// heartbeat from there came ("12 s ago", "never"), the load and image
+    /// streams that heartbeat carried, and the job server's modules. Nodes
+    /// are sent only to an address on their network heard from within
+    /// MPROV_JOBSERVER_STALE_SECONDS (45 s by default) of the control
+    /// service. A job server that registered no addresses (a row made by
+    /// hand) shows its row's addresses and heartbeat on one line. --json
+    /// prints the rows as the API returns them.
     Jobservers(KindArgs),
     /// The jobs queue: list jobs, show one with its whole output (key: id)
     Jobs(JobsArgs),
@@ -473,6 +486,11 @@ async fn run_kind(cli: &Cli, name: &str, action: &Action, out: &mut dyn Write) -
                 .get(kind.name, key)
                 .await
                 .with_context(|| format!("could not show {} {key}", kind.name))?;
+            if kind.name == "jobservers" && format == Format::Table {
+                let text = jobservers::show(&item, &network_slugs(&client).await, unix_now());
+                out.write_all(text.as_bytes())?;
+                return Ok(());
+            }
             print_object(&item, format, out)
         }
         Action::Add { fields, json } => {
@@ -557,9 +575,33 @@ async fn list(
     };
     match format {
         Format::Json => out.write_all(output::json(&Value::Array(items)).as_bytes())?,
+        Format::Table if kind.name == "jobservers" => {
+            let text = jobservers::table(&items, &network_slugs(client).await, unix_now());
+            out.write_all(text.as_bytes())?;
+        }
         Format::Table => out.write_all(output::list_table(kind, &items).as_bytes())?,
     }
     Ok(())
+}
+
+/// The networks' slugs by id, to name them in tables; empty when they
+/// cannot be read (the tables show ids then).
+async fn network_slugs(client: &Client) -> std::collections::HashMap<i64, String> {
+    let no_query: &[(&str, &str)] = &[];
+    client
+        .list_all("networks", no_query)
+        .await
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| Some((n["id"].as_i64()?, n["slug"].as_str()?.to_owned())))
+        .collect()
+}
+
+/// Seconds since the epoch, now.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 fn print_object(item: &Value, format: Format, out: &mut dyn Write) -> Result<()> {

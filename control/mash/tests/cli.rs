@@ -550,3 +550,152 @@ fn jobs_list_filter_and_show() {
     assert!(err.contains("could not show job 99"), "{err}");
     ctx.cleanup();
 }
+
+/// A job server enrolls and registers itself with its own certificate and
+/// heartbeats on one of its two addresses; `mash jobservers` shows each
+/// address with its network, heartbeat age, load, streams and modules, and
+/// its help says so.
+#[test]
+fn jobservers_show_each_address_with_its_heartbeat() {
+    use mprov_api::client::{Auth, Client};
+
+    let mut ctx = TestContext::start().expect("server");
+    let https = ctx
+        .wait_until_listening(&ctx.dir.path().join("listen-https"))
+        .expect("https address");
+    ctx.ok(&[
+        "networks",
+        "add",
+        "slug=prov",
+        "subnet=10.0.0.0",
+        "netmask=24",
+    ]);
+    // The job server's key and CSR, by openssl as an operator would.
+    let key = ctx.path("js1.key");
+    let csr = ctx.path("js1.csr");
+    let made = run(Command::new("openssl")
+        .args(["req", "-new", "-nodes", "-subj", "/"])
+        .args(["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&csr));
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let ca = std::fs::read(ctx.dir.path().join("var/tls/ca.crt")).expect("ca");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let admin = Client::builder(
+            &ctx.url,
+            Auth::Basic {
+                user: "admin".into(),
+                password: PASSWORD.into(),
+            },
+        )
+        .build()
+        .expect("admin client");
+        let token = admin
+            .create("enroll-tokens", &serde_json::json!({"name": "js1"}))
+            .await
+            .expect("token")["token"]
+            .as_str()
+            .expect("token text")
+            .to_owned();
+        let enrolled = admin
+            .enroll_jobserver(&mprov_api::enroll::JobserverEnrollment {
+                token,
+                name: "js1".into(),
+                csr: std::fs::read_to_string(&csr).expect("csr"),
+            })
+            .await
+            .expect("enrolled");
+        let mut identity = enrolled.certificate.into_bytes();
+        identity.extend(std::fs::read(&key).expect("key"));
+        let js1 = Client::builder(&format!("https://{https}"), Auth::None)
+            .ca_certificates_pem(ca)
+            .identity_pem(identity)
+            .build()
+            .expect("job server client");
+        let registered = js1
+            .register(&mprov_api::jobs::Registration {
+                host_id: "host-1".into(),
+                modules: vec!["dnsmasq".into(), "image-update".into()],
+                port: 8081,
+                addresses: ["10.0.0.2", "192.0.2.9"]
+                    .map(|a| mprov_api::jobs::AddressRegistration {
+                        address: a.parse().expect("address"),
+                        network: None,
+                    })
+                    .to_vec(),
+            })
+            .await
+            .expect("registered");
+        assert_eq!(registered.name, "js1");
+        js1.heartbeat(&mprov_api::boot::Heartbeat {
+            load_avg: 0.75,
+            address: Some("10.0.0.2".parse().expect("address")),
+            streams: 3,
+        })
+        .await
+        .expect("heartbeat");
+    });
+
+    let listed = ctx.ok(&["jobservers", "list"]);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 3, "{listed}");
+    let words = |line: &str| {
+        line.split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        words(lines[0]),
+        [
+            "id",
+            "name",
+            "address",
+            "network",
+            "heartbeat",
+            "load",
+            "streams",
+            "modules"
+        ]
+    );
+    let heard = words(lines[1]);
+    assert_eq!(heard[1..4], ["js1", "10.0.0.2", "prov"], "{listed}");
+    assert!(heard[4].parse::<u64>().is_ok_and(|s| s < 60), "{listed}");
+    assert_eq!(
+        heard[5..],
+        ["s", "ago", "0.75", "3", "dnsmasq,image-update"],
+        "{listed}"
+    );
+    assert_eq!(
+        words(lines[2])[1..],
+        [
+            "js1",
+            "192.0.2.9",
+            "-",
+            "never",
+            "-",
+            "-",
+            "dnsmasq,image-update"
+        ],
+        "{listed}"
+    );
+    let shown = ctx.ok(&["jobservers", "show", "js1"]);
+    assert!(
+        shown.contains("host-1") && shown.contains("192.0.2.9"),
+        "{shown}"
+    );
+    assert!(!shown.contains("registered_addresses"), "{shown}");
+    let json = ctx.json(&["jobservers", "show", "js1", "--json"]);
+    assert_eq!(json["registered_addresses"][0]["streams"], 3, "{json}");
+    let help = ctx.ok(&["jobservers", "--help"]);
+    for needle in ["heartbeat", "network", "streams", "modules", "never"] {
+        assert!(help.contains(needle), "{needle} missing from:\n{help}");
+    }
+    ctx.cleanup();
+}

@@ -148,6 +148,26 @@ pub struct Children {
     pub parent_field: &'static str,
 }
 
+/// Rows the server keeps about a row from what the row's owner reports (a
+/// job server's registered addresses, each with its heartbeat), embedded
+/// read-only on read: no resource of their own, never written through the
+/// API, so their fields are all [`Access::ReadOnly`].
+#[derive(Debug, Clone, Copy)]
+pub struct Reported {
+    /// The JSON name (a list of objects).
+    pub name: &'static str,
+    /// The table.
+    pub table: &'static str,
+    /// The column that holds the owning row's id.
+    pub parent: &'static str,
+    /// The fields of each row, besides its id, in the order it shows them.
+    pub fields: &'static [Field],
+    /// The column the rows are ordered by.
+    pub order: &'static str,
+    /// A sentence for the OpenAPI document.
+    pub doc: &'static str,
+}
+
 /// What a node's certificate may reach of a kind (see [`Visibility`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeAccess {
@@ -325,6 +345,8 @@ pub struct Kind {
     pub m2m: &'static [ManyToMany],
     /// Child rows embedded in it.
     pub children: &'static [Children],
+    /// Rows the server keeps about it, embedded read-only.
+    pub reported: &'static [Reported],
     /// Whether rows carry `created_at`/`updated_at`, set by the server.
     pub timestamps: bool,
     /// A sentence for the OpenAPI document.
@@ -353,8 +375,9 @@ pub struct Kind {
 impl Kind {
     /// What a descriptor leaves to `..Kind::DEFAULTS`: private
     /// ([`Visibility::PRIVATE`]), no hooks, no field a node may write,
-    /// nothing a job server may write ([`JobServerWrite::Nothing`]) and no
-    /// secret issued. The other fields are always written out.
+    /// nothing a job server may write ([`JobServerWrite::Nothing`]), no
+    /// secret issued and no [`Reported`] rows. The other fields are always
+    /// written out.
     pub const DEFAULTS: Kind = Kind {
         name: "",
         schema: "",
@@ -363,6 +386,7 @@ impl Kind {
         fields: &[],
         m2m: &[],
         children: &[],
+        reported: &[],
         timestamps: false,
         doc: "",
         visibility: Visibility::PRIVATE,
@@ -467,6 +491,40 @@ pub const ARCHES: &[&str] = &["aarch64", "ppc64le", "s390x", "x86_64"];
 pub const SCRIPT_TYPES: &[&str] = &["image-gen", "post-boot"];
 /// A job's state.
 pub const JOB_STATUSES: &[&str] = &["failed", "pending", "running", "success"];
+
+/// A job server's registered address ([`Reported`]).
+const JOBSERVER_ADDRESS: [Field; 5] = [
+    f("address", Ty::Text { max: 45 }, "The address nodes reach it at.").ro(),
+    f(
+        "network",
+        Ty::Ref("networks"),
+        "The network it serves there: the one it named, else the one whose subnet holds the address; null: none does, and no node is sent there.",
+    )
+    .null()
+    .ro(),
+    f(
+        "heartbeat_at",
+        Ty::Timestamp,
+        "Its last heartbeat from this address.",
+    )
+    .null()
+    .ro(),
+    f(
+        "load_avg",
+        Ty::Float,
+        "Its load average at that heartbeat.",
+    )
+    .ro(),
+    f(
+        "streams",
+        Ty::Int {
+            min: 0,
+            max: u32::MAX as i64,
+        },
+        "Image streams it was serving at that heartbeat.",
+    )
+    .ro(),
+];
 
 /// The fields every layer of the effective config has (distro, group, image,
 /// system).
@@ -964,7 +1022,15 @@ pub static KINDS: &[Kind] = &[
         certificates: Some("jobserver"),
         fields: &[
             f("name", Ty::Hostname, "Short host name, unique.").unique(),
-            f("addresses", Ty::StrList, "Addresses nodes reach it by.").def(Default::EmptyList),
+            f(
+                "host_id",
+                Ty::Text { max: 255 },
+                "The stable id of its host, set when it registers (null on a row made by hand until then); a renamed host keeps its row by it.",
+            )
+            .null()
+            .unique()
+            .ro(),
+            f("addresses", Ty::StrList, "Addresses nodes reach it by (those it registered, when it registers).").def(Default::EmptyList),
             f(
                 "port",
                 Ty::Int { min: 1, max: 65535 },
@@ -991,6 +1057,14 @@ pub static KINDS: &[Kind] = &[
         ],
         m2m: &[],
         children: &[],
+        reported: &[Reported {
+            name: "registered_addresses",
+            table: "jobserver_addresses",
+            parent: "jobserver_id",
+            fields: &JOBSERVER_ADDRESS,
+            order: "id",
+            doc: "The addresses it registered, each with the network it serves and its own heartbeat; a node is sent only to one on its network whose heartbeat is fresh.",
+        }],
         timestamps: true,
         doc: "A job server.",
         visibility: Visibility::JOBSERVERS,

@@ -14,7 +14,11 @@
 //!   boot (or all its events), oldest first; without `system`, the latest
 //!   event of every node. `mac=` reads a node the inventory does not know.
 //! - `POST /api/v1/boot/heartbeat` ([`HEARTBEAT_PATH`](mprov_api::boot::HEARTBEAT_PATH)): a job
-//!   server's load, with its own certificate (which names the row).
+//!   server's load and image streams on one of its registered addresses,
+//!   with its own certificate (which names the row); [`crate::jobservers`].
+//! - `POST /api/v1/jobserver/register` ([`REGISTER_PATH`](mprov_api::jobs::REGISTER_PATH)): a job
+//!   server registers its row (host id, modules, port, addresses) with its
+//!   own certificate, whose name is the row's; [`crate::jobservers`].
 //! - `GET /api/v1/boot/manifest` ([`MANIFEST_PATH`](mprov_api::boot::MANIFEST_PATH)): with a node's
 //!   certificate, what it boots: image, version, the rootfs checksum the
 //!   control service recorded, and the job servers to fetch it from, best
@@ -28,6 +32,7 @@ use mprov_api::boot::{
     BootEvent, BootEventReport, BootManifest, BootPhase, Heartbeat, ImageFile, image_file_url,
     jobserver_base_url,
 };
+use mprov_api::jobs::{REGISTER_PATH, Registered, Registration};
 
 use super::AppState;
 use super::error::ApiError;
@@ -36,6 +41,7 @@ use crate::boot::{
     MAX_DETAIL, NewEvent, Timeline, by_leased_ip, record, system_by_key, system_by_mac,
 };
 use crate::identity::Principal;
+use crate::jobservers::Beat;
 use crate::netboot::{Lookup, NodeKey};
 
 /// The caller's boot role ([`access::boot_role`]).
@@ -51,7 +57,8 @@ fn normal_mac(mac: &str) -> Result<String, ApiError> {
 /// broken report, not a busy machine.
 const MAX_LOAD: f64 = 1e6;
 
-/// `POST /api/v1/boot/heartbeat`: a job server's load, stored on the row its
+/// `POST /api/v1/boot/heartbeat`: a job server's load (and, for one of its
+/// registered addresses, its image streams), stored on the row its
 /// certificate names. Only a job server's certificate reports one: nobody
 /// else can say which job server it speaks for.
 pub async fn heartbeat(
@@ -67,13 +74,46 @@ pub async fn heartbeat(
             format!("a load average from 0 to {MAX_LOAD}"),
         ));
     }
-    if crate::boot::heartbeat(&st.db, name, beat.load_avg).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::Forbidden(format!(
+    let stamped = crate::jobservers::heartbeat(&st.db, name, &beat)
+        .await
+        .map_err(crate::boot::BootError::from)?;
+    match stamped {
+        Beat::Stamped => Ok(StatusCode::NO_CONTENT),
+        Beat::NoJobServer => Err(ApiError::Forbidden(format!(
             "no job server named {name} is registered (was its row deleted?)"
-        )))
+        ))),
+        Beat::NotRegistered(address) => Err(ApiError::Conflict {
+            message: format!(
+                "job server {name} did not register the address {address}: register first (POST {REGISTER_PATH} with it among its addresses), then send its heartbeats"
+            ),
+            field: Some("address".into()),
+        }),
     }
+}
+
+/// `POST /api/v1/jobserver/register`: the job server whose certificate
+/// names it registers its row ([`crate::jobservers::register`]).
+pub async fn register(
+    State(st): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Json(reg): Json<Registration>,
+) -> Result<Json<Registered>, ApiError> {
+    let role = role(&st, &principal)?;
+    let name = access::own_jobserver(&role, "registrations")?;
+    st.within_budget(
+        &st.register_limiter,
+        &format!("jobserver:{name}"),
+        "registrations",
+    )?;
+    let registered = crate::jobservers::register(&st.db, name, &reg).await?;
+    st.changed.notify_waiters();
+    tracing::info!(
+        jobserver = %name,
+        id = registered.id,
+        addresses = registered.addresses.len(),
+        "jobservers: registered"
+    );
+    Ok(Json(registered))
 }
 
 /// `POST /api/v1/boot/events`.
@@ -160,9 +200,12 @@ pub async fn post_event(
             // address inside its own network, else refused before writing.
             let jobserver_id = match reporter.attesting_jobserver() {
                 Some(name) => {
-                    let row = crate::boot::jobserver_subnet(db, name).await?;
-                    let subnet = row.and_then(|(_, s)| s);
-                    crate::boot::lease_report_allowed(name, body.phase, body.ip, subnet)
+                    let row = crate::boot::jobserver_networks(db, name).await?;
+                    let subnets: Vec<_> = row
+                        .iter()
+                        .flat_map(|(_, nets)| nets.iter().map(|(_, subnet)| *subnet))
+                        .collect();
+                    crate::boot::lease_report_allowed(name, body.phase, body.ip, &subnets)
                         .map_err(crate::boot::BootError::from)?;
                     row.map(|(id, _)| id)
                 }
@@ -256,19 +299,14 @@ pub async fn manifest(
     else {
         return Err(ApiError::NotFound(format!("no system {host}")));
     };
-    let boot = crate::netboot::bootable(&view)?;
+    let boot = crate::netboot::bootable(&view, st.config.jobserver_stale)?;
     let image = boot.image;
     let sources: Vec<String> = boot
         .jobservers
         .iter()
-        .filter_map(|j| {
-            let base = jobserver_base_url(j.address.as_deref()?, j.port);
-            Some(image_file_url(
-                &base,
-                &image.slug,
-                image.version,
-                ImageFile::Rootfs,
-            ))
+        .map(|j| {
+            let base = jobserver_base_url(j.address, j.port);
+            image_file_url(&base, &image.slug, image.version, ImageFile::Rootfs)
         })
         .collect();
     let tmpfs_gib = view.effective().map(|e| e.tmpfs_root_size).unwrap_or(0);

@@ -21,6 +21,7 @@ use crate::db::crud::StoreError;
 use crate::db::health::is_unavailable;
 use crate::enrollment::EnrollError;
 use crate::identity::IdentityError;
+use crate::jobservers::RegisterError;
 use crate::netboot::{NotBootable, ViewError};
 
 /// What went wrong with a request.
@@ -408,6 +409,34 @@ impl From<BootError> for ApiError {
                 ApiError::Forbidden(why.to_string())
             }
             BootError::LeaseRefused(why) => ApiError::invalid("ip", why.to_string()),
+        }
+    }
+}
+
+impl From<RegisterError> for ApiError {
+    fn from(err: RegisterError) -> Self {
+        match &err {
+            RegisterError::Db(db) if is_unavailable(db) => unavailable(db),
+            // Two registrations racing for one host id or name: the loser
+            // registers again and finds the winner's row.
+            RegisterError::Db(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                ApiError::Conflict {
+                    message: "another registration of this host id or name was written at the same time; register again".into(),
+                    field: None,
+                }
+            }
+            RegisterError::Db(_) => ApiError::internal(err),
+            RegisterError::Invalid { field, message } => ApiError::invalid(field, message.clone()),
+            RegisterError::HostIdHeld { .. } | RegisterError::HostIdAndNameSplit { .. } => {
+                ApiError::Conflict {
+                    message: err.to_string(),
+                    field: Some("host_id".into()),
+                }
+            }
+            RegisterError::NameHeld { .. } => ApiError::Conflict {
+                message: err.to_string(),
+                field: None,
+            },
         }
     }
 }

@@ -233,6 +233,7 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
         chain_url: &chain_url,
         control_url: &node_url,
         ca_fingerprint: fingerprint,
+        stale_after: st.config.jobserver_stale,
     };
     let throttled = !st.ipxe_limiter.allow(&mac, Instant::now());
     let (lookup, attested) = if throttled {
@@ -270,7 +271,7 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
         }
         Decision::Retry(why) => {
             if !attested {
-                tracing::info!(%mac, source = %source_text, "ipxe: no job server on the node's network reported leasing this address to this MAC in the last minutes (is the job server reporting boot events with its own certificate, i.e. following an https:// control URL, and does its row name its network?); sent the retry script");
+                tracing::info!(%mac, source = %source_text, "ipxe: no job server on the node's network reported leasing this address to this MAC in the last minutes (is the job server reporting boot events with its own certificate, i.e. following an https:// control URL, and is this address inside a network it registered, or its row's network?); sent the retry script");
             } else {
                 tracing::info!(%mac, "ipxe: {why}");
             }

@@ -66,6 +66,9 @@ pub struct Inner {
     pub jobserver_events_limiter: Limiter,
     /// Renewals per node or job server.
     pub renew_limiter: Limiter,
+    /// Registrations per job server ([`crate::jobservers::REGISTRATIONS_PER_MINUTE`]):
+    /// each bumps the inventory revision, which every job server follows.
+    pub register_limiter: Limiter,
     /// The warnings that an identity hit a limit: one a minute each.
     pub limit_warnings: Limiter,
     /// `/ipxe/` requests waiting for a lease report, by MAC.
@@ -105,6 +108,10 @@ impl Inner {
                 None,
             ),
             renew_limiter: Limiter::new(Rate::per_hour(config.writes.renewals_per_hour), None),
+            register_limiter: Limiter::new(
+                Rate::per_minute(crate::jobservers::REGISTRATIONS_PER_MINUTE),
+                None,
+            ),
             limit_warnings: Limiter::new(Rate::per_minute(1), None),
             connections: mprov_process::listen::Registry::new(
                 config.connections,
@@ -194,6 +201,7 @@ pub fn router(state: AppState) -> Router {
         .route(mprov_api::boot::HEARTBEAT_PATH, post(boot::heartbeat))
         .route(mprov_api::jobs::CLAIM_PATH, post(jobs::claim))
         .route(mprov_api::jobs::HOSTING_PATH, post(jobs::hosting))
+        .route(mprov_api::jobs::REGISTER_PATH, post(boot::register))
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(from_fn_with_state(state.clone(), authenticated_layer));
     let mut inventory = Router::new()

@@ -128,6 +128,21 @@ fn read_schema(kind: &Kind) -> Value {
             json!({"type": "array", "items": {"$ref": format!("#/components/schemas/{schema}")}}),
         );
     }
+    for r in kind.reported {
+        let mut item = Map::new();
+        item.insert("id".into(), json!({"type": "integer"}));
+        for f in r.fields {
+            item.insert(
+                f.name.into(),
+                described(nullable(ty_schema(f.ty, false), f.nullable), f.doc),
+            );
+        }
+        let required: Vec<String> = item.keys().cloned().collect();
+        props.insert(
+            r.name.into(),
+            json!({"type": "array", "readOnly": true, "description": r.doc, "items": {"type": "object", "properties": item, "required": required, "additionalProperties": false}}),
+        );
+    }
     if kind.timestamps {
         for t in ["created_at", "updated_at"] {
             props.insert(t.into(), json!({"type": "string", "format": "date-time"}));
@@ -697,7 +712,8 @@ fn jobs_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) 
     );
 }
 
-/// The boot timeline and the boot manifest.
+/// The boot timeline, the boot manifest, and a job server's heartbeat and
+/// registration.
 fn boot_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) {
     let phases: Vec<&str> = [
         "dhcp_offered",
@@ -774,21 +790,56 @@ fn boot_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) 
                 "responses": created}
         }),
     );
-    let mut beat = error_responses(&["400", "401", "403", "426"]);
+    let mut beat = error_responses(&["400", "401", "403", "409", "426"]);
     beat.insert(
         "204".into(),
-        json!({"description": "Stored on the job server's row."}),
+        json!({"description": "Stored on the job server's row (and on the address's, when one is named)."}),
     );
     json_reader_refusals(&mut beat);
     paths.insert(
         mprov_api::boot::HEARTBEAT_PATH.into(),
-        json!({"post": {"summary": "A job server's load, with its own certificate (which names the row written); /ipxe/ lists the least loaded job server first",
+        json!({"post": {"summary": "A job server's heartbeat on one of its registered addresses, with its own certificate (which names the row written): /ipxe/ and the boot manifest send a node only to an address on its network heard from within MPROV_JOBSERVER_STALE_SECONDS, least loaded first. An address it did not register is refused (409: register first)",
             "security": [{"clientCertificate": []}],
             "requestBody": {"required": true, "content": {"application/json": {"schema": {
                 "type": "object", "properties": {
-                    "load_avg": {"type": "number", "minimum": 0, "maximum": 1e6, "description": "Its one-minute load average."}
+                    "load_avg": {"type": "number", "minimum": 0, "maximum": 1e6, "description": "Its one-minute load average."},
+                    "address": {"type": ["string", "null"], "description": "The registered address this heartbeat is for; null stamps only the row (a job server that registered no addresses)."},
+                    "streams": {"type": "integer", "minimum": 0, "maximum": u32::MAX, "description": "Image streams it is serving now."}
                 }, "required": ["load_avg"], "additionalProperties": false}}}},
             "responses": beat}}),
+    );
+    let address = json!({"type": "object", "properties": {
+        "address": {"type": "string", "description": "An address nodes reach it at."},
+        "network": {"type": ["integer", "null"], "description": "The network's id; null: the network whose subnet holds the address, if one does."}
+    }, "required": ["address"], "additionalProperties": false});
+    schemas.insert(
+        "Registered".into(),
+        json!({"type": "object", "properties": {
+            "id": {"type": "integer", "description": "The job server's row id."},
+            "name": {"type": "string", "description": "Its name: its certificate's."},
+            "addresses": {"type": "array", "items": address, "description": "Its addresses, each with the network it was placed on (null: none holds it, and no node is sent there)."}
+        }, "required": ["id", "name", "addresses"], "additionalProperties": false}),
+    );
+    let mut registered = ok("200", "Its row, found or made.", schema_ref("Registered"));
+    registered.extend(error_responses(&["400", "401", "403", "409", "426"]));
+    registered.insert(
+        "429".into(),
+        json!({"description": format!("More than {} registrations a minute from this job server; try again after `Retry-After` seconds.", crate::jobservers::REGISTRATIONS_PER_MINUTE),
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
+    );
+    json_reader_refusals(&mut registered);
+    paths.insert(
+        mprov_api::jobs::REGISTER_PATH.into(),
+        json!({"post": {"summary": "A job server registers its row with its own certificate, whose name is the row's: found by host id (a renamed host keeps its row, unless the old name's certificate is still valid: 409), else by name (a row made by hand), else made; its modules, port and addresses are set, each address on the network it names or whose subnet holds it",
+            "security": [{"clientCertificate": []}],
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                "type": "object", "properties": {
+                    "host_id": {"type": "string", "minLength": 1, "maxLength": 255, "description": "The stable id of its host, kept beside its config."},
+                    "modules": {"type": "array", "items": {"type": "string"}, "maxItems": 64, "description": "The job modules it runs."},
+                    "port": {"type": "integer", "minimum": 1, "maximum": 65535, "description": "Its image server's HTTP port."},
+                    "addresses": {"type": "array", "items": address, "maxItems": 64, "description": "The addresses it serves nodes on; each heartbeats on its own."}
+                }, "required": ["host_id", "modules", "port", "addresses"], "additionalProperties": false}}}},
+            "responses": registered}}),
     );
     let mut manifest = ok("200", "What the node boots.", schema_ref("BootManifest"));
     manifest.extend(error_responses(&["400", "401", "403", "404", "409", "426"]));

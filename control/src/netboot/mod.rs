@@ -9,10 +9,21 @@
 //! **Bootability** is one rule, [`bootable`], which `/ipxe/` and the boot
 //! manifest both apply: the node has an image whose recorded rootfs checksum
 //! parses as a SHA-256, whose rootfs size is above zero, and whose current
-//! version at least one job server with an address hosts on the node's
-//! network (any network when the node's NIC names none). A node that fails
-//! it gets a retry script saying why, and no nonce: enrolling would only
-//! spend the nonce and stop at the manifest.
+//! version at least one job server hosts at a **fresh** address on the
+//! node's network (any network when the node's NIC names none). A node that
+//! fails it gets a retry script saying why, and no nonce: enrolling would
+//! only spend the nonce and stop at the manifest.
+//!
+//! **Freshness** ([`offer`]): a job server that registered its addresses is
+//! reached at the first of them on the node's network whose own heartbeat
+//! is at most `stale_after` old (`MPROV_JOBSERVER_STALE_SECONDS`); an
+//! address that never heartbeated is not fresh. A job server that never
+//! registered (a row made by hand) is reached at its row's first address on
+//! its row's network, as before registration existed, unless its row's
+//! heartbeat is older than `stale_after` (a row that never heartbeated
+//! stays eligible: nothing says it is gone). When every job server that
+//! would serve the node is silent, the retry says so
+//! ([`NotBootable::Silent`]).
 //!
 //! The rules of the decision:
 //! - A request is **attested** when a job server on the node's network has
@@ -40,7 +51,9 @@ pub mod view;
 
 use mprov_api::boot::{ImageFile, image_file_url, jobserver_base_url};
 
-pub use view::{ImageView, JobServer, Lookup, NodeKey, NodeView, ViewError};
+use std::time::Duration;
+
+pub use view::{ImageView, JobServer, Lookup, NodeKey, NodeView, ServedAddress, ViewError};
 
 use crate::db::crud::Sha256;
 
@@ -58,6 +71,21 @@ pub enum NotBootable {
         image: String,
         /// Its current version.
         version: i64,
+    },
+    /// Job servers of the node's network host the version, but none has
+    /// sent a heartbeat there within the staleness limit.
+    #[error(
+        "image {image} version {version}: every job server of this node's network that hosts it is silent (no heartbeat within {stale_secs} s: {jobservers}); retrying until one is back"
+    )]
+    Silent {
+        /// The image's slug.
+        image: String,
+        /// Its current version.
+        version: i64,
+        /// The silent job servers, by name, comma-separated.
+        jobservers: String,
+        /// The staleness limit, in seconds.
+        stale_secs: u64,
     },
     /// The node has no image.
     #[error("{host} has no image: set one in the inventory")]
@@ -103,7 +131,7 @@ impl NotBootable {
     /// The inventory field to fix, if one field is at fault.
     pub fn field(&self) -> Option<&'static str> {
         match self {
-            NotBootable::NoJobServer { .. } => None,
+            NotBootable::NoJobServer { .. } | NotBootable::Silent { .. } => None,
             NotBootable::NoImage { .. } => Some("image"),
             NotBootable::NoChecksum { .. } | NotBootable::NotSha256 { .. } => Some("rootfs_sha256"),
             NotBootable::ZeroSize { .. } => Some("rootfs_size"),
@@ -121,13 +149,76 @@ pub struct Bootable<'a> {
     pub sha256: Sha256,
     /// Its rootfs size in bytes, above zero.
     pub size: u64,
-    /// The eligible job servers, best first ([`choose_jobservers`]).
-    pub jobservers: Vec<&'a JobServer>,
+    /// Where to fetch it, best first ([`choose_jobservers`]).
+    pub jobservers: Vec<Source<'a>>,
+}
+
+/// One job server's address a node fetches its image from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Source<'a> {
+    /// The job server's name.
+    pub name: &'a str,
+    /// The address on the node's network.
+    pub address: &'a str,
+    /// Its image server's port, if its row names one.
+    pub port: Option<u16>,
+    /// The load its last heartbeat there carried.
+    pub load_avg: f64,
+}
+
+/// What a job server hosting the image offers a node ([`offer`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Offer<'a> {
+    /// An address on the node's network, heard from recently enough.
+    Fresh(Source<'a>),
+    /// Addresses on the node's network, none heard from recently enough.
+    Silent,
+    /// No address on the node's network.
+    Elsewhere,
+}
+
+/// What `j` offers a node on `network` (`None`: the NIC names none, so any
+/// network), with heartbeats older than `stale_after` counting as silence
+/// (see the module docs). Pure.
+pub fn offer(j: &JobServer, network: Option<i64>, stale_after: Duration) -> Offer<'_> {
+    let on_network = |n: Option<i64>| network.is_none() || n == network;
+    let fresh = |age: Option<Duration>| age.is_some_and(|a| a <= stale_after);
+    if j.addresses.is_empty() {
+        let Some(address) = j.address.as_deref().filter(|_| on_network(j.network)) else {
+            return Offer::Elsewhere;
+        };
+        if j.heartbeat_age.is_some() && !fresh(j.heartbeat_age) {
+            return Offer::Silent;
+        }
+        return Offer::Fresh(Source {
+            name: &j.name,
+            address,
+            port: j.port,
+            load_avg: j.load_avg,
+        });
+    }
+    let mut here = j
+        .addresses
+        .iter()
+        .filter(|a| on_network(a.network))
+        .peekable();
+    if here.peek().is_none() {
+        return Offer::Elsewhere;
+    }
+    match here.find(|a| fresh(a.heartbeat_age)) {
+        Some(a) => Offer::Fresh(Source {
+            name: &j.name,
+            address: &a.address,
+            port: j.port,
+            load_avg: a.load_avg,
+        }),
+        None => Offer::Silent,
+    }
 }
 
 /// The bootability rule (see the module docs), the one `/ipxe/` and the boot
-/// manifest share.
-pub fn bootable(node: &NodeView) -> Result<Bootable<'_>, NotBootable> {
+/// manifest share; heartbeats older than `stale_after` count as silence.
+pub fn bootable(node: &NodeView, stale_after: Duration) -> Result<Bootable<'_>, NotBootable> {
     let Some(image) = &node.image else {
         return Err(NotBootable::NoImage {
             host: node.hostname.clone(),
@@ -156,7 +247,15 @@ pub fn bootable(node: &NodeView) -> Result<Bootable<'_>, NotBootable> {
             version,
         });
     }
-    let jobservers = choose_jobservers(node);
+    let (jobservers, silent) = choose_jobservers(node, stale_after);
+    if jobservers.is_empty() && !silent.is_empty() {
+        return Err(NotBootable::Silent {
+            image: slug,
+            version,
+            jobservers: silent.join(", "),
+            stale_secs: stale_after.as_secs(),
+        });
+    }
     if jobservers.is_empty() {
         return Err(NotBootable::NoJobServer {
             image: slug,
@@ -180,6 +279,9 @@ pub struct Settings<'a> {
     pub control_url: &'a str,
     /// The CA certificate's sha256 (`mprov_ca`).
     pub ca_fingerprint: &'a str,
+    /// How old a job server's heartbeat may be before nodes are no longer
+    /// sent there (`MPROV_JOBSERVER_STALE_SECONDS`).
+    pub stale_after: Duration,
 }
 
 /// What the node gets.
@@ -216,22 +318,27 @@ pub struct Plan {
 pub const UNATTESTED: &str =
     "waiting for the job server's report of this boot's DHCP lease, retrying";
 
-/// The eligible job servers of `node`, best first: on the node's network
-/// (any network when the NIC names none), with an address, least loaded
-/// first, then by name.
-pub fn choose_jobservers(node: &NodeView) -> Vec<&JobServer> {
-    let mut eligible: Vec<&JobServer> = node
-        .jobservers
-        .iter()
-        .filter(|j| j.address.is_some())
-        .filter(|j| node.network.is_none() || j.network == node.network)
-        .collect();
+/// Where `node` fetches its image, best first: each hosting job server's
+/// fresh address on the node's network ([`offer`]), least loaded first,
+/// then by name; and the names of those that would serve it but are
+/// silent, in name order.
+pub fn choose_jobservers(node: &NodeView, stale_after: Duration) -> (Vec<Source<'_>>, Vec<&str>) {
+    let mut eligible = Vec::new();
+    let mut silent = Vec::new();
+    for j in &node.jobservers {
+        match offer(j, node.network, stale_after) {
+            Offer::Fresh(source) => eligible.push(source),
+            Offer::Silent => silent.push(j.name.as_str()),
+            Offer::Elsewhere => {}
+        }
+    }
     eligible.sort_by(|a, b| {
         a.load_avg
             .total_cmp(&b.load_avg)
-            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.name.cmp(b.name))
     });
-    eligible
+    silent.sort_unstable();
+    (eligible, silent)
 }
 
 /// Where the inventory places the node `lookup` found, for the lease
@@ -272,7 +379,7 @@ pub fn decide(
         return Decision::LocalBoot;
     }
     let host = &node.hostname;
-    let boot = match bootable(node) {
+    let boot = match bootable(node, s.stale_after) {
         Ok(b) => b,
         Err(why) => return Decision::Retry(why.to_string()),
     };
@@ -302,7 +409,7 @@ pub fn decide(
     ]);
     let mut sources = Vec::with_capacity(boot.jobservers.len());
     for j in &boot.jobservers {
-        let address = j.address.as_deref().unwrap_or_default();
+        let address = j.address;
         let base = jobserver_base_url(address, j.port);
         let kernel = image_file_url(&base, slug, version, ImageFile::Kernel);
         let initrd = image_file_url(&base, slug, version, ImageFile::Initramfs);
@@ -318,7 +425,7 @@ pub fn decide(
         system_id: node.system_id,
         hostname: host.clone(),
         sources,
-        jobservers: boot.jobservers.iter().map(|j| j.name.clone()).collect(),
+        jobservers: boot.jobservers.iter().map(|j| j.name.to_owned()).collect(),
         args,
     };
     // Whatever else cannot go into the script (the service's own URL, say)
@@ -379,6 +486,7 @@ mod tests {
         chain_url: "http://c:8080/ipxe/?mac=${net0/mac}",
         control_url: "http://c:8080",
         ca_fingerprint: "ab12",
+        stale_after: Duration::from_secs(45),
     };
 
     fn js(name: &str, net: i64, load: f64) -> JobServer {
@@ -390,6 +498,29 @@ mod tests {
             network: Some(net),
             load_avg: load,
             heartbeat_age: None,
+            addresses: Vec::new(),
+        }
+    }
+
+    fn secs(n: u64) -> Option<Duration> {
+        Some(Duration::from_secs(n))
+    }
+
+    /// A registered address of job server `j`.
+    fn served(address: &str, net: Option<i64>, age: Option<Duration>, load: f64) -> ServedAddress {
+        ServedAddress {
+            address: address.into(),
+            network: net,
+            load_avg: load,
+            heartbeat_age: age,
+        }
+    }
+
+    fn boot_plan(n: NodeView) -> Result<Plan, String> {
+        match decide(&Lookup::Known(Box::new(n)), "aa:bb", true, false, &S) {
+            Decision::Boot(plan) => Ok(plan),
+            Decision::Retry(why) => Err(why),
+            other => panic!("{other:?}"),
         }
     }
 
@@ -573,5 +704,118 @@ mod tests {
                 "{s}"
             );
         }
+    }
+
+    #[test]
+    fn a_registered_job_server_is_reached_at_its_fresh_address_on_the_nodes_network() {
+        // js "multi" serves networks 1 and 2; the node is on 1.
+        let mut n = node();
+        let mut multi = js("multi", 1, 9.0);
+        multi.addresses = vec![
+            served("10.0.2.5", Some(2), secs(1), 0.0),
+            served("10.0.1.5", Some(1), secs(10), 0.1),
+        ];
+        n.jobservers = vec![multi.clone(), js("loaded", 1, 4.0)];
+        let plan = boot_plan(n.clone()).expect("boots");
+        // Its own address on network 1, with that address's load (0.1, not
+        // the row's 9.0), so it comes first.
+        assert_eq!(plan.jobservers, ["multi", "loaded"]);
+        assert!(
+            plan.sources[0].0.starts_with("http://10.0.1.5:"),
+            "{:?}",
+            plan.sources
+        );
+
+        // Its address on network 1 went silent: the node is not sent there,
+        // even though its address on network 2 is fresh.
+        n.jobservers[0].addresses[1].heartbeat_age = secs(46);
+        let plan = boot_plan(n.clone()).expect("boots");
+        assert_eq!(plan.jobservers, ["loaded"]);
+        // Exactly at the limit is still fresh.
+        n.jobservers[0].addresses[1].heartbeat_age = secs(45);
+        assert_eq!(
+            boot_plan(n.clone()).unwrap().jobservers,
+            ["multi", "loaded"]
+        );
+        // An address that never heartbeated is not fresh.
+        n.jobservers[0].addresses[1].heartbeat_age = None;
+        assert_eq!(boot_plan(n.clone()).unwrap().jobservers, ["loaded"]);
+        // Only on another network: never, fresh or not.
+        n.jobservers[0].addresses.remove(1);
+        assert_eq!(boot_plan(n).unwrap().jobservers, ["loaded"]);
+    }
+
+    #[test]
+    fn a_job_server_that_never_registered_keeps_its_rows_address_unless_its_row_is_stale() {
+        let mut n = node();
+        // Never heartbeated: eligible, as before registration existed.
+        assert_eq!(boot_plan(n.clone()).unwrap().jobservers, ["idle", "loaded"]);
+        n.jobservers[2].heartbeat_age = secs(5);
+        n.jobservers[0].heartbeat_age = secs(600);
+        assert_eq!(boot_plan(n.clone()).unwrap().jobservers, ["idle"]);
+        // A longer limit takes it back.
+        let patient = Settings {
+            stale_after: Duration::from_secs(900),
+            ..S
+        };
+        match decide(&Lookup::Known(Box::new(n)), "aa", true, false, &patient) {
+            Decision::Boot(plan) => assert_eq!(plan.jobservers, ["idle", "loaded"]),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn when_every_job_server_of_the_network_is_silent_the_retry_says_so() {
+        let mut n = node();
+        for j in &mut n.jobservers {
+            j.heartbeat_age = secs(120);
+        }
+        // "far" is on network 2: not named among the silent ones.
+        let why = boot_plan(n.clone()).expect_err("silent");
+        assert!(
+            why.contains("silent") && why.contains("idle, loaded") && why.contains("45 s"),
+            "{why}"
+        );
+        assert!(!why.contains("far"), "{why}");
+        // The manifest's rule is the same one.
+        assert!(matches!(
+            bootable(&n, S.stale_after),
+            Err(NotBootable::Silent { .. })
+        ));
+        // One registered job server back on the node's network: it boots.
+        n.jobservers[1].addresses = vec![served("10.0.1.77", Some(1), secs(2), 1.0)];
+        let plan = boot_plan(n.clone()).expect("boots");
+        assert_eq!(plan.jobservers, ["far"]);
+        assert!(
+            plan.sources[0].0.starts_with("http://10.0.1.77:"),
+            "{:?}",
+            plan.sources
+        );
+        // No job server on the node's network at all: the old reason.
+        n.jobservers.retain(|j| j.network == Some(2));
+        n.jobservers[0].addresses.clear();
+        assert!(boot_plan(n).expect_err("none").contains("on no job server"));
+    }
+
+    #[test]
+    fn offers_follow_the_nodes_network_and_the_heartbeat() {
+        let stale = Duration::from_secs(45);
+        let mut j = js("a", 1, 0.0);
+        assert!(matches!(offer(&j, Some(1), stale), Offer::Fresh(s) if s.address == "10.0.1.1"));
+        assert_eq!(offer(&j, Some(2), stale), Offer::Elsewhere);
+        // A node whose NIC names no network: any.
+        assert!(matches!(offer(&j, None, stale), Offer::Fresh(_)));
+        j.address = None;
+        assert_eq!(offer(&j, Some(1), stale), Offer::Elsewhere);
+        j.addresses = vec![
+            served("10.0.1.8", Some(1), secs(50), 0.0),
+            served("10.0.1.9", Some(1), secs(3), 0.0),
+            served("192.0.2.1", None, secs(1), 0.0),
+        ];
+        assert!(matches!(offer(&j, Some(1), stale), Offer::Fresh(s) if s.address == "10.0.1.9"));
+        assert!(matches!(offer(&j, None, stale), Offer::Fresh(s) if s.address == "10.0.1.9"));
+        assert_eq!(offer(&j, Some(3), stale), Offer::Elsewhere);
+        j.addresses[1].heartbeat_age = secs(46);
+        assert_eq!(offer(&j, Some(1), stale), Offer::Silent);
     }
 }

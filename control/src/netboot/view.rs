@@ -15,7 +15,8 @@
 //! 2. its image with the image's distro;
 //! 3. its groups;
 //! 4. the scripts of every layer, with their slugs;
-//! 5. the job servers hosting the image's current version.
+//! 5. the job servers hosting the image's current version, with the
+//!    addresses each registered (their networks and heartbeat ages).
 //!
 //! A database error is an error ([`ViewError`]), never an unknown node. The
 //! rules that read the view are pure and live beside it: bootability and the
@@ -105,15 +106,33 @@ pub struct JobServer {
     pub id: i64,
     /// Its name.
     pub name: String,
-    /// The address nodes reach it by (its first address).
+    /// Its row's first address: where nodes reach a job server that
+    /// registered no addresses.
     pub address: Option<String>,
     /// Its image server's port, if its row names one.
     pub port: Option<u16>,
-    /// Its network's id.
+    /// Its row's network.
     pub network: Option<i64>,
-    /// Its load average at its last heartbeat.
+    /// Its load average at its last heartbeat (any address).
     pub load_avg: f64,
-    /// How long ago its last heartbeat came, when it sent one.
+    /// How long ago its last heartbeat came (any address), when it sent one.
+    pub heartbeat_age: Option<Duration>,
+    /// The addresses it registered, in the order it registered them; empty
+    /// for a job server that never registered (its row's address, network
+    /// and heartbeat stand for it then).
+    pub addresses: Vec<ServedAddress>,
+}
+
+/// An address a job server registered, with its own heartbeat.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedAddress {
+    /// The address.
+    pub address: String,
+    /// The network it serves there, if one holds it.
+    pub network: Option<i64>,
+    /// The load average its last heartbeat from here carried.
+    pub load_avg: f64,
+    /// How long ago that heartbeat came; `None`: none came yet.
     pub heartbeat_age: Option<Duration>,
 }
 
@@ -367,30 +386,48 @@ pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
         g.scripts = group_scripts.remove(&g.id).unwrap_or_default();
     }
 
-    // 5. The job servers hosting the image, in one statement.
-    let mut jobservers = Vec::new();
+    // 5. The job servers hosting the image with their registered
+    // addresses, in one statement: a row per address (one with NULLs for a
+    // job server that registered none).
+    let mut jobservers: Vec<JobServer> = Vec::new();
     if let Some(img) = &image {
         let mut q = db.sql();
-        q.push("SELECT j.id, j.name, j.addresses, j.port, j.network_id, j.load_avg, j.heartbeat_at FROM jobservers j JOIN image_hosts h ON h.jobserver_id = j.id WHERE h.image_id = ")
+        q.push("SELECT j.id, j.name, j.addresses, j.port, j.network_id, j.load_avg, j.heartbeat_at, a.address AS a_address, a.network_id AS a_network_id, a.load_avg AS a_load_avg, a.heartbeat_at AS a_heartbeat_at FROM jobservers j JOIN image_hosts h ON h.jobserver_id = j.id LEFT JOIN jobserver_addresses a ON a.jobserver_id = j.id WHERE h.image_id = ")
             .bind(Val::Int(Some(img.id)))
-            .push(" ORDER BY j.name");
+            .push(" ORDER BY j.name, j.id, a.id");
         let now = jiff::Timestamp::now();
+        let age = |at: String| {
+            at.parse::<jiff::Timestamp>()
+                .ok()
+                .map(|at| Duration::try_from(now.duration_since(at)).unwrap_or_default())
+        };
         for r in db.fetch_all(&q).await? {
-            let addresses: Vec<String> =
-                serde_json::from_str(&text(&r, "addresses")?).unwrap_or_default();
-            let heartbeat = text(&r, "heartbeat_at")?;
-            jobservers.push(JobServer {
-                id: int(&r, "id")?,
-                name: text(&r, "name")?,
-                address: addresses.into_iter().find(|a| !a.is_empty()),
-                port: opt_int(&r, "port")?.and_then(|p| u16::try_from(p).ok()),
-                network: opt_int(&r, "network_id")?,
-                load_avg: float(&r, "load_avg")?,
-                heartbeat_age: heartbeat
-                    .parse::<jiff::Timestamp>()
-                    .ok()
-                    .map(|at| Duration::try_from(now.duration_since(at)).unwrap_or_default()),
-            });
+            let id = int(&r, "id")?;
+            if jobservers.last().is_none_or(|j| j.id != id) {
+                let addresses: Vec<String> =
+                    serde_json::from_str(&text(&r, "addresses")?).unwrap_or_default();
+                jobservers.push(JobServer {
+                    id,
+                    name: text(&r, "name")?,
+                    address: addresses.into_iter().find(|a| !a.is_empty()),
+                    port: opt_int(&r, "port")?.and_then(|p| u16::try_from(p).ok()),
+                    network: opt_int(&r, "network_id")?,
+                    load_avg: float(&r, "load_avg")?,
+                    heartbeat_age: age(text(&r, "heartbeat_at")?),
+                    addresses: Vec::new(),
+                });
+            }
+            let address = text(&r, "a_address")?;
+            if let Some(j) = jobservers.last_mut()
+                && !address.is_empty()
+            {
+                j.addresses.push(ServedAddress {
+                    address,
+                    network: opt_int(&r, "a_network_id")?,
+                    load_avg: float(&r, "a_load_avg")?,
+                    heartbeat_age: age(text(&r, "a_heartbeat_at")?),
+                });
+            }
         }
     }
 

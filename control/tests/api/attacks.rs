@@ -480,6 +480,8 @@ pub(crate) enum As {
     Admin,
     /// Another account, by user name and password (HTTP Basic).
     User(&'static str, &'static str),
+    /// An API key (an admin's).
+    Key(String),
     Cert(std::path::PathBuf),
 }
 
@@ -525,6 +527,9 @@ impl Client {
             }
             As::User(user, password) => {
                 cmd.args(["-u", &format!("{user}:{password}")]);
+            }
+            As::Key(key) => {
+                cmd.args(["-H", &format!("Authorization: Api-Key {key}")]);
             }
             As::Cert(base) => {
                 cmd.arg("--cert")
@@ -928,6 +933,123 @@ async fn attack_11_a_job_server_writes_only_its_own_load() {
     .await;
 }
 
+/// Attack 16: job servers register themselves, and each registers only
+/// itself. A registration names no row: the certificate's name is the
+/// row's. A second job server sending the first's host id cannot take the
+/// first's row over while the first's certificate is valid (409, saying
+/// what to do); once an administrator revoked it (the host was renamed),
+/// the new name takes the row over with its id and hosting records, and
+/// its own certificate stays valid. A row made by hand is claimed by the
+/// first host that registers under its name, and by no other host later.
+/// A node's certificate, an admin's password and an admin's API key
+/// cannot register or heartbeat as a job server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_16_a_job_server_registers_only_itself() {
+    on_admin(Engine::Sqlite, |_, url, s, c| {
+        use serde_json::json;
+        let register = mprov_api::jobs::REGISTER_PATH;
+        let heartbeat = mprov_api::boot::HEARTBEAT_PATH;
+        let image = hosted_image(c);
+        c.post("networks", json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24}));
+        let body = |host: &str, address: &str| {
+            json!({"host_id": host, "modules": ["dnsmasq"], "port": 8081,
+                "addresses": [{"address": address}]})
+        };
+        let rows = |c: &Client| c.ok("GET", "/api/v1/jobservers/?sort=id", None)["items"].clone();
+
+        // js1 registers itself: no row made by hand.
+        let js1 = As::Cert(c.enrolled_jobserver("js1"));
+        let (code, v) = c.call("POST", register, &js1, Some(body("host-a", "10.0.0.2")));
+        assert_eq!(code, 200, "{v}");
+        let js1_id = v["id"].clone();
+        assert_eq!(v["name"], "js1");
+        let jsx = c.ok("GET", "/api/v1/jobservers/jsx", None)["id"].clone();
+        c.ok(
+            "PATCH",
+            "/api/v1/images/compute",
+            Some(json!({"jobservers": [jsx.clone(), js1_id.clone()]})),
+        );
+        let (code, v) = c.call("POST", heartbeat, &js1, Some(json!({"load_avg": 0.5, "address": "10.0.0.2", "streams": 1})));
+        assert_eq!(code, 204, "{v}");
+
+        // The body cannot name a row.
+        for named in [
+            json!({"name": "js9", "host_id": "host-a", "modules": [], "port": 8081, "addresses": []}),
+            json!({"id": 1, "host_id": "host-a", "modules": [], "port": 8081, "addresses": []}),
+        ] {
+            let (code, v) = c.call("POST", register, &js1, Some(named.clone()));
+            assert!((400..500).contains(&code) && code != 401, "{named}: {code} {v}");
+        }
+
+        // js2 sends js1's host id: refused, js1's row untouched, no js2 row.
+        let before = rows(c);
+        let js2 = As::Cert(c.enrolled_jobserver("js2"));
+        let (code, v) = c.call("POST", register, &js2, Some(body("host-a", "10.0.0.66")));
+        assert_eq!(code, 409, "{v}");
+        let message = v["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("js1") && message.contains("certificate is still valid") && message.contains("revoke"),
+            "{v}"
+        );
+        assert_eq!(rows(c), before, "a refused registration changed a row");
+        // Nor can it heartbeat js1's address, or any: it has no row.
+        let (code, v) = c.call("POST", heartbeat, &js2, Some(json!({"load_avg": 0.0, "address": "10.0.0.2"})));
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(c.live("js1"), 1);
+
+        // A node's certificate, an admin (password or API key), nobody.
+        let nonce = {
+            c.post("systems", json!({"hostname": "c01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:16:01", "network": "lo"}]}));
+            c.nonce(url, "aa:bb:cc:00:16:01")
+        };
+        let node = As::Cert(c.enroll_node("c01", &nonce));
+        let key = As::Key(c.post("apikeys", json!({"name": "ops"}))["key"].as_str().unwrap().to_owned());
+        for (who, want) in [(&node, 403), (&As::Admin, 403), (&key, 403), (&As::Nobody, 401)] {
+            let (code, v) = c.call("POST", register, who, Some(body("host-x", "10.0.0.77")));
+            assert_eq!(code, want, "register: {v}");
+            let (code, v) = c.call("POST", heartbeat, who, Some(json!({"load_avg": 0.0, "address": "10.0.0.2"})));
+            assert_eq!(code, want, "heartbeat: {v}");
+        }
+        assert_eq!(rows(c), before, "a refused call changed a row");
+
+        // The host was renamed js1 → js2: once js1's certificate is
+        // revoked, js2 takes the row over, with its id and hosting record;
+        // js2's own certificate stays valid.
+        let creds = c.ok("GET", "/api/v1/credentials/?identity=js1", None);
+        let id = creds["items"][0]["id"].as_i64().unwrap();
+        c.ok("POST", &format!("/api/v1/credentials/{id}/revoke"), None);
+        let (code, v) = c.call("POST", register, &js2, Some(body("host-a", "10.0.0.3")));
+        assert_eq!(code, 200, "{v}");
+        assert_eq!((v["id"].clone(), v["name"].clone()), (js1_id.clone(), json!("js2")));
+        let row = c.ok("GET", "/api/v1/jobservers/js2", None);
+        assert_eq!(row["host_id"], "host-a");
+        assert_eq!(row["addresses"], json!(["10.0.0.3"]));
+        let (code, _) = c.call("GET", "/api/v1/jobservers/js1", &As::Admin, None);
+        assert_eq!(code, 404);
+        assert_eq!(c.ok("GET", "/api/v1/images/compute", None)["jobservers"], json!([jsx, js1_id]));
+        assert_eq!(c.live("js2"), 1);
+        let (code, v) = c.call("POST", heartbeat, &js2, Some(json!({"load_avg": 0.1, "address": "10.0.0.3"})));
+        assert_eq!(code, 204, "{v}");
+        // The old certificate is of no use.
+        let (code, v) = c.call("POST", heartbeat, &js1, Some(json!({"load_avg": 0.1})));
+        assert!(code == 401 || code == 403, "{code} {v}");
+
+        // A row made by hand is claimed by the first host registering under
+        // its name; another host under that name later is refused.
+        let made = c.post("jobservers", json!({"name": "js3", "addresses": ["10.0.0.9"], "network": "prov"}));
+        let js3 = As::Cert(c.enrolled_jobserver("js3"));
+        let (code, v) = c.call("POST", register, &js3, Some(body("host-c", "10.0.0.9")));
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["id"], made["id"]);
+        let (code, v) = c.call("POST", register, &js3, Some(body("host-d", "10.0.0.9")));
+        assert_eq!(code, 409, "{v}");
+        assert!(v["message"].as_str().unwrap_or_default().contains("another host"), "{v}");
+        assert_eq!(c.ok("GET", "/api/v1/jobservers/js3", None)["host_id"], "host-c");
+        s.stop();
+    })
+    .await;
+}
+
 /// Attack 12: a deleted or renamed row's certificate. A job server whose
 /// row was deleted read the whole inventory for the rest of its 90 days; a
 /// deleted node's certificate became the certificate of the next system
@@ -1067,14 +1189,14 @@ async fn attack_13_a_job_server_writes_only_the_status_of_its_jobs() {
     .await;
 }
 
-/// Attack 16: the jobs queue against the real service. Job server js2
+/// Attack 17: the jobs queue against the real service. Job server js2
 /// tries to write js1's claimed job, to claim in js1's name, to take a job
 /// for js1 and to record hosting of a version that is not the current one;
 /// a node's certificate, a read-only account and an admin try to claim.
 /// Every one is refused and every job is as it was; js1's own claim and
 /// report work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn attack_16_a_job_server_claims_and_reports_only_for_itself() {
+async fn attack_17_a_job_server_claims_and_reports_only_for_itself() {
     on_admin(Engine::Sqlite, |_, url, s, c| {
         let image = hosted_image(c);
         let mut ids = Vec::new();

@@ -908,12 +908,30 @@ pub(crate) async fn node_view_statements_do_not_grow_with_groups(engine: Engine)
         json!({"slug": "deb", "install_kernel_cmdline": "quiet"}),
     )
     .await;
+    let mut rows = Vec::new();
     for name in ["js1", "js2"] {
-        c.post(
-            "jobservers",
-            json!({"name": name, "addresses": ["10.0.0.2"]}),
+        rows.push(
+            c.post(
+                "jobservers",
+                json!({"name": name, "addresses": ["10.0.0.2"]}),
+            )
+            .await,
+        );
+    }
+    // One of them registered three addresses: still the same statement.
+    for address in ["10.0.0.7", "10.0.2.7", "10.0.3.7"] {
+        let db = &c.state.db;
+        let mut sql = db.sql();
+        sql.push(
+            "INSERT INTO jobserver_addresses (jobserver_id, address, load_avg, streams) VALUES ",
         )
-        .await;
+        .bind_list([
+            Val::Int(rows[0]["id"].as_i64()),
+            Val::Text(Some(address.into())),
+            Val::Float(Some(0.0)),
+            Val::Int(Some(0)),
+        ]);
+        sql.query().execute(db.pool()).await.unwrap();
     }
     c.post(
         "images",
@@ -959,6 +977,8 @@ pub(crate) async fn node_view_statements_do_not_grow_with_groups(engine: Engine)
     assert_eq!(v1.layers.groups.len(), 1);
     assert_eq!(v50.layers.groups.len(), 50);
     assert_eq!(v50.jobservers.len(), 2);
+    let registered: Vec<usize> = v50.jobservers.iter().map(|j| j.addresses.len()).collect();
+    assert_eq!(registered, [3, 0], "{:?}", v50.jobservers);
     let cfg = v50.effective().unwrap();
     assert_eq!(cfg.scripts.len(), 50, "{cfg:?}");
     assert_eq!(cfg.layers.len(), 53, "{cfg:?}");
@@ -1072,5 +1092,318 @@ pub(crate) async fn waiting_ipxe_requests_run_no_statements(engine: Engine) {
             "{script}"
         );
     }
+    c.cleanup().await;
+}
+
+/// Ages the heartbeat of the registered address `address` past any
+/// staleness limit.
+async fn silence(c: &Ctx, address: &str) {
+    let db = &c.state.db;
+    let mut sql = db.sql();
+    sql.push(
+        "UPDATE jobserver_addresses SET heartbeat_at = '2000-01-01T00:00:00Z' WHERE address = ",
+    )
+    .bind(Val::Text(Some(address.into())));
+    sql.query().execute(db.pool()).await.unwrap();
+}
+
+/// The rootfs sources of `host`'s manifest, as the admin reads it, or the
+/// refusal's status and message.
+async fn manifest_sources(c: &Ctx, host: &str) -> Result<Vec<String>, (StatusCode, String)> {
+    let (status, v) = c
+        .call("GET", &format!("{MANIFEST_PATH}?system={host}"), None)
+        .await;
+    if status != StatusCode::OK {
+        return Err((status, v["message"].as_str().unwrap_or_default().to_owned()));
+    }
+    let m: BootManifest = serde_json::from_value(v).unwrap();
+    Ok(m.sources)
+}
+
+/// Job servers register themselves (no row made by hand), each address
+/// placed on the network whose subnet holds it, and heartbeat per address;
+/// the manifest and `/ipxe/` send a node only to a job server whose
+/// heartbeat on the node's network is fresh, and say so when every one is
+/// silent. A job server serving two subnets has leases accepted in both.
+pub(crate) async fn registration_and_fresh_heartbeats(engine: Engine) {
+    use mprov_api::boot::HEARTBEAT_PATH;
+    use mprov_api::jobs::REGISTER_PATH;
+
+    let (c, _tls) = ctx_with_signer(engine).await;
+    let prov = c
+        .post(
+            "networks",
+            json!({"slug": "prov", "subnet": "10.0.0.0", "netmask": 24}),
+        )
+        .await;
+    let rack2 = c
+        .post(
+            "networks",
+            json!({"slug": "rack2", "subnet": "10.0.2.0", "netmask": 24}),
+        )
+        .await;
+    let js1 = Cred::Cert(enroll_jobserver(&c, "js1").await);
+    let js2 = Cred::Cert(enroll_jobserver(&c, "js2").await);
+    let rev = c.revision().await;
+    let (status, reg) = send(
+        &c.app,
+        "POST",
+        REGISTER_PATH,
+        &js1,
+        Some(json!({"host_id": "host-1", "modules": ["dnsmasq", "image-update"], "port": 8081,
+            "addresses": [{"address": "10.0.0.2"}, {"address": "10.0.2.2"}, {"address": "192.0.2.9"}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{reg}");
+    assert!(
+        c.revision().await > rev,
+        "a registration bumps the revision"
+    );
+    assert_eq!(reg["name"], "js1");
+    assert_eq!(
+        reg["addresses"],
+        json!([{"address": "10.0.0.2", "network": prov["id"]},
+               {"address": "10.0.2.2", "network": rack2["id"]},
+               {"address": "192.0.2.9", "network": null}]),
+        "each address on the network holding it, or none"
+    );
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        REGISTER_PATH,
+        &js2,
+        Some(json!({"host_id": "host-2", "modules": [], "port": 8081, "addresses": [{"address": "10.0.0.3"}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    // The row as the API shows it: host id, modules, the row's addresses
+    // and network mirroring the registered ones, each with its heartbeat.
+    let row = c.ok("GET", "/api/v1/jobservers/js1", None).await;
+    crate::assert_schema("JobServer", &row);
+    assert_eq!(row["id"], reg["id"]);
+    assert_eq!(row["host_id"], "host-1");
+    assert_eq!(row["modules"], json!(["dnsmasq", "image-update"]));
+    assert_eq!(
+        row["addresses"],
+        json!(["10.0.0.2", "10.0.2.2", "192.0.2.9"])
+    );
+    assert_eq!(row["network"], prov["id"]);
+    let shown = row["registered_addresses"].as_array().unwrap();
+    assert_eq!(shown.len(), 3, "{row}");
+    assert!(shown.iter().all(|a| a["heartbeat_at"].is_null()), "{row}");
+    // Read-only through the inventory API.
+    let (status, v) = c
+        .call(
+            "PATCH",
+            "/api/v1/jobservers/js1",
+            Some(json!({"registered_addresses": []})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    let (status, v) = c
+        .call(
+            "PATCH",
+            "/api/v1/jobservers/js1",
+            Some(json!({"host_id": "x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+
+    c.post(
+        "images",
+        json!({"slug": "compute", "rootfs_sha256": SHA, "rootfs_size": 4242, "jobservers": ["js1", "js2"]}),
+    )
+    .await;
+    for (host, mac, net) in [("c01", C01, "prov"), ("c02", C02, "rack2")] {
+        c.post(
+            "systems",
+            json!({"hostname": host, "image": "compute", "nics": [{"mac": mac, "network": net, "bootable": true}]}),
+        )
+        .await;
+    }
+
+    // Registered, never heard from: nobody to send the node to, and the
+    // reason says so, in the manifest and in /ipxe/.
+    let (status, why) = manifest_sources(&c, "c01").await.unwrap_err();
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(why.contains("silent") && why.contains("js1, js2"), "{why}");
+    attest(&c, C01).await;
+    ipxe_refuses(&c, &c.app, C01, "c01", "is silent").await;
+
+    // Heartbeats, one per address.
+    let beat = |cred: &Cred, body: Value| {
+        let (app, cred) = (c.app.clone(), cred.clone());
+        async move { send(&app, "POST", HEARTBEAT_PATH, &cred, Some(body)).await }
+    };
+    for (cred, address, load) in [
+        (&js1, "10.0.0.2", 2.0),
+        (&js1, "10.0.2.2", 0.1),
+        (&js2, "10.0.0.3", 1.0),
+    ] {
+        let (status, v) = beat(
+            cred,
+            json!({"load_avg": load, "address": address, "streams": 3}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{address}: {v}");
+    }
+    // An address it did not register: register first.
+    let (status, v) = beat(&js2, json!({"load_avg": 0.0, "address": "10.0.0.2"})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("register first"),
+        "{v}"
+    );
+    let row = c.ok("GET", "/api/v1/jobservers/js1", None).await;
+    let shown = &row["registered_addresses"];
+    assert!(shown[0]["heartbeat_at"].is_string(), "{row}");
+    assert_eq!(shown[0]["load_avg"], 2.0, "{row}");
+    assert_eq!(shown[0]["streams"], 3, "{row}");
+    assert!(shown[2]["heartbeat_at"].is_null(), "{row}");
+    assert!(row["heartbeat_at"].is_string(), "{row}");
+
+    // Each node to its own network's addresses, least loaded first.
+    let url = |host: &str| compute_url(host, ImageFile::Rootfs);
+    assert_eq!(
+        manifest_sources(&c, "c01").await.unwrap(),
+        [url("10.0.0.3"), url("10.0.0.2")]
+    );
+    assert_eq!(
+        manifest_sources(&c, "c02").await.unwrap(),
+        [url("10.0.2.2")]
+    );
+    let (status, script) = ipxe(&c.app, C01).await;
+    assert_eq!(status, StatusCode::OK);
+    let script = script.as_str().unwrap();
+    assert!(
+        script.contains(&compute_url("10.0.0.3", ImageFile::Kernel))
+            && script.contains(&compute_url("10.0.0.2", ImageFile::Kernel))
+            && !script.contains("10.0.2.2"),
+        "{script}"
+    );
+
+    // js1 silent on prov (still heard on rack2): c01 goes to js2 only.
+    silence(&c, "10.0.0.2").await;
+    assert_eq!(
+        manifest_sources(&c, "c01").await.unwrap(),
+        [url("10.0.0.3")]
+    );
+    let (_, script) = ipxe(&c.app, C01).await;
+    let script = script.as_str().unwrap();
+    assert!(
+        !script.contains("10.0.0.2") && script.contains("10.0.0.3"),
+        "{script}"
+    );
+    assert_eq!(
+        manifest_sources(&c, "c02").await.unwrap(),
+        [url("10.0.2.2")]
+    );
+    // Both silent on prov: the retry says so.
+    silence(&c, "10.0.0.3").await;
+    let (status, why) = manifest_sources(&c, "c01").await.unwrap_err();
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(why.contains("silent"), "{why}");
+    ipxe_refuses(&c, &c.app, C01, "c01", "is silent").await;
+    // A heartbeat brings it back.
+    let (status, _) = beat(&js2, json!({"load_avg": 1.0, "address": "10.0.0.3"})).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        manifest_sources(&c, "c01").await.unwrap(),
+        [url("10.0.0.3")]
+    );
+
+    // Leases: js1 serves prov and rack2, so a lease in either is accepted
+    // (its row names only prov); outside both, refused.
+    for ip in ["10.0.0.60", "10.0.2.60"] {
+        let (status, v) = send(
+            &c.app,
+            "POST",
+            EVENTS_PATH,
+            &js1,
+            Some(json!({"phase": "dhcp_acked", "mac": C02, "ip": ip})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{ip}: {v}");
+    }
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        EVENTS_PATH,
+        &js1,
+        Some(json!({"phase": "dhcp_acked", "mac": C02, "ip": "10.0.9.60"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("10.0.0.0/24, 10.0.2.0/24"),
+        "{v}"
+    );
+
+    // Registering again keeps the heartbeats of the addresses it lists
+    // again, drops the others, and the row follows.
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        REGISTER_PATH,
+        &js1,
+        Some(json!({"host_id": "host-1", "modules": ["dnsmasq"], "port": 8082,
+            "addresses": [{"address": "10.0.2.2"}, {"address": "10.0.0.4", "network": rack2["id"]}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["id"], reg["id"]);
+    let row = c.ok("GET", "/api/v1/jobservers/js1", None).await;
+    assert_eq!(row["addresses"], json!(["10.0.2.2", "10.0.0.4"]));
+    assert_eq!(row["network"], rack2["id"]);
+    assert_eq!(row["port"], 8082);
+    let shown = &row["registered_addresses"];
+    assert_eq!(shown.as_array().unwrap().len(), 2, "{row}");
+    assert!(shown[0]["heartbeat_at"].is_string(), "kept: {row}");
+    assert_eq!(shown[1]["network"], rack2["id"], "as it named: {row}");
+    assert!(shown[1]["heartbeat_at"].is_null(), "{row}");
+    // A network that does not exist is refused, nothing changed.
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        REGISTER_PATH,
+        &js1,
+        Some(json!({"host_id": "host-1", "modules": [], "port": 8081,
+            "addresses": [{"address": "10.0.0.5", "network": 99_999}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["field"], "addresses[0].network", "{v}");
+    assert_eq!(
+        c.ok("GET", "/api/v1/jobservers/js1", None).await["addresses"],
+        json!(["10.0.2.2", "10.0.0.4"])
+    );
+    // A job server looping on registration is cut off (each would wake
+    // every job server's long-poll), and no other job server with it.
+    let again = json!({"host_id": "host-2", "modules": [], "port": 8081, "addresses": [{"address": "10.0.0.3"}]});
+    let mut statuses = Vec::new();
+    for _ in 0..mprov_control::jobservers::REGISTRATIONS_PER_MINUTE + 2 {
+        statuses.push(
+            send(&c.app, "POST", REGISTER_PATH, &js2, Some(again.clone()))
+                .await
+                .0,
+        );
+    }
+    assert!(
+        statuses.contains(&StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        REGISTER_PATH,
+        &js1,
+        Some(json!({"host_id": "host-1", "modules": ["dnsmasq"], "port": 8082,
+            "addresses": [{"address": "10.0.2.2"}, {"address": "10.0.0.4", "network": rack2["id"]}]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
     c.cleanup().await;
 }

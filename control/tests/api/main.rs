@@ -1099,6 +1099,10 @@ async fn waiting_ipxe_requests_run_no_statements(engine: Engine) {
     boot::waiting_ipxe_requests_run_no_statements(engine).await;
 }
 
+async fn registration_and_fresh_heartbeats(engine: Engine) {
+    boot::registration_and_fresh_heartbeats(engine).await;
+}
+
 async fn openapi_lists_every_status_answered(engine: Engine) {
     openapi::every_status_answered_is_documented(engine).await;
 }
@@ -1130,6 +1134,7 @@ engine_tests!(
     ipxe_refusals_are_retry_scripts,
     node_view_statements_do_not_grow_with_groups,
     waiting_ipxe_requests_run_no_statements,
+    registration_and_fresh_heartbeats,
     openapi_lists_every_status_answered,
     every_endpoint_with_every_identity,
     node_enrollment_refusals,

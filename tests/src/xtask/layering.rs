@@ -128,6 +128,7 @@ pub const CONTROL: Spec = Spec {
                 "first_start",
                 "identity",
                 "jobs",
+                "jobservers",
                 "netboot",
             ],
             http: false,

@@ -11,7 +11,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::validate::{null_of, parse_field, query_value};
 use super::{DEFAULT_LIMIT, MAX_LIMIT, Obj, Pending, RefKey, StoreError, invalid, unique};
-use crate::db::kinds::{self, Access, Kind, Ty};
+use crate::db::kinds::{self, Access, Field, Kind, Ty};
 use crate::db::{Db, MAX_BINDS, Sql, Val, int, opt_bool, opt_int};
 use crate::secrets::SecretBox;
 
@@ -320,7 +320,9 @@ impl Db {
         kind: &'static Kind,
         items: &mut [Obj],
     ) -> Result<(), StoreError> {
-        if items.is_empty() || (kind.m2m.is_empty() && kind.children.is_empty()) {
+        if items.is_empty()
+            || (kind.m2m.is_empty() && kind.children.is_empty() && kind.reported.is_empty())
+        {
             return Ok(());
         }
         let ids: Vec<i64> = items
@@ -384,6 +386,38 @@ impl Db {
                 let id = o.get("id").and_then(Value::as_i64).unwrap_or_default();
                 o.insert(
                     child.name.into(),
+                    Value::Array(by_owner.remove(&id).unwrap_or_default()),
+                );
+            }
+        }
+        for rep in kind.reported {
+            let mut by_owner: HashMap<i64, Vec<Value>> = HashMap::new();
+            let cols: Vec<String> = rep.fields.iter().map(Field::column).collect();
+            for chunk in ids.chunks(MAX_BINDS) {
+                let mut sql = self.sql();
+                sql.push("SELECT id, ")
+                    .push(rep.parent)
+                    .push(" AS owner, ")
+                    .push(&cols.join(", "))
+                    .push(" FROM ")
+                    .push(rep.table)
+                    .push(" WHERE ")
+                    .push(rep.parent)
+                    .push(" IN ");
+                sql.bind_list(chunk.iter().map(|i| Val::Int(Some(*i))));
+                sql.push(" ORDER BY ").push(rep.order);
+                for r in sql.query().fetch_all(&mut *conn).await? {
+                    let row = decode_fields(rep.fields, &r)?;
+                    by_owner
+                        .entry(int(&r, "owner")?)
+                        .or_default()
+                        .push(Value::Object(row));
+                }
+            }
+            for o in items.iter_mut() {
+                let id = o.get("id").and_then(Value::as_i64).unwrap_or_default();
+                o.insert(
+                    rep.name.into(),
                     Value::Array(by_owner.remove(&id).unwrap_or_default()),
                 );
             }
@@ -455,9 +489,25 @@ fn order_by(kind: &Kind, sort: Option<&str>) -> Result<String, StoreError> {
 }
 
 fn decode_row(kind: &Kind, row: &AnyRow) -> Result<Obj, StoreError> {
+    let mut o = decode_fields(kind.fields, row)?;
+    if kind.timestamps {
+        for c in ["created_at", "updated_at"] {
+            o.insert(
+                c.into(),
+                row.try_get::<Option<String>, _>(c)?
+                    .map(Value::String)
+                    .unwrap_or(Value::Null),
+            );
+        }
+    }
+    Ok(o)
+}
+
+/// The `id` column and `fields` of a row, as the API shows them.
+fn decode_fields(fields: &[Field], row: &AnyRow) -> Result<Obj, StoreError> {
     let mut o = Obj::new();
     o.insert("id".into(), json!(int(row, "id")?));
-    for f in kind.fields {
+    for f in fields {
         let col = f.column();
         let v = match f.ty {
             Ty::Password => continue,
@@ -488,16 +538,6 @@ fn decode_row(kind: &Kind, row: &AnyRow) -> Result<Obj, StoreError> {
                 .unwrap_or(Value::Null),
         };
         o.insert(f.name.into(), v);
-    }
-    if kind.timestamps {
-        for c in ["created_at", "updated_at"] {
-            o.insert(
-                c.into(),
-                row.try_get::<Option<String>, _>(c)?
-                    .map(Value::String)
-                    .unwrap_or(Value::Null),
-            );
-        }
     }
     Ok(o)
 }

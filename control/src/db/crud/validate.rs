@@ -106,7 +106,10 @@ pub fn validate(
                 }
                 None => errors.push(FieldError::new(at(key), "expected a list of objects")),
             }
-        } else if key == "id" || (kind.timestamps && (key == "created_at" || key == "updated_at")) {
+        } else if key == "id"
+            || (kind.timestamps && (key == "created_at" || key == "updated_at"))
+            || kind.reported.iter().any(|r| r.name == key.as_str())
+        {
             errors.push(FieldError::new(at(key), "is read-only; leave it out"));
         } else {
             let known: Vec<&str> = writable_names(kind).collect();
