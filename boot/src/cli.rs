@@ -222,10 +222,11 @@ pub struct Cli {
     /// See `crate::daemon`.
     #[arg(short = 'm', long, value_delimiter = ',')]
     pub(crate) modules: Vec<String>,
-    /// Run once (runonce), then exit. With job modules listed: the jobs
-    /// pending now (and the genders file, with libgenders), serving
-    /// nothing. With only the boot services: bind every server, write the
-    /// listen file, and stop.
+    /// Run once (runonce), then exit. With only the boot services listed
+    /// (dnsmasq, mprov-webserver): bind every server, write the listen
+    /// file, and stop. Otherwise: enroll, register (unless -d), run the
+    /// jobs pending now of the job modules listed (and write the genders
+    /// file, with libgenders), serving nothing.
     #[arg(short = 'r', long)]
     pub(crate) run_once: bool,
     /// Do not register this job server's row (it must exist already).
@@ -408,8 +409,11 @@ fn host_name() -> String {
 /// ones before it are; the image server's tasks go to `http`.
 async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     let mut start = Start::new()?;
-    let jobs_listed = (cli.modules.iter()).any(|m| !modules::BOOT_SERVICES.contains(&m.as_str()));
-    if cli.run_once && jobs_listed {
+    // Run once: the boot services bind and stop only when they are all
+    // the list names; else the pending jobs run and nothing is served.
+    let only_boot_services = !cli.modules.is_empty()
+        && (cli.modules.iter()).all(|m| modules::BOOT_SERVICES.contains(&m.as_str()));
+    if cli.run_once && !only_boot_services {
         return daemon::run_once(&cli, start.shutdown()).await;
     }
     let Some((snapshot, reporter)) = boot_config(&cli, &mut start).await? else {
