@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use mprov_api::client::Client;
-use mprov_api::jobs::{HostedFile, Hosting};
+use mprov_api::jobs::{HostedFile, Hosting, ImageFiles};
 use mprov_image::Manifest;
 use mprov_image::manifest::MANIFEST;
 use reqwest::StatusCode;
@@ -53,12 +53,6 @@ use tokio::io::AsyncWriteExt as _;
 
 /// The largest `manifest.json` accepted from a source.
 const MAX_MANIFEST: usize = 1 << 20;
-
-/// The control service's record of an image's current version's files
-/// (a list of [`HostedFile`]).
-pub fn files_path(slug: &str) -> String {
-    format!("/api/v1/images/{slug}/files")
-}
 
 /// What the module needs from the job server.
 #[derive(Debug, Clone)]
@@ -259,36 +253,27 @@ pub async fn recorded_files(client: &Client, slug: &str, version: i64) -> Result
             current.map_or("(unknown)".to_string(), |v| v.to_string())
         );
     }
-    let value = client
-        .get_path(&files_path(slug))
+    let recorded = client
+        .image_files(slug, Some(version))
         .await
         .with_context(|| format!("reading the recorded files of image {slug}"))?;
-    parse_files(value, version)
+    checked_files(recorded, version)
 }
 
-/// The recorded files from the control service's answer: a list of
-/// [`HostedFile`], or an object with it as `files` (and the `version` it
-/// belongs to).
-fn parse_files(value: Value, version: i64) -> Result<Vec<HostedFile>> {
-    let list = match value {
-        Value::Object(mut map) => {
-            if let Some(v) = map.get("version").and_then(Value::as_i64)
-                && v != version
-            {
-                bail!("the control service's recorded files are of version {v}, not {version}");
-            }
-            map.remove("files").unwrap_or(Value::Null)
-        }
-        other => other,
-    };
-    let files: Vec<HostedFile> =
-        serde_json::from_value(list).context("the control service's list of recorded files")?;
-    if files.is_empty() {
+/// The recorded files, if they are of `version` and there are some.
+fn checked_files(recorded: ImageFiles, version: i64) -> Result<Vec<HostedFile>> {
+    if recorded.version != version {
+        bail!(
+            "the control service's recorded files are of version {}, not {version}",
+            recorded.version
+        );
+    }
+    if recorded.files.is_empty() {
         bail!(
             "the control service has no files recorded for version {version}: it is not published yet"
         );
     }
-    Ok(files)
+    Ok(recorded.files)
 }
 
 /// The image-server base URLs of job server `name`, from its row.
@@ -833,14 +818,22 @@ mod tests {
     }
 
     #[test]
-    fn recorded_files_parse_as_a_list_or_an_object() {
-        let file = json!({"name": "rootfs.tar.zst", "size": 3, "sha256": "ab"});
-        let list = parse_files(json!([file.clone()]), 2).unwrap();
-        assert_eq!(list[0].name, "rootfs.tar.zst");
-        let obj = parse_files(json!({"version": 2, "files": [file.clone()]}), 2).unwrap();
-        assert_eq!(obj, list);
-        assert!(parse_files(json!({"version": 3, "files": [file]}), 2).is_err());
-        let err = parse_files(json!([]), 2).unwrap_err().to_string();
+    fn recorded_files_must_be_of_the_version_and_some() {
+        let file = HostedFile {
+            name: "rootfs.tar.zst".into(),
+            size: 3,
+            sha256: "ab".into(),
+        };
+        let of = |version, files: Vec<HostedFile>| ImageFiles {
+            image: "compute".into(),
+            version,
+            files,
+        };
+        let checked = checked_files(of(2, vec![file.clone()]), 2).unwrap();
+        assert_eq!(checked.len(), 1);
+        assert_eq!(checked[0], file);
+        assert!(checked_files(of(3, vec![file]), 2).is_err());
+        let err = checked_files(of(2, vec![]), 2).unwrap_err().to_string();
         assert!(err.contains("not published yet"), "{err}");
     }
 
