@@ -152,7 +152,7 @@ fn inventory(control: &LabControl, root: &Path, slug: &str) -> Result<()> {
         "/api/v1/distros/",
         Some(&json!({
             "slug": "debian-lab", "vendor": "Debian", "version": "13",
-            "config_params": {"image_source": {"dir": root}}
+            "config_params": format!("image_source:\n  dir: '{}'\n", root.display())
         })),
     )?;
     let mut scripts = Vec::new();
@@ -314,7 +314,7 @@ fn job_servers_register_build_sync_and_serve_their_own_network() -> Result<()> {
             Ok(Some(()))
         },
     )?;
-    let listed = control.mash(&bins, &["jobservers"])?;
+    let listed = control.mash(&bins, &["jobservers", "list"])?;
     for spec in &specs {
         ensure!(
             listed.contains(spec.name) && listed.contains(spec.ip),
@@ -330,7 +330,7 @@ fn job_servers_register_build_sync_and_serve_their_own_network() -> Result<()> {
         &format!("/api/v1/images/{}", image.slug),
         Some(&json!({"needs_rebuild": true})),
     )?;
-    let hosts = wait_for(
+    let (img, jobs_done) = wait_for(
         "the image built and copied to every job server",
         Duration::from_secs(900),
         || {
@@ -339,36 +339,43 @@ fn job_servers_register_build_sync_and_serve_their_own_network() -> Result<()> {
                 bail!("a job failed: {failed:#}");
             }
             let img = control.api("GET", &format!("/api/v1/images/{}", image.slug), None)?;
-            let hosts: Vec<String> = img["jobservers"]
-                .as_array()
-                .context("hosts")?
-                .iter()
-                .filter_map(|h| h.as_str().map(str::to_owned))
-                .collect();
-            Ok((hosts.len() == 3).then_some((img, jobs)))
+            let hosts = img["jobservers"].as_array().context("hosts")?.len();
+            let ended = jobs.len() == 3 && jobs.iter().all(|j| j["status"] == "success");
+            Ok((hosts == 3 && ended).then_some((img, jobs)))
         },
     )?;
-    let (img, jobs_done) = hosts;
     let version = img["version"].as_i64().context("version")?;
+    // Job servers by row id, as a job names the one that claimed it.
+    let names: BTreeMap<i64, String> = jobservers(control)?
+        .into_iter()
+        .filter_map(|(name, row)| Some((row["id"].as_i64()?, name)))
+        .collect();
+    let claimer = |job: &Value| {
+        job["jobserver"]
+            .as_i64()
+            .and_then(|id| names.get(&id).cloned())
+            .unwrap_or_default()
+    };
     let built_by: Vec<&Value> = jobs_done
         .iter()
         .filter(|j| j["module"] == "image-update")
         .collect();
-    ensure!(
-        built_by.len() == 1 && built_by[0]["status"] == "success",
-        "one image-update job, successful: {jobs_done:#?}"
-    );
-    let builder = built_by[0]["jobserver"]
-        .as_str()
-        .context("the builder")?
-        .to_owned();
-    let synced: Vec<&str> = jobs_done
+    ensure!(built_by.len() == 1, "one image-update job: {jobs_done:#?}");
+    let builder = claimer(built_by[0]);
+    let mut synced: Vec<String> = jobs_done
         .iter()
-        .filter(|j| j["module"] == "image-sync" && j["status"] == "success")
-        .filter_map(|j| j["jobserver"].as_str())
+        .filter(|j| j["module"] == "image-sync")
+        .map(claimer)
         .collect();
+    synced.sort();
+    let mut others: Vec<String> = ["js1", "js2", "js3"]
+        .into_iter()
+        .filter(|n| *n != builder)
+        .map(str::to_owned)
+        .collect();
+    others.sort();
     ensure!(
-        synced.len() == 2 && !synced.contains(&builder.as_str()),
+        synced == others,
         "the two others synced from {builder}: {jobs_done:#?}"
     );
     ensure!(
