@@ -338,7 +338,10 @@ impl Start {
         let (snapshot, streams) = (snapshot.clone(), self.streams.clone());
         let stop = self.shutdown.clone();
         self.tasks.spawn(async move {
-            daemon.run(clients, snapshot, streams, stop).await;
+            daemon.run(clients, snapshot, streams, stop.clone()).await;
+            // A daemon with nothing (left) to do is no server stopping on
+            // its own: the boot services go on until the shutdown.
+            stop.cancelled().await;
             Ok(())
         });
         Ok(())

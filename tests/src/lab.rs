@@ -809,9 +809,11 @@ pub enum BootConfigSource {
         token: String,
         /// The job server's name.
         name: String,
-        /// Report its load (the heartbeat). Off, every job server keeps
-        /// load 0 and `/ipxe/` orders them by name: what tests that need
-        /// js1 first (a corrupted or killed first source) rely on.
+        /// Register itself on its one address and report its load there
+        /// (the heartbeat). Off, it neither registers nor heartbeats: its
+        /// row is the one the test made, every such job server keeps load 0
+        /// and `/ipxe/` orders them by name, what tests that need js1 first
+        /// (a corrupted or killed first source) rely on.
         heartbeat: bool,
     },
 }
@@ -933,8 +935,14 @@ impl JobServer {
                 name,
                 heartbeat,
             } => {
-                if !heartbeat {
-                    cmd.args(["--heartbeat", "0"]);
+                if *heartbeat {
+                    // Registered on its one lab address (not every address
+                    // of the shared namespace), heartbeating there.
+                    cmd.args(["--address", &spec.ip]);
+                } else {
+                    // Silent: the row made by hand, never registered (a
+                    // registered address that never heartbeats is skipped).
+                    cmd.args(["--heartbeat", "0", "--no-register"]);
                 }
                 cmd.args(["--control-url", url, "--ca-file"])
                     .arg(ca)

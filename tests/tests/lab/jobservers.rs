@@ -128,14 +128,13 @@ fn start_jobserver(
     Ok((spec.name.to_owned(), export, js))
 }
 
-/// The job server's arguments beyond the lab's: its modules, its one
-/// address, its heartbeat and the agent binary image-update puts in images.
+/// The job server's arguments beyond the lab's (which register it on its
+/// one address): its modules, its heartbeat and the agent binary
+/// image-update puts in images.
 fn jobserver_args(spec: &Spec, agent: &Path) -> Vec<String> {
     vec![
         "-m".into(),
         spec.modules.into(),
-        "--address".into(),
-        spec.ip.into(),
         "--heartbeat".into(),
         HEARTBEAT.into(),
         "--agent".into(),
