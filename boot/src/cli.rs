@@ -57,7 +57,7 @@ use crate::{daemon, events, identity, modules, snapshot};
 /// split as a shell would and read after the command line's (e.g.
 /// MPROV_ARGS="-c /etc/mprov/jobserver-local.yaml").
 ///
-/// LOGS go to standard error. Each line is tagged [E], [W], [I] or [D] and
+/// LOGS go to standard error. Each line is tagged `[E]`, `[W]`, `[I]` or `[D]` and
 /// its module, stamped in the time zone TZ names unless standard error is
 /// journald's (JOURNAL_STREAM names it; logTimestamps or --log-timestamps
 /// decide otherwise). Under journald each line also carries its syslog

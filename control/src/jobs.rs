@@ -8,7 +8,7 @@
 //!   who won, in a transaction that bumps the inventory revision first (which
 //!   also serializes it with every other write). A loser takes the next
 //!   candidate. The oldest pending job of the claimer's modules comes first;
-//!   a job [for one job server](`for_jobserver`) is taken only by it.
+//!   a job for one job server (`for_jobserver`) is taken only by it.
 //! - **Publishing** ([`record_hosting`]): the job server that built the
 //!   image's current version sends its files; they are recorded (the rootfs
 //!   checksum and size onto the image), the rebuild request is cleared, the

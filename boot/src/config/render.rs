@@ -4,7 +4,7 @@
 //! heartbeat interval, and an `!include plugins/*.yaml` at the end pulls in
 //! the per-module files, which are the operator's and never rewritten.
 //!
-//! [`text`] is the file, a pure function of [`Environment`]; [`write`]
+//! [`text`] is the file, a pure function of [`Environment`]; [`write()`]
 //! puts it in place atomically, readable by its owner only (it holds the
 //! API key).
 

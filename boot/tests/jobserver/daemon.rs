@@ -359,6 +359,44 @@ async fn run_once_enrolls_and_exits_without_serving() {
     control.stop().await;
 }
 
+/// A job server that neither registers, heartbeats nor takes jobs (`-d
+/// --heartbeat 0`, no job modules) goes on serving: its daemon, with
+/// nothing to do, does not end the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_daemon_leaves_the_job_server_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let control = TlsControl::start(&d, &[]).await;
+    let (url, token) = (control.url.clone(), control.token.clone());
+    let dd = d.clone();
+    tokio::task::spawn_blocking(move || {
+        let log = dd.join("js.log");
+        let mut js = jobserver_with(&url, &dd, &log, Some(&token), &["-d", "--heartbeat", "0"]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !crate::listen_file(&dd).exists() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(
+                js.0.try_wait().unwrap().is_none(),
+                "it ended:\n{}",
+                plain(&text)
+            );
+            assert!(Instant::now() < deadline, "not up:\n{}", plain(&text));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Well past the moment an idle daemon returns.
+        std::thread::sleep(Duration::from_secs(3));
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            js.0.try_wait().unwrap().is_none(),
+            "it ended on its own:\n{}",
+            plain(&text)
+        );
+    })
+    .await
+    .unwrap();
+    control.stop().await;
+}
+
 /// Needs the control service's register and claim endpoints.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_once_runs_the_pending_jobs_then_exits() {

@@ -16,7 +16,7 @@
 //! - `POST /api/v1/boot/heartbeat` ([`HEARTBEAT_PATH`](mprov_api::boot::HEARTBEAT_PATH)): a job
 //!   server's load and image streams on one of its registered addresses,
 //!   with its own certificate (which names the row); [`crate::jobservers`].
-//! - `POST /api/v1/jobserver/register` ([`REGISTER_PATH`](mprov_api::jobs::REGISTER_PATH)): a job
+//! - `POST /api/v1/jobserver/register` ([`REGISTER_PATH`]): a job
 //!   server registers its row (host id, modules, port, addresses) with its
 //!   own certificate, whose name is the row's; [`crate::jobservers`].
 //! - `GET /api/v1/boot/manifest` ([`MANIFEST_PATH`](mprov_api::boot::MANIFEST_PATH)): with a node's
