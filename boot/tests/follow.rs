@@ -296,6 +296,20 @@ fn config_with(url: &str, extra: &[&str]) -> Config {
     Config::from_settings(Cli::try_parse_from(argv).unwrap().s).unwrap()
 }
 
+/// A control service on SQLite in `dir`, on 127.0.0.1:0, and a client of
+/// it with an admin API key; stop it with the token, then await the task.
+async fn admin_control(dir: &Path) -> (Client, CancellationToken, tokio::task::JoinHandle<()>) {
+    let url = format!("sqlite://{}?mode=rwc", dir.join("c.sqlite3").display());
+    let db = Db::open(&url).await.unwrap();
+    let key = insert_api_key(&db, "admin").await;
+    db.pool().close().await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, task) = control(&url, listener).await;
+    let client = Client::new(&format!("http://{addr}"), Auth::ApiKey(key.key)).unwrap();
+    (client, stop, task)
+}
+
 /// Starts the control service on `listener`; returns its stop token and task.
 async fn control(
     url: &str,

@@ -11,21 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, bail, ensure};
 use mprov_image::{BuildError, BuildOptions, KernelChoice, PackOptions, Recipe, Source, Steps};
-use mprov_tests::loopfs::LoopFs;
-
-/// `len` bytes no compressor shrinks (xorshift64*), seeded by `seed`.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
+use mprov_tests::loopfs::{LoopFs, noise};
 
 /// A root of `files` incompressible files of `mib` MiB each.
 fn root(dir: &Path, files: u64, mib: usize) -> Result<()> {

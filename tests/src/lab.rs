@@ -187,7 +187,7 @@ fn ready_script() -> String {
 }
 
 /// Runs a command to completion; fails with its output if it fails.
-fn run(cmd: &mut Command) -> Result<String> {
+pub(crate) fn run(cmd: &mut Command) -> Result<String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()

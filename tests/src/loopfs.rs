@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::Result;
 
 /// A mounted loop file system; unmounted on drop.
 #[derive(Debug)]
@@ -16,20 +16,19 @@ pub struct LoopFs {
     dir: tempfile::TempDir,
 }
 
-/// Runs a command to success, its output in the error.
-fn run(cmd: &mut Command) -> Result<()> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {cmd:?}"))?;
-    ensure!(
-        out.status.success(),
-        "{cmd:?} failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
+/// `len` bytes no compressor shrinks (xorshift64*, seeded by `seed`): what
+/// fills a [`LoopFs`] for real.
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    out.truncate(len);
+    out
 }
 
 impl LoopFs {
@@ -39,13 +38,15 @@ impl LoopFs {
         let dir = tempfile::tempdir()?;
         let file = dir.path().join("fs.img");
         std::fs::File::create(&file)?.set_len(mib << 20)?;
-        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&file))?;
+        crate::lab::run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&file))?;
         let mount = dir.path().join("mnt");
         std::fs::create_dir(&mount)?;
-        run(Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(&file)
-            .arg(&mount))?;
+        crate::lab::run(
+            Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&file)
+                .arg(&mount),
+        )?;
         Ok(LoopFs { mount, dir })
     }
 

@@ -14,12 +14,10 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, bail, ensure};
 use mprov_api::boot::BootConfig;
-use mprov_api::client::{Auth, Client};
 use mprov_boot::modules::image_sync::{
     SyncContext, SyncError, copy_version, http_client, source_urls,
 };
 use mprov_boot::modules::image_update::hosted_files;
-use mprov_control::db::Db;
 use mprov_fileserver::{Config, Download, ImageState, serve};
 use mprov_image::{BuildOptions, KernelChoice, PackOptions, Recipe, Source};
 use serde_json::json;
@@ -27,8 +25,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin_control;
 use crate::image_update::{names, root, snapshot};
-use crate::{control, insert_api_key};
 
 /// A progress sink that keeps the lines.
 fn lines() -> (
@@ -55,7 +53,7 @@ async fn image_sync_copies_resumes_and_refuses_a_bad_source() -> Result<()> {
     let src_root = dir.path().join("root");
     root(&src_root, 1, 3)?;
     let kernel = dir.path().join("vmlinuz-6.1.0-test");
-    fs::write(&kernel, crate::image_update::noise(99, 300_000))?;
+    fs::write(&kernel, mprov_tests::loopfs::noise(99, 300_000))?;
     let built = mprov_image::build(
         &Recipe {
             slug: "compute".into(),
@@ -91,20 +89,7 @@ async fn image_sync_copies_resumes_and_refuses_a_bad_source() -> Result<()> {
     let server = tokio::spawn(serve(listener, state, shutdown.clone()));
 
     // Where it is, as the inventory says (a real control service).
-    let db_url = format!(
-        "sqlite://{}?mode=rwc",
-        dir.path().join("c.sqlite3").display()
-    );
-    let db = Db::open(&db_url).await?;
-    let key = insert_api_key(&db, "admin").await;
-    db.pool().close().await;
-    let control_listener = TcpListener::bind("127.0.0.1:0").await?;
-    let control_addr = control_listener.local_addr()?;
-    let (stop, task) = control(&db_url, control_listener).await;
-    let client = Client::new(
-        &format!("http://{control_addr}"),
-        Auth::ApiKey(key.key.clone()),
-    )?;
+    let (client, stop, task) = admin_control(dir.path()).await;
     client
         .create(
             "jobservers",

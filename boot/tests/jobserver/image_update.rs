@@ -12,31 +12,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Result, bail, ensure};
-use mprov_api::client::{Auth, Client};
 use mprov_boot::modules::image_update::{
     UpdateContext, build_version, host_arch, image_update, plan, read_inventory,
 };
-use mprov_control::db::Db;
 use mprov_image::PackOptions;
-use mprov_tests::loopfs::LoopFs;
+use mprov_tests::loopfs::{LoopFs, noise};
 use serde_json::json;
-use tokio::net::TcpListener;
 
-use crate::{control, insert_api_key};
-
-/// `len` bytes no compressor shrinks (xorshift64*).
-pub(crate) fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
+use crate::admin_control;
 
 /// A root of `files` incompressible files of `mib` MiB each.
 pub(crate) fn root(dir: &Path, files: u64, mib: usize) -> Result<()> {
@@ -87,17 +70,7 @@ fn lines() -> (
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_update_on_a_full_disk_fails_and_keeps_the_previous_version() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let url = format!(
-        "sqlite://{}?mode=rwc",
-        dir.path().join("c.sqlite3").display()
-    );
-    let db = Db::open(&url).await?;
-    let key = insert_api_key(&db, "admin").await;
-    db.pool().close().await;
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop, task) = control(&url, listener).await;
-    let client = Client::new(&format!("http://{addr}"), Auth::ApiKey(key.key.clone()))?;
+    let (client, stop, task) = admin_control(dir.path()).await;
 
     let small = dir.path().join("small");
     root(&small, 1, 2)?;
