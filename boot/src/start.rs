@@ -299,13 +299,10 @@ impl Start {
             snapshot.clone(),
             &mut self.registry,
         );
-        let udp = UdpSocket::bind(cli.dns)
+        let (udp, tcp) = mprov_dns::bind(cli.dns)
             .await
-            .with_context(|| format!("DNS: cannot bind {}", cli.dns))?;
+            .with_context(|| format!("DNS: cannot bind UDP and TCP {}", cli.dns))?;
         let bound = udp.local_addr()?;
-        let tcp = TcpListener::bind(bound)
-            .await
-            .with_context(|| format!("DNS: cannot bind TCP {bound}"))?;
         tracing::info!("DNS on {bound}");
         self.listening.insert("dns", bound);
         let stop = self.shutdown.clone();

@@ -57,6 +57,35 @@ mod zones;
 pub use fuzz::fuzz_query;
 pub use server::Server;
 
+/// Tries at most this many UDP ports when port 0 was asked for and the
+/// kernel's pick is taken for TCP.
+const BIND_TRIES: u32 = 16;
+
+/// Binds UDP and TCP on the same port of `addr`, as DNS clients expect.
+///
+/// With port 0 the kernel picks the UDP port, and that number may already
+/// be in use for TCP by another process: then another UDP port is tried, a
+/// bounded number of times. A fixed port that is taken is an error at once.
+pub async fn bind(
+    addr: std::net::SocketAddr,
+) -> std::io::Result<(tokio::net::UdpSocket, tokio::net::TcpListener)> {
+    let mut tries = 0;
+    loop {
+        let udp = tokio::net::UdpSocket::bind(addr).await?;
+        let bound = udp.local_addr()?;
+        match tokio::net::TcpListener::bind(bound).await {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) if addr.port() == 0 && e.kind() == std::io::ErrorKind::AddrInUse => {
+                tries += 1;
+                if tries >= BIND_TRIES {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Default for [`DnsConfig::upstream_port`].
 pub const DEFAULT_UPSTREAM_PORT: u16 = 53;
 /// Default for [`DnsConfig::max_in_flight`]: enough to keep a forwarder with

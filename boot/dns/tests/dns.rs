@@ -12,7 +12,7 @@ use mprov_api::boot::BootConfig;
 use mprov_dns::sample::{host, snapshot};
 use mprov_dns::{DnsConfig, Server};
 use prometheus_client::registry::Registry;
-use tokio::net::{TcpListener, UdpSocket};
+use tokio::net::UdpSocket;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -34,10 +34,10 @@ struct TestContext {
 
 impl TestContext {
     async fn start(snapshot: BootConfig, config: DnsConfig) -> Result<Self> {
-        let udp = UdpSocket::bind("127.0.0.1:0").await.context("bind udp")?;
+        let (udp, tcp) = mprov_dns::bind(([127, 0, 0, 1], 0).into())
+            .await
+            .context("bind udp and tcp")?;
         let addr = udp.local_addr()?;
-        // TCP on the same port number, as DNS clients expect.
-        let tcp = TcpListener::bind(addr).await.context("bind tcp")?;
         let (snapshots, rx) = watch::channel(Arc::new(snapshot));
         let mut registry = Registry::default();
         let server = Server::new(config, rx, &mut registry);
@@ -312,10 +312,8 @@ impl Dnsmasq {
     async fn start() -> Result<Self> {
         // Pick a port free for both UDP and TCP, then release it for dnsmasq.
         let port = {
-            let udp = std::net::UdpSocket::bind("127.0.0.1:0")?;
-            let port = udp.local_addr()?.port();
-            std::net::TcpListener::bind(("127.0.0.1", port))?;
-            port
+            let (udp, _tcp) = mprov_dns::bind(([127, 0, 0, 1], 0).into()).await?;
+            udp.local_addr()?.port()
         };
         let child = Command::new("dnsmasq")
             .args([

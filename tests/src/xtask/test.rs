@@ -88,7 +88,7 @@ pub fn test(options: &TestOptions) -> Result<()> {
     step("install: Debian packages and rustup components");
     install().context("install")?;
 
-    let mut results: Vec<(&str, Result<()>)> = Vec::new();
+    let mut results = Steps::default();
 
     step("fmt: cargo fmt --all -- --check");
     results.push(("fmt", run(cargo().args(["fmt", "--all", "--", "--check"]))));
@@ -162,11 +162,12 @@ pub fn test(options: &TestOptions) -> Result<()> {
 
     let mut failed = Vec::new();
     eprintln!();
-    for (name, result) in &results {
+    for (name, result, took) in &results.done {
+        let took = took.as_secs();
         match result {
-            Ok(()) => eprintln!("xtask test: {name}: ok"),
+            Ok(()) => eprintln!("xtask test: {name}: ok ({took} s)"),
             Err(err) => {
-                eprintln!("xtask test: {name}: FAILED: {err:#}");
+                eprintln!("xtask test: {name}: FAILED ({took} s): {err:#}");
                 failed.push(*name);
             }
         }
@@ -175,6 +176,29 @@ pub fn test(options: &TestOptions) -> Result<()> {
         bail!("failed steps: {}", failed.join(", "));
     }
     Ok(())
+}
+
+/// Each step's result and how long it took (the time since the previous
+/// step ended), so that a slow CI run says where its time went.
+struct Steps {
+    done: Vec<(&'static str, Result<()>, std::time::Duration)>,
+    mark: std::time::Instant,
+}
+
+impl Default for Steps {
+    fn default() -> Self {
+        Self {
+            done: Vec::new(),
+            mark: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Steps {
+    fn push(&mut self, (name, result): (&'static str, Result<()>)) {
+        self.done.push((name, result, self.mark.elapsed()));
+        self.mark = std::time::Instant::now();
+    }
 }
 
 /// The README's main command, end to end: the service starts on its embedded
