@@ -602,6 +602,7 @@ pub fn node_phase(p: BootPhase) -> bool {
             | BootPhase::Verified
             | BootPhase::ChecksumMismatch
             | BootPhase::SwitchRoot
+            | BootPhase::Scripts
             | BootPhase::Failed
             | BootPhase::Ready
     )

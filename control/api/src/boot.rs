@@ -310,6 +310,11 @@ pub enum BootPhase {
     ChecksumMismatch,
     /// Agent: about to switch_root into the image.
     SwitchRoot,
+    /// The booted node: its post-boot scripts started (the detail lists them).
+    Scripts,
+    /// Control, from the node's run report: one post-boot script ended (the
+    /// detail: its status, exit code, duration and output tail).
+    Script,
     /// Agent or control: a failure (the detail says which and what next).
     Failed,
     /// The booted node: up, scripts run.
@@ -317,6 +322,28 @@ pub enum BootPhase {
 }
 
 impl BootPhase {
+    /// Every phase, in boot order (`failed` and `ready` last).
+    pub const ALL: &[BootPhase] = &[
+        BootPhase::DhcpOffered,
+        BootPhase::DhcpAcked,
+        BootPhase::ProxyAnswered,
+        BootPhase::BootFileSent,
+        BootPhase::ScriptServed,
+        BootPhase::KernelFetched,
+        BootPhase::InitramfsFetched,
+        BootPhase::AgentDhcp,
+        BootPhase::Enrolled,
+        BootPhase::ImageStarted,
+        BootPhase::Progress,
+        BootPhase::Verified,
+        BootPhase::ChecksumMismatch,
+        BootPhase::SwitchRoot,
+        BootPhase::Scripts,
+        BootPhase::Script,
+        BootPhase::Failed,
+        BootPhase::Ready,
+    ];
+
     /// The phase's wire name, e.g. `dhcp_acked`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -334,6 +361,8 @@ impl BootPhase {
             BootPhase::Verified => "verified",
             BootPhase::ChecksumMismatch => "checksum_mismatch",
             BootPhase::SwitchRoot => "switch_root",
+            BootPhase::Scripts => "scripts",
+            BootPhase::Script => "script",
             BootPhase::Failed => "failed",
             BootPhase::Ready => "ready",
         }
@@ -421,11 +450,7 @@ mod contract_tests {
 
     #[test]
     fn phases_round_trip_by_their_wire_names() {
-        for phase in [
-            BootPhase::DhcpAcked,
-            BootPhase::ChecksumMismatch,
-            BootPhase::Ready,
-        ] {
+        for &phase in BootPhase::ALL {
             let json = serde_json::to_string(&phase).unwrap();
             assert_eq!(json, format!("\"{}\"", phase.as_str()));
         }

@@ -4,6 +4,7 @@
 
 use std::sync::OnceLock;
 
+use mprov_api::boot::BootPhase;
 use serde_json::{Map, Value, json};
 
 use crate::db::kinds::{self, Access, KINDS, Kind, Ty};
@@ -715,25 +716,7 @@ fn jobs_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) 
 /// The boot timeline, the boot manifest, and a job server's heartbeat and
 /// registration.
 fn boot_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) {
-    let phases: Vec<&str> = [
-        "dhcp_offered",
-        "dhcp_acked",
-        "proxy_answered",
-        "boot_file_sent",
-        "script_served",
-        "kernel_fetched",
-        "initramfs_fetched",
-        "agent_dhcp",
-        "enrolled",
-        "image_started",
-        "progress",
-        "verified",
-        "checksum_mismatch",
-        "switch_root",
-        "failed",
-        "ready",
-    ]
-    .to_vec();
+    let phases: Vec<&str> = BootPhase::ALL.iter().map(|p| p.as_str()).collect();
     schemas.insert(
         "BootEvent".into(),
         json!({"type": "object", "properties": {
