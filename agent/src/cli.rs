@@ -1,6 +1,8 @@
 //! The agent when it is not PID 1: a small CLI.
 //!
-//! Later issues add the node's other roles (`script-runner`, `nads`). `/init`
+//! `script-runner` runs a plan of scripts once (a node's post-boot scripts,
+//! or an image's image-gen scripts on a job server); `node` is the booted
+//! node's long-running agent (`crate::node`). A later issue adds `nads`. `/init`
 //! itself has no subcommand on purpose: it mounts, loads modules and powers
 //! the machine off, so it runs only as PID 1 (see `main.rs`).
 
@@ -41,6 +43,27 @@ enum Command {
     },
     /// Prints the agent's version.
     Version,
+    /// Runs scripts once, as the control service's plan lists them, and
+    /// reports their results: a node's post-boot scripts (`-s -b`), or an
+    /// image's image-gen scripts inside its root (`-i IMAGE --root DIR`).
+    /// Exits non-zero, naming the scripts, when the plan is refused or a
+    /// script fails.
+    ScriptRunner(ScriptRunner),
+    /// The booted node's agent (the image's mprov-agent unit): runs the
+    /// post-boot scripts (reporting "ready" only when all succeeded), then
+    /// runs them again when asked (`mash systems run-scripts`) and renews
+    /// the node's certificate, until SIGTERM.
+    Node {
+        /// The root holding etc/mprov/ and etc/nologin (default /).
+        #[arg(long, default_value = "/")]
+        root: std::path::PathBuf,
+        /// Seconds between two looks at the plan (jittered by a tenth).
+        #[arg(long, default_value_t = crate::node::DEFAULT_POLL.as_secs())]
+        poll: u64,
+        /// Where each run's script files go (a private folder per run).
+        #[arg(long, default_value = WORK_DIR)]
+        work: std::path::PathBuf,
+    },
     /// Streams a rootfs.tar.zst into a folder as /init does: hashed,
     /// decompressed and unpacked in one pass, resumed with Range after a
     /// drop, waiting on 503, falling back to the next URL on a checksum
@@ -62,6 +85,57 @@ enum Command {
         #[arg(required = true)]
         urls: Vec<String>,
     },
+}
+
+/// Where a run's script and params files go on a node.
+const WORK_DIR: &str = "/run/mprov";
+
+/// `script-runner`: the seed's flags, the same exclusivity.
+#[derive(Debug, clap::Args)]
+struct ScriptRunner {
+    /// The image whose scripts run, inside its root (`--root`). Mutually
+    /// exclusive with -s.
+    #[arg(
+        short = 'i',
+        long = "image",
+        conflicts_with = "system",
+        required_unless_present = "system",
+        requires = "root"
+    )]
+    image: Option<String>,
+    /// Runs the scripts against this system. Mutually exclusive with -i.
+    #[arg(short = 's', long = "system")]
+    system: bool,
+    /// Post-boot mode (else image-gen).
+    #[arg(short = 'b', long = "post-boot")]
+    post_boot: bool,
+    /// Run once (the seed's global option; the runner always runs once).
+    #[arg(short = 'r', long = "run-once")]
+    run_once: bool,
+    /// Do not register as a job server (the seed's global option; the
+    /// runner never registers).
+    #[arg(short = 'd', long = "no-register")]
+    no_register: bool,
+    /// With -i: the image's root the scripts run chrooted in. With -s: the
+    /// root holding etc/mprov/ and etc/nologin (default /).
+    #[arg(long)]
+    root: Option<std::path::PathBuf>,
+    /// Where the run's script files go (with -s).
+    #[arg(long, default_value = WORK_DIR)]
+    work: std::path::PathBuf,
+    /// The control service's URL, with --cert, --key and --ca: a job
+    /// server's own identity instead of the node's in etc/mprov/.
+    #[arg(long, requires_all = ["cert", "key", "ca"])]
+    url: Option<String>,
+    /// The client certificate, PEM.
+    #[arg(long, requires = "url")]
+    cert: Option<std::path::PathBuf>,
+    /// Its private key, PEM.
+    #[arg(long, requires = "url")]
+    key: Option<std::path::PathBuf>,
+    /// The control service's CA certificate, PEM.
+    #[arg(long, requires = "url")]
+    ca: Option<std::path::PathBuf>,
 }
 
 /// Parses the arguments and runs the command.
@@ -97,6 +171,25 @@ pub fn run() -> ExitCode {
             urls,
         } => fetch(size, &sha256, &into, verbose, &urls),
         Command::Ready { root, detail } => ready(&root, &detail),
+        Command::ScriptRunner(args) => script_runner(&args),
+        Command::Node { root, poll, work } => {
+            let stop = match crate::node::Stop::install() {
+                Ok(stop) => stop,
+                Err(err) => {
+                    eprintln!("mprov-agent: installing the signal handlers: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            crate::node::run(
+                &crate::node::Settings {
+                    root,
+                    work,
+                    poll: std::time::Duration::from_secs(poll.max(1)),
+                },
+                &stop,
+            );
+            ExitCode::SUCCESS
+        }
         Command::Version => {
             println!("mprov-agent {}", crate::VERSION);
             ExitCode::SUCCESS
@@ -121,6 +214,97 @@ fn ready(root: &std::path::Path, detail: &str) -> ExitCode {
             );
             ExitCode::FAILURE
         }
+    }
+}
+
+fn script_runner(args: &ScriptRunner) -> ExitCode {
+    use mprov_api::scripts::{RunOutcome, ScriptMode};
+    let fail = |what: &str, err: &dyn std::error::Error| {
+        eprintln!("mprov-agent: {what}: {}", mprov_process::chain(err));
+        ExitCode::FAILURE
+    };
+    let root = args
+        .root
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("/"));
+    let session = match (&args.url, &args.cert, &args.key, &args.ca) {
+        (Some(url), Some(cert), Some(key), Some(ca)) => {
+            let read = |path: &std::path::Path| {
+                std::fs::read_to_string(path).map_err(|err| crate::enroll::EnrollError::Io {
+                    what: "reading",
+                    path: path.display().to_string(),
+                    err,
+                })
+            };
+            (|| {
+                let identity = crate::enroll::Identity {
+                    key_pem: read(key)?,
+                    cert_pem: read(cert)?,
+                    ca_pem: read(ca)?,
+                };
+                crate::enroll::Control::new(url, &identity)
+            })()
+        }
+        _ => {
+            // -i runs inside an image's root, which holds no identity: the
+            // node's own is under / then.
+            let home = if args.system {
+                root.as_path()
+            } else {
+                std::path::Path::new("/")
+            };
+            crate::enroll::read_identity(home)
+                .and_then(|(identity, url)| crate::enroll::Control::new(&url, &identity))
+        }
+    };
+    let control = match session {
+        Ok(control) => control,
+        Err(err) => return fail("reading the identity", &err),
+    };
+    let mode = if args.post_boot {
+        ScriptMode::PostBoot
+    } else {
+        ScriptMode::ImageGen
+    };
+    let target = if args.system {
+        crate::scripts::exec::Target::Local {
+            root: root.clone(),
+            work: args.work.clone(),
+        }
+    } else {
+        crate::scripts::exec::Target::Image(root.clone())
+    };
+    let plan = match crate::scripts::fetch_plan(&control, mode, args.image.as_deref()) {
+        Ok(plan) => plan,
+        Err(err) => return fail("the script-runner", &err),
+    };
+    let stop = match crate::node::Stop::install() {
+        Ok(stop) => stop,
+        Err(err) => return fail("installing the signal handlers", &err),
+    };
+    let options =
+        crate::scripts::exec::Options::new(target, mode == ScriptMode::PostBoot && args.system);
+    let log = |line: &str| eprintln!("mprov-agent: {line}");
+    match crate::scripts::run(&control, &plan, &options, stop.flag(), &log) {
+        Ok(report) if report.outcome == RunOutcome::Success => ExitCode::SUCCESS,
+        Ok(report) => {
+            eprintln!(
+                "mprov-agent: the scripts did not all run: {}",
+                report.detail
+            );
+            for result in &report.results {
+                if !result.output_tail.is_empty()
+                    && result.status != mprov_api::scripts::ScriptStatus::Success
+                {
+                    eprintln!(
+                        "--- {} ({:?}):\n{}",
+                        result.slug, result.status, result.output_tail
+                    );
+                }
+            }
+            ExitCode::FAILURE
+        }
+        Err(err) => fail("the script-runner", &err),
     }
 }
 
@@ -191,5 +375,42 @@ mod tests {
             Cli::try_parse_from(["mprov-agent", "cmdline", "mprov_url=http://a"]).expect("parses");
         assert!(matches!(cli.command, Command::Cmdline { line: Some(_) }));
         assert!(Cli::try_parse_from(["mprov-agent"]).is_err());
+    }
+
+    #[test]
+    fn script_runner_flags_are_the_seed_s() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["mprov-agent", "script-runner"].iter().chain(args))
+        };
+        let cli = parse(&["-s", "-b", "-r", "-d"]).expect("parses");
+        let Command::ScriptRunner(args) = cli.command else {
+            panic!("not the runner")
+        };
+        assert!(args.system && args.post_boot && args.run_once && args.no_register);
+        let cli = parse(&["-i", "compute", "--root", "/img"]).expect("parses");
+        let Command::ScriptRunner(args) = cli.command else {
+            panic!("not the runner")
+        };
+        assert_eq!(args.image.as_deref(), Some("compute"));
+        // -i and -s exclude each other; one is needed; -i needs its root.
+        assert!(parse(&["-i", "compute", "--root", "/img", "-s"]).is_err());
+        assert!(parse(&["-b"]).is_err());
+        assert!(parse(&["-i", "compute"]).is_err());
+        // A job server's own identity comes whole.
+        assert!(parse(&["-s", "--url", "https://c"]).is_err());
+        assert!(
+            parse(&[
+                "-s",
+                "--url",
+                "https://c",
+                "--cert",
+                "c",
+                "--key",
+                "k",
+                "--ca",
+                "a"
+            ])
+            .is_ok()
+        );
     }
 }

@@ -188,17 +188,7 @@ pub fn fetch_ca(url: &str, pin: &[u8; 32]) -> Result<String, EnrollError> {
 /// Makes the node's key pair and enrolls with `nonce` at `url`, trusting
 /// only `ca_pem`.
 pub fn enroll(url: &str, ca_pem: &str, nonce: &str) -> Result<Identity, EnrollError> {
-    let key = rcgen::KeyPair::generate().map_err(EnrollError::Key)?;
-    let mut params =
-        rcgen::CertificateParams::new(Vec::<String>::new()).map_err(EnrollError::Key)?;
-    // An empty subject: the control service names the certificate after
-    // the system the nonce belongs to (the agent does not know its host name
-    // yet), and refuses a CSR that asks for any other name.
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    let csr = params
-        .serialize_request(&key)
-        .and_then(|csr| csr.pem())
-        .map_err(EnrollError::Key)?;
+    let (key_pem, csr) = key_and_csr()?;
     let enroll_url = format!("{}{NODE_PATH}", base(url));
     let http = |err| EnrollError::Http {
         what: "enrolling",
@@ -217,10 +207,28 @@ pub fn enroll(url: &str, ca_pem: &str, nonce: &str) -> Result<Identity, EnrollEr
     let response = client.send(request).map_err(http)?;
     let enrolled: Enrolled = json_reply(&client, response, "enrolling", &enroll_url)?;
     Ok(Identity {
-        key_pem: key.serialize_pem(),
+        key_pem,
         cert_pem: enrolled.certificate,
         ca_pem: ca_pem.to_owned(),
     })
+}
+
+/// A new key pair (PEM) and a CSR for it (PEM), as enrollment and renewal
+/// send it.
+pub fn key_and_csr() -> Result<(String, String), EnrollError> {
+    let key = rcgen::KeyPair::generate().map_err(EnrollError::Key)?;
+    let mut params =
+        rcgen::CertificateParams::new(Vec::<String>::new()).map_err(EnrollError::Key)?;
+    // An empty subject: the control service names the certificate after
+    // the system the nonce (or the current certificate) belongs to (the
+    // agent does not know its host name at enrollment), and refuses a CSR
+    // that asks for any other name.
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    let csr = params
+        .serialize_request(&key)
+        .and_then(|csr| csr.pem())
+        .map_err(EnrollError::Key)?;
+    Ok((key.serialize_pem(), csr))
 }
 
 /// A client that trusts only `ca_pem`, with `identity` as its client
@@ -307,6 +315,64 @@ impl Control {
             });
         }
         Ok(manifest::parse(&body)?)
+    }
+
+    /// `GET path`: the body of a `200`.
+    pub fn get_bytes(&self, path: &str, what: &'static str) -> Result<Vec<u8>, EnrollError> {
+        let url = format!("{}{path}", self.url);
+        let http = |err| EnrollError::Http {
+            what,
+            url: url.clone(),
+            err,
+        };
+        let request = self
+            .client
+            .get(&url)
+            .header(mprov_api::VERSION_HEADER, mprov_api::api_version());
+        let response = self.client.send(request).map_err(http)?;
+        let status = response.status().as_u16();
+        let body = self.client.wait(response.bytes()).map_err(http)?;
+        if status != 200 {
+            return Err(EnrollError::Refused {
+                what,
+                url,
+                status,
+                body: String::from_utf8_lossy(&body).chars().take(300).collect(),
+            });
+        }
+        Ok(body.to_vec())
+    }
+
+    /// `POST path` with `body` as JSON: the reply's body on any `2xx`.
+    pub fn post_json<B: serde::Serialize>(
+        &self,
+        path: &str,
+        body: &B,
+        what: &'static str,
+    ) -> Result<Vec<u8>, EnrollError> {
+        let url = format!("{}{path}", self.url);
+        let http = |err| EnrollError::Http {
+            what,
+            url: url.clone(),
+            err,
+        };
+        let request = self
+            .client
+            .post(&url)
+            .header(mprov_api::VERSION_HEADER, mprov_api::api_version())
+            .json(body);
+        let response = self.client.send(request).map_err(http)?;
+        let status = response.status().as_u16();
+        let body = self.client.wait(response.bytes()).map_err(http)?;
+        if !(200..300).contains(&status) {
+            return Err(EnrollError::Refused {
+                what,
+                url,
+                status,
+                body: String::from_utf8_lossy(&body).chars().take(300).collect(),
+            });
+        }
+        Ok(body.to_vec())
     }
 
     /// `POST EVENTS_PATH`: one step of this node's boot.

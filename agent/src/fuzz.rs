@@ -7,7 +7,8 @@
 //!   classifies it;
 //! - [`agent_manifest`]: the boot manifest's JSON;
 //! - [`agent_dhcp`]: a DHCP reply, fed to the client's state machine;
-//! - [`agent_tar`]: a tar stream, unpacked into a scratch root.
+//! - [`agent_tar`]: a tar stream, unpacked into a scratch root;
+//! - [`agent_script_plan`]: a script plan's JSON, ordered into layers.
 //!
 //! For the command line, besides "no panic" it checks, for every input:
 //! - the parameters it accepts, written out plainly, parse back to
@@ -200,6 +201,54 @@ pub fn agent_tar(data: &[u8]) {
     }
 }
 
+/// The fuzz target: any bytes as the control service's script plan, parsed
+/// and ordered. Checks, for a plan that parses:
+/// - accepted: every script that is not disabled is in exactly one layer,
+///   after every layer holding one of its dependencies, and no disabled
+///   script runs; each layer is sorted by slug; every warning names a
+///   disabled slug;
+/// - refused: at least one problem, and every script it names is in the
+///   plan.
+pub fn agent_script_plan(data: &[u8]) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let Ok(plan) = crate::scripts::parse_plan(data) else {
+        return;
+    };
+    let disabled: BTreeSet<&str> = plan.disabled.iter().map(String::as_str).collect();
+    let listed: BTreeSet<&str> = plan.scripts.iter().map(|s| s.slug.as_str()).collect();
+    match crate::scripts::plan::plan(&plan) {
+        Ok(layers) => {
+            let mut layer_of = BTreeMap::new();
+            for (n, layer) in layers.layers.iter().enumerate() {
+                assert!(layer.windows(2).all(|w| w[0].slug < w[1].slug));
+                for script in layer {
+                    assert!(!disabled.contains(script.slug.as_str()));
+                    assert!(layer_of.insert(script.slug.as_str(), n).is_none());
+                }
+            }
+            for script in &plan.scripts {
+                if disabled.contains(script.slug.as_str()) {
+                    continue;
+                }
+                let n = layer_of[script.slug.as_str()];
+                for dep in &script.depends_on {
+                    assert!(layer_of[dep.as_str()] < n, "{} after {dep}", script.slug);
+                }
+            }
+            assert_eq!(layer_of.len(), listed.difference(&disabled).count());
+            for warning in &layers.warnings {
+                assert!(disabled.iter().any(|d| warning.starts_with(d)));
+            }
+        }
+        Err(refusal) => {
+            assert!(!refusal.0.is_empty());
+            for slug in refusal.slugs() {
+                assert!(listed.contains(slug), "{slug} is not in the plan");
+            }
+        }
+    }
+}
+
 /// A fresh scratch folder under the system's temporary folder.
 fn tempfile_dir() -> std::io::Result<std::path::PathBuf> {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -256,6 +305,11 @@ mod tests {
     #[test]
     fn fuzz_dhcp_corpus_replays() {
         replay("agent_dhcp", agent_dhcp, 2);
+    }
+
+    #[test]
+    fn fuzz_script_plan_corpus_replays() {
+        replay("agent_script_plan", agent_script_plan, 4);
     }
 
     #[test]

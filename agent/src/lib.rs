@@ -3,10 +3,12 @@
 //! As `/init` in the initramfs it loads the NIC drivers, runs DHCP, enrolls
 //! with the one-time nonce, streams and verifies the compressed root image and
 //! `switch_root`s into it; in the booted system, `mprov-agent ready` reports
-//! the node ready with the certificate it enrolled for. Not written yet: the
-//! post-boot scripts, certificate renewal and, on unknown nodes, finding the
-//! switch port over LLDP (NADS). ARCHITECTURE.md, "A node's boot", walks
-//! through the whole flow.
+//! the node ready with the certificate it enrolled for, and `mprov-agent
+//! node` (the image's unit) runs the post-boot scripts, reports `ready` only
+//! when they all succeeded, runs them again when asked and renews the node's
+//! certificate. Not written yet: on unknown nodes, finding the switch port
+//! over LLDP (NADS). ARCHITECTURE.md, "A node's boot" and "After boot",
+//! walks through the whole flow.
 //!
 //! - [`init`]: PID 1, its steps in order (mounts, modules, the command line,
 //!   the interfaces, then [`init::boot`]). Never panics on purpose, never
@@ -27,18 +29,27 @@
 //! - [`http`]: the one HTTP client (reqwest's async client, driven on the
 //!   calling thread by one current-thread runtime), used by [`enroll`] and
 //!   [`image`] alike.
+//! - [`scripts`]: the script-runner: the plan's order or its refusal
+//!   ([`scripts::plan`], pure), the checks and the run itself
+//!   ([`scripts::exec`]: layers in parallel, process groups, timeouts,
+//!   output tails, `/etc/nologin`), and the exchange with the control
+//!   service around them.
+//! - [`node`]: the booted node's loop: scripts once, again on request, and
+//!   certificate renewal, until SIGTERM.
 //! - [`cli`]: what the binary does when it is not PID 1 (`--help`, `version`,
-//!   `cmdline`, `fetch`, `ready`).
+//!   `cmdline`, `fetch`, `ready`, `script-runner`, `node`).
 //!
 //! The binary is built static (musl, or glibc with `+crt-static`) with the
 //! workspace's `agent` profile, so it needs nothing else in the initramfs;
 //! `mprov_tests::agent::build_static` builds it. Keep its dependencies few:
 //! tokio only as the one current-thread runtime [`http`] needs, no thread
-//! of its own.
+//! of its own (the script-runner's threads are plain std threads, one per
+//! running script and its output).
 //!
 //! The modules depend on each other without a cycle (`cargo xtask
 //! layering` checks it), lowest first: [`cmdline`], [`dhcp`] and [`http`];
-//! [`image`]; [`manifest`]; [`enroll`]; [`init`]; [`cli`].
+//! [`image`]; [`manifest`]; [`enroll`]; [`init`]; [`scripts`]; [`node`];
+//! [`cli`].
 
 #![warn(missing_docs)]
 
@@ -53,6 +64,8 @@ pub mod http;
 pub mod image;
 pub mod init;
 pub mod manifest;
+pub mod node;
+pub mod scripts;
 
 /// The agent's version: the workspace version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
