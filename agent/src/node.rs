@@ -6,7 +6,9 @@
 //!   a tenth either way) it reads its plan and runs it again when the plan's
 //!   `run_request` is above the one it last ran (`mash systems run-scripts`
 //!   bumps it). A run that failed is not retried on its own: the next
-//!   request is.
+//!   request is. The last request run is kept in the work folder (`/run`,
+//!   so a reboot forgets it and runs the scripts again, an agent restart
+//!   does not).
 //! - **The node keeps its identity:** when a third of its certificate's
 //!   validity is left ([`renew_at`]), it renews through
 //!   [`mprov_api::enroll::RENEW_PATH`] with a new key, with a doubling wait
@@ -33,6 +35,8 @@ use crate::scripts::{self, exec};
 
 /// The default wait between two looks at the plan.
 pub const DEFAULT_POLL: Duration = Duration::from_secs(60);
+/// The file in the work folder naming the last `run_request` run.
+const LAST_RUN_FILE: &str = "last-run-request";
 /// The first wait after a failed renewal; it doubles.
 const RENEW_BACKOFF: Duration = Duration::from_secs(10);
 
@@ -205,7 +209,12 @@ pub fn run(settings: &Settings, stop: &Stop) {
         },
         true,
     );
-    let mut last_run: Option<i64> = None;
+    // Kept in the work folder (/run: gone at reboot), so an agent restarted
+    // by systemd does not run the same request again.
+    let last_file = settings.work.join(LAST_RUN_FILE);
+    let mut last_run: Option<i64> = std::fs::read_to_string(&last_file)
+        .ok()
+        .and_then(|text| text.trim().parse().ok());
     let mut renewing = Renewing::default();
     let mut failures = 0u32;
     while !stop.stopped() {
@@ -274,6 +283,16 @@ pub fn run(settings: &Settings, stop: &Stop) {
                             plan.run_request, report.outcome, report.detail
                         ));
                         last_run = Some(plan.run_request);
+                        let written = std::fs::create_dir_all(&settings.work).and_then(|()| {
+                            mprov_process::write_atomic(
+                                &last_file,
+                                format!("{}\n", plan.run_request).as_bytes(),
+                                0o600,
+                            )
+                        });
+                        if let Err(err) = written {
+                            log(&format!("warning: writing {}: {err}", last_file.display()));
+                        }
                     }
                     Err(err) => {
                         // Not reported (or not fetched): try the same request

@@ -32,21 +32,22 @@ pub const AGENT_UNIT: &str = "etc/systemd/system/mprov-agent.service";
 pub const AGENT_WANTS: &str = "etc/systemd/system/multi-user.target.wants/mprov-agent.service";
 
 /// The agent's unit: after boot, it records the boot's `mprov_*`
-/// parameters in the journal (nonce redacted) and reports the node "ready"
-/// to the control service with the certificate `/init` enrolled and left in
-/// `/etc/mprov` (`mprov-agent ready`). The post-boot script-runner will run
-/// before the report when the agent gains it.
+/// parameters in the journal (nonce redacted), then runs the node's agent
+/// (`mprov-agent node`) with the certificate `/init` enrolled and left in
+/// `/etc/mprov`: the post-boot scripts, "ready" only when they all
+/// succeeded, the scripts again on `mash systems run-scripts`, and the
+/// certificate's renewal. Stopping the unit sends SIGTERM to the agent and
+/// any script still running (`KillMode=control-group`).
 const UNIT: &str = "\
 [Unit]
-Description=mProv node agent: reports this node ready to the control service
+Description=mProv node agent: post-boot scripts, ready, certificate renewal
 Wants=network-online.target
 After=network-online.target
 
 [Service]
-Type=oneshot
-RemainAfterExit=yes
+Type=exec
 ExecStartPre=-/usr/libexec/mprov/mprov-agent cmdline
-ExecStart=/usr/libexec/mprov/mprov-agent ready
+ExecStart=/usr/libexec/mprov/mprov-agent node
 Restart=on-failure
 RestartSec=10
 
@@ -187,6 +188,9 @@ pub enum BuildError {
     /// The recipe is unusable.
     #[error("checking the recipe")]
     Recipe(#[source] RecipeError),
+    /// The image-gen scripts could not be run (their files, the mounts).
+    #[error("running the image-gen scripts")]
+    Scripts(#[source] mprov_agent::scripts::exec::ExecError),
     /// An image-gen script failed.
     #[error("image-gen script {slug} failed ({status}):\n{output}")]
     Script {
@@ -634,126 +638,95 @@ fn tail(output: &Output) -> String {
     lines[lines.len().saturating_sub(OUTPUT_TAIL)..].join("\n")
 }
 
-/// Runs the image-gen scripts in `root` with `chroot`, in the given order,
-/// with `/proc`, `/sys` and `/dev` mounted for them where the root has those
-/// folders. The first failure stops the build.
+/// Runs the image-gen scripts in `root` through the script-runner's
+/// executor (`mprov_agent::scripts::exec`, as the job server's
+/// `script-runner -i` runs an inventory image's): `chroot`ed, with `/proc`,
+/// `/sys` and `/dev` mounted where the root has those folders, by
+/// dependency layers (a layer's scripts at once), each with the default
+/// timeout and its process group killed at it. The first failure stops the
+/// build.
 fn run_scripts(
     root: &Path,
     scripts: &[&Script],
     slug: &str,
     version: u64,
-    step: &dyn Fn(&str),
+    step: &(dyn Fn(&str) + Sync),
 ) -> Result<(), BuildError> {
-    let tmp = root.join("tmp");
-    if !tmp.is_dir() {
-        fs::create_dir_all(&tmp).map_err(io_err("creating", &tmp))?;
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o1777))
-            .map_err(io_err("setting the mode of", &tmp))?;
-    }
-    let _mounts = Mounts::new(root)?;
-    for (n, script) in scripts.iter().enumerate() {
-        step(&format!(
-            "running image-gen script {} ({} of {})",
-            script.slug,
-            n + 1,
-            scripts.len()
-        ));
-        let content = script.content.as_deref().unwrap_or_default();
-        let name = format!(".mprov-image-gen-{}", script.slug);
-        let host_path = tmp.join(&name);
-        fs::write(&host_path, content).map_err(io_err("writing", &host_path))?;
-        fs::set_permissions(&host_path, fs::Permissions::from_mode(0o700))
-            .map_err(io_err("setting the mode of", &host_path))?;
-        let inside = format!("/tmp/{name}");
-        let mut cmd = Command::new("chroot");
-        cmd.arg(root);
-        if !content.starts_with("#!") {
-            cmd.arg("/bin/sh");
+    use mprov_agent::scripts::exec;
+    use mprov_api::scripts::{PlannedScript, RunOutcome, ScriptMode, ScriptPlan, ScriptStatus};
+    let contents: std::collections::BTreeMap<String, Vec<u8>> = scripts
+        .iter()
+        .map(|s| {
+            let content = s.content.clone().unwrap_or_default().into_bytes();
+            (s.slug.clone(), content)
+        })
+        .collect();
+    let plan = ScriptPlan {
+        mode: ScriptMode::ImageGen,
+        host: None,
+        image: Some(slug.to_owned()),
+        groups: Vec::new(),
+        params: serde_json::json!({}),
+        scripts: scripts
+            .iter()
+            .map(|s| PlannedScript {
+                slug: s.slug.clone(),
+                version: 1,
+                sha256: hex::encode(sha2::Sha256::digest(&contents[&s.slug])),
+                depends_on: s.depends_on.clone(),
+                timeout_seconds: None,
+                layer: "recipe".to_owned(),
+            })
+            .collect(),
+        disabled: Vec::new(),
+        run_request: 0,
+    };
+    let mut options = exec::Options::new(exec::Target::Image(root.to_path_buf()), false);
+    options.env = vec![
+        ("MPROV_IMAGE_SLUG".to_owned(), slug.to_owned()),
+        ("MPROV_IMAGE_VERSION".to_owned(), version.to_string()),
+    ];
+    let observe = |event: &exec::Event<'_>| match event {
+        exec::Event::Layer { slugs, .. } => {
+            step(&format!("running image-gen scripts {}", slugs.join(", ")));
         }
-        cmd.arg(&inside)
-            .env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .env("HOME", "/root")
-            .env("LC_ALL", "C")
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .env("MPROV_IMAGE_SLUG", slug)
-            .env("MPROV_IMAGE_VERSION", version.to_string());
-        let result = run(&mut cmd, "chroot", "image-gen scripts");
-        let removed = fs::remove_file(&host_path);
-        let output = result?;
-        if !output.status.success() {
-            return Err(BuildError::Script {
-                slug: script.slug.clone(),
-                status: output.status.to_string(),
-                output: tail(&output),
-            });
-        }
-        removed.map_err(io_err("removing", &host_path))?;
-        for line in tail(&output).lines() {
-            step(&format!("  {}: {line}", script.slug));
-        }
-    }
-    Ok(())
-}
-
-/// `/proc`, `/sys` and `/dev` mounted inside a root while scripts run;
-/// unmounted (lazily, should a script leave a process behind) on drop. The
-/// packer does not descend into mount points, so a leftover mount could not
-/// leak into the archive either.
-#[derive(Debug)]
-struct Mounts {
-    mounted: Vec<PathBuf>,
-}
-
-impl Mounts {
-    fn new(root: &Path) -> Result<Mounts, BuildError> {
-        let mut mounts = Mounts {
-            mounted: Vec::new(),
-        };
-        let plan: [(&str, &[&str]); 3] = [
-            ("proc", &["-t", "proc", "proc"]),
-            ("sys", &["-t", "sysfs", "sysfs"]),
-            ("dev", &["--bind", "/dev"]),
-        ];
-        for (dir, args) in plan {
-            let target = root.join(dir);
-            if !target.is_dir() || target.is_symlink() {
-                continue;
-            }
-            let output = run(
-                Command::new("mount").args(args).arg(&target),
-                "mount",
-                "image-gen scripts",
-            )?;
-            if !output.status.success() {
-                return Err(BuildError::Io {
-                    what: "mounting",
-                    path: target,
-                    err: io::Error::other(tail(&output)),
-                });
-            }
-            mounts.mounted.push(target);
-        }
-        Ok(mounts)
-    }
-}
-
-impl Drop for Mounts {
-    fn drop(&mut self) {
-        for target in self.mounted.iter().rev() {
-            let status = Command::new("umount")
-                .arg("-l")
-                .arg(target)
-                .stdin(Stdio::null())
-                .status();
-            if !status.is_ok_and(|s| s.success()) {
-                eprintln!("warning: could not unmount {}", target.display());
+        exec::Event::Ended(result) if result.status == ScriptStatus::Success => {
+            let lines: Vec<&str> = result.output_tail.lines().collect();
+            for line in &lines[lines.len().saturating_sub(OUTPUT_TAIL)..] {
+                step(&format!("  {}: {line}", result.slug));
             }
         }
+        exec::Event::Ended(_) | exec::Event::Warning(_) => {}
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let report =
+        exec::execute(&plan, &contents, &options, &stop, &observe).map_err(BuildError::Scripts)?;
+    if report.outcome == RunOutcome::Success {
+        return Ok(());
     }
+    let failed = report
+        .results
+        .iter()
+        .find(|r| matches!(r.status, ScriptStatus::Failed | ScriptStatus::TimedOut));
+    Err(match failed {
+        Some(result) => {
+            let lines: Vec<&str> = result.output_tail.lines().collect();
+            BuildError::Script {
+                slug: result.slug.clone(),
+                status: match (result.status, result.exit_code) {
+                    (ScriptStatus::TimedOut, _) => "timed out".to_owned(),
+                    (_, Some(code)) => format!("exit status: {code}"),
+                    _ => "killed by a signal".to_owned(),
+                },
+                output: lines[lines.len().saturating_sub(OUTPUT_TAIL)..].join("\n"),
+            }
+        }
+        None => BuildError::Script {
+            slug: slug.to_owned(),
+            status: format!("{:?}", report.outcome),
+            output: report.detail,
+        },
+    })
 }
 
 /// The `--agent` hook: the binary at [`AGENT_PATH`], its unit at

@@ -21,9 +21,11 @@
 //!
 //! Scripts mirror the control service's `scripts` kind (slug, content,
 //! `depends_on`); [`Recipe::script_order`] sorts them so each runs after what
-//! it depends on, ties broken by slug so the order is stable.
+//! it depends on, by the script-runner's rule (`mprov_agent::scripts::plan`:
+//! dependency layers, each by slug), so the order is stable and the same as
+//! an inventory image's.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -114,7 +116,7 @@ pub enum RecipeError {
     /// The scripts' dependencies form a cycle.
     #[error("script dependencies form a cycle through: {}", slugs.join(", "))]
     Cycle {
-        /// The scripts on or behind the cycle.
+        /// The scripts on a cycle.
         slugs: Vec<String>,
     },
     /// Two scripts share a slug.
@@ -212,32 +214,20 @@ impl Recipe {
                 });
             }
         }
-        // Kahn's algorithm; the ready set is ordered, so ties go by slug.
-        let mut waiting: BTreeMap<&str, BTreeSet<&str>> = by_slug
+        // The script-runner's rule (one rule for recipes and plans): by
+        // dependency layers, each layer by slug.
+        let nodes: Vec<(&str, Vec<&str>)> = by_slug
             .iter()
             .map(|(slug, s)| (*slug, s.depends_on.iter().map(String::as_str).collect()))
             .collect();
-        let mut order = Vec::new();
-        loop {
-            let ready: Vec<&str> = waiting
-                .iter()
-                .filter(|(_, deps)| deps.is_empty())
-                .map(|(slug, _)| *slug)
-                .collect();
-            let Some(next) = ready.first().copied() else {
-                break;
-            };
-            waiting.remove(next);
-            for deps in waiting.values_mut() {
-                deps.remove(next);
-            }
-            order.push(by_slug[next]);
-        }
-        if !waiting.is_empty() {
-            return Err(RecipeError::Cycle {
-                slugs: waiting.keys().map(|s| s.to_string()).collect(),
-            });
-        }
+        let order = mprov_agent::scripts::plan::layers(&nodes)
+            .map_err(|cycles| RecipeError::Cycle {
+                slugs: cycles.concat().iter().map(|s| s.to_string()).collect(),
+            })?
+            .concat()
+            .into_iter()
+            .map(|slug| by_slug[slug])
+            .collect();
         Ok(order)
     }
 }

@@ -781,7 +781,7 @@ fn busybox_root_with_scripts_kernel_and_agent() -> Result<()> {
     assert_eq!(fs::read(&bin)?, fs::read(&agent)?);
     assert_eq!(fs::metadata(&bin)?.mode() & 0o7777, 0o755);
     let unit = fs::read_to_string(dest.join("etc/systemd/system/mprov-agent.service"))?;
-    assert!(unit.contains("ExecStart=/usr/libexec/mprov/mprov-agent ready"));
+    assert!(unit.contains("ExecStart=/usr/libexec/mprov/mprov-agent node"));
     assert!(unit.contains("WantedBy=multi-user.target"));
     assert_eq!(
         fs::read_link(dest.join("etc/systemd/system/multi-user.target.wants/mprov-agent.service"))?,

@@ -84,6 +84,9 @@ pub struct Options {
     pub parallel: usize,
     /// Between SIGTERM and SIGKILL at a timeout.
     pub grace: Duration,
+    /// More environment for every script (the image builder's
+    /// `MPROV_IMAGE_SLUG` and `MPROV_IMAGE_VERSION`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Options {
@@ -94,6 +97,7 @@ impl Options {
             nologin,
             parallel: std::thread::available_parallelism().map_or(1, usize::from),
             grace: Duration::from_secs(5),
+            env: Vec::new(),
         }
     }
 }
@@ -453,6 +457,7 @@ fn run_one(script: &PlannedScript, content: &[u8], context: &Context<'_>) -> Scr
         .current_dir("/")
         .process_group(0)
         .stdin(Stdio::piped());
+    cmd.envs(context.options.env.iter().map(|(k, v)| (k, v)));
     if matches!(context.options.target, Target::Image(_)) {
         cmd.env("DEBIAN_FRONTEND", "noninteractive");
     }

@@ -74,6 +74,7 @@ impl Case {
             nologin: true,
             parallel: 2,
             grace: Duration::from_millis(200),
+            env: vec![],
         }
     }
 
