@@ -282,6 +282,11 @@ pub fn run(settings: &Settings, stop: &Stop) {
                             "run {}: {:?}: {}",
                             plan.run_request, report.outcome, report.detail
                         ));
+                        if stop.stopped() {
+                            // Cut short by SIGTERM: the request is not done,
+                            // so the next start runs it again.
+                            break;
+                        }
                         last_run = Some(plan.run_request);
                         let written = std::fs::create_dir_all(&settings.work).and_then(|()| {
                             mprov_process::write_atomic(

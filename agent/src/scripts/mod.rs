@@ -122,11 +122,14 @@ pub fn run(
                 Ok(layers) => {
                     if post_boot {
                         let slugs: Vec<&str> = layers.scripts().map(|s| s.slug.as_str()).collect();
-                        let detail = if slugs.is_empty() {
+                        let mut detail = if slugs.is_empty() {
                             "no post-boot scripts".to_owned()
                         } else {
                             format!("running {}", slugs.join(", "))
                         };
+                        for warning in &layers.warnings {
+                            detail.push_str(&format!("; warning: {warning}"));
+                        }
                         log(&detail);
                         control.report(BootPhase::Scripts, &detail).map_err(|err| {
                             RunError::Report {
