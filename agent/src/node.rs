@@ -106,7 +106,7 @@ pub fn warn_at(not_before: i64, not_after: i64) -> i64 {
 }
 
 /// The wait after the `failures`-th failed renewal in a row: doubling from
-/// [`RENEW_BACKOFF`], at most a tenth of the `left` validity (seconds) and
+/// 10 s, at most a tenth of the `left` validity (seconds) and
 /// at least a second.
 pub fn renew_backoff(failures: u32, left: i64) -> Duration {
     let doubled = RENEW_BACKOFF.saturating_mul(1u32 << failures.min(16));

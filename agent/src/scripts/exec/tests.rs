@@ -419,3 +419,48 @@ fn tails_are_cut_at_characters() {
     assert!(text.len() <= MAX_OUTPUT_TAIL);
     assert!(text.ends_with(&"é".repeat(10)));
 }
+
+#[test]
+fn a_cancelled_run_kills_its_scripts_and_runs_nothing_more() {
+    let mut case = Case::new();
+    case.script(
+        "long",
+        &[],
+        None,
+        "touch $OUT/long.started\nwhile :; do sleep 0.1; done\n",
+    );
+    case.script("next", &["long"], None, "touch $OUT/next.ran\n");
+    let cancel = AtomicBool::new(false);
+    let started = case.out().join("long.started");
+    let report = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // As SIGTERM does: once the script is running (bounded wait).
+            for _ in 0..400 {
+                if started.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        execute(
+            &case.plan,
+            &case.contents,
+            &case.options(),
+            &cancel,
+            &|_| {},
+        )
+        .expect("runs")
+    });
+    assert_eq!(report.outcome, RunOutcome::Failed);
+    let long = case.result(&report, "long");
+    assert_eq!(long.status, ScriptStatus::Failed);
+    assert!(
+        long.output_tail.contains("cancelled"),
+        "{}",
+        long.output_tail
+    );
+    assert_eq!(case.result(&report, "next").status, ScriptStatus::NotRun);
+    assert_eq!(case.markers(), ["long.started"]);
+    assert!(!case.root().join("etc/nologin").exists());
+}
