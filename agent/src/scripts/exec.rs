@@ -169,7 +169,9 @@ pub fn check<'a>(
     }
 }
 
-fn is_file_name(slug: &str) -> bool {
+/// A slug usable as a file name and a URL path segment: ASCII letters,
+/// digits, `.`, `_` and `-`, not `.` or `..`.
+pub fn is_file_name(slug: &str) -> bool {
     !slug.is_empty()
         && slug != "."
         && slug != ".."

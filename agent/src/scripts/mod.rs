@@ -103,6 +103,21 @@ pub fn run(
     let post_boot = plan.mode == ScriptMode::PostBoot;
     let report = match plan::plan(plan) {
         Err(refusal) => exec::refused(plan, refusal.to_string()),
+        Ok(layers) if layers.scripts().any(|s| !exec::is_file_name(&s.slug)) => {
+            // Refused before any request: a slug is also a URL path segment.
+            let bad: Vec<String> = layers
+                .scripts()
+                .filter(|s| !exec::is_file_name(&s.slug))
+                .map(|s| format!("{:?}", s.slug))
+                .collect();
+            exec::refused(
+                plan,
+                format!(
+                    "refused before anything ran: scripts {} have slugs that are not plain names",
+                    bad.join(", ")
+                ),
+            )
+        }
         Ok(layers) => {
             let mut contents = BTreeMap::new();
             for script in layers.scripts() {

@@ -322,6 +322,20 @@ fn refusals_run_nothing_and_name_the_scripts() {
         report.detail
     );
     assert!(case.markers().is_empty());
+    // A slug that is not a plain name (it becomes a file and a URL path).
+    let mut case = Case::new();
+    case.script("a", &[], None, "touch $OUT/a.ran\n");
+    case.script("../up", &[], None, "touch $OUT/up.ran\n");
+    let report = case.run();
+    assert_eq!(report.outcome, RunOutcome::Refused);
+    assert!(
+        report
+            .detail
+            .contains("\"../up\": its slug is not a plain name"),
+        "{}",
+        report.detail
+    );
+    assert!(case.markers().is_empty());
 }
 
 #[test]
