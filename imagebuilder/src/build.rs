@@ -9,6 +9,7 @@
 //! temporary folder and leaves every existing version untouched; an existing
 //! version is never overwritten.
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -22,6 +23,7 @@ use crate::pack::{self, PackError, PackOptions};
 use crate::progress::Steps;
 use crate::recipe::{Bootstrap, BootstrapTool, Recipe, RecipeError, Script, Source};
 use crate::unpack::UnpackOptions;
+use mprov_api::scripts::{PlannedScript, RunOutcome, RunReport, ScriptMode, ScriptPlan};
 use sha2::Digest as _;
 
 /// Where the `--agent` hook installs the agent binary in the image.
@@ -107,6 +109,19 @@ pub struct BuildOptions {
     pub pack: PackOptions,
     /// Report each step (and the packing's progress) as lines of text.
     pub steps: Option<Steps>,
+    /// The image-gen scripts as the control service planned them for an
+    /// inventory image, run in place of the recipe's (which must have none).
+    pub scripts: Option<ImageGenRun>,
+}
+
+/// Image-gen scripts to run: the plan and each script's content by slug
+/// (checked against the plan's checksums before anything runs).
+#[derive(Debug, Clone)]
+pub struct ImageGenRun {
+    /// The plan.
+    pub plan: ScriptPlan,
+    /// The contents.
+    pub contents: BTreeMap<String, Vec<u8>>,
 }
 
 /// A built version.
@@ -118,6 +133,8 @@ pub struct Built {
     pub manifest: Manifest,
     /// Paths left out of the archive (sockets).
     pub skipped: Vec<PathBuf>,
+    /// The image-gen scripts' results, when any ran.
+    pub scripts: Option<RunReport>,
 }
 
 /// Why a build failed.
@@ -188,10 +205,13 @@ pub enum BuildError {
     /// The recipe is unusable.
     #[error("checking the recipe")]
     Recipe(#[source] RecipeError),
+    /// Both the recipe and the options give image-gen scripts.
+    #[error("the recipe lists scripts and the build was given a plan too: give one or the other")]
+    TwoScriptLists,
     /// The image-gen scripts could not be run (their files, the mounts).
     #[error("running the image-gen scripts")]
     Scripts(#[source] mprov_agent::scripts::exec::ExecError),
-    /// An image-gen script failed.
+    /// An image-gen script failed, or the run was refused before any ran.
     #[error("image-gen script {slug} failed ({status}):\n{output}")]
     Script {
         /// The script.
@@ -200,6 +220,8 @@ pub enum BuildError {
         status: String,
         /// The end of its output.
         output: String,
+        /// The whole run's results.
+        report: Box<RunReport>,
     },
     /// The slug cannot name a folder.
     #[error(
@@ -273,7 +295,12 @@ fn build_in(
     let out_dir = staging.path().join("out");
     fs::create_dir(&out_dir).map_err(io_err("creating", &out_dir))?;
 
-    let changes = !scripts.is_empty() || options.agent.is_some();
+    let run = match &options.scripts {
+        Some(_) if !scripts.is_empty() => return Err(BuildError::TwoScriptLists),
+        Some(run) => run.clone(),
+        None => recipe_run(scripts, &recipe.slug),
+    };
+    let changes = !run.plan.scripts.is_empty() || options.agent.is_some();
     let (root, source) = match &recipe.source {
         Source::Dir(dir) => {
             if !dir.is_dir() {
@@ -327,9 +354,11 @@ fn build_in(
         }
     };
 
-    if !scripts.is_empty() {
-        run_scripts(&root, scripts, &recipe.slug, version, &step)?;
-    }
+    let scripts = if run.plan.scripts.is_empty() {
+        None
+    } else {
+        Some(run_scripts(&root, &run, &recipe.slug, version, &step)?)
+    };
     if let Some(agent) = &options.agent {
         step(&format!("installing the agent {}", agent.display()));
         install_agent(&root, agent).map_err(|err| BuildError::Agent {
@@ -421,6 +450,7 @@ fn build_in(
         dir: final_dir,
         manifest,
         skipped: packed.skipped,
+        scripts,
     })
 }
 
@@ -647,14 +677,73 @@ fn tail(output: &Output) -> String {
 /// build.
 fn run_scripts(
     root: &Path,
-    scripts: &[&Script],
+    run: &ImageGenRun,
     slug: &str,
     version: u64,
     step: &(dyn Fn(&str) + Sync),
-) -> Result<(), BuildError> {
+) -> Result<RunReport, BuildError> {
     use mprov_agent::scripts::exec;
-    use mprov_api::scripts::{PlannedScript, RunOutcome, ScriptMode, ScriptPlan, ScriptStatus};
-    let contents: std::collections::BTreeMap<String, Vec<u8>> = scripts
+    use mprov_api::scripts::ScriptStatus;
+    let mut options = exec::Options::new(exec::Target::Image(root.to_path_buf()), false);
+    options.env = vec![
+        ("MPROV_IMAGE_SLUG".to_owned(), slug.to_owned()),
+        ("MPROV_IMAGE_VERSION".to_owned(), version.to_string()),
+    ];
+    let observe = |event: &exec::Event<'_>| match event {
+        exec::Event::Layer { slugs, .. } => {
+            step(&format!("running image-gen scripts {}", slugs.join(", ")));
+        }
+        exec::Event::Ended(result) if result.status == ScriptStatus::Success => {
+            let lines: Vec<&str> = result.output_tail.lines().collect();
+            for line in &lines[lines.len().saturating_sub(OUTPUT_TAIL)..] {
+                step(&format!("  {}: {line}", result.slug));
+            }
+        }
+        exec::Event::Warning(warning) => step(&format!("warning: {warning}")),
+        exec::Event::Ended(_) => {}
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let report = exec::execute(&run.plan, &run.contents, &options, &stop, &observe)
+        .map_err(BuildError::Scripts)?;
+    if report.outcome == RunOutcome::Success {
+        return Ok(report);
+    }
+    let failed = report
+        .results
+        .iter()
+        .find(|r| matches!(r.status, ScriptStatus::Failed | ScriptStatus::TimedOut));
+    let (slug, status, output) = match failed {
+        Some(result) => {
+            let lines: Vec<&str> = result.output_tail.lines().collect();
+            (
+                result.slug.clone(),
+                match (result.status, result.exit_code) {
+                    (ScriptStatus::TimedOut, _) => "timed out".to_owned(),
+                    (_, Some(code)) => format!("exit status: {code}"),
+                    _ => "killed by a signal".to_owned(),
+                },
+                lines[lines.len().saturating_sub(OUTPUT_TAIL)..].join("\n"),
+            )
+        }
+        None => (
+            slug.to_owned(),
+            format!("{:?}", report.outcome),
+            report.detail.clone(),
+        ),
+    };
+    Err(BuildError::Script {
+        slug,
+        status,
+        output,
+        report: Box::new(report),
+    })
+}
+
+/// A recipe's scripts (in [`Recipe::script_order`]) as the plan the
+/// script-runner's executor takes: their contents, checksummed here, the
+/// default timeout, nothing disabled.
+fn recipe_run(scripts: &[&Script], slug: &str) -> ImageGenRun {
+    let contents: BTreeMap<String, Vec<u8>> = scripts
         .iter()
         .map(|s| {
             let content = s.content.clone().unwrap_or_default().into_bytes();
@@ -681,52 +770,7 @@ fn run_scripts(
         disabled: Vec::new(),
         run_request: 0,
     };
-    let mut options = exec::Options::new(exec::Target::Image(root.to_path_buf()), false);
-    options.env = vec![
-        ("MPROV_IMAGE_SLUG".to_owned(), slug.to_owned()),
-        ("MPROV_IMAGE_VERSION".to_owned(), version.to_string()),
-    ];
-    let observe = |event: &exec::Event<'_>| match event {
-        exec::Event::Layer { slugs, .. } => {
-            step(&format!("running image-gen scripts {}", slugs.join(", ")));
-        }
-        exec::Event::Ended(result) if result.status == ScriptStatus::Success => {
-            let lines: Vec<&str> = result.output_tail.lines().collect();
-            for line in &lines[lines.len().saturating_sub(OUTPUT_TAIL)..] {
-                step(&format!("  {}: {line}", result.slug));
-            }
-        }
-        exec::Event::Ended(_) | exec::Event::Warning(_) => {}
-    };
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let report =
-        exec::execute(&plan, &contents, &options, &stop, &observe).map_err(BuildError::Scripts)?;
-    if report.outcome == RunOutcome::Success {
-        return Ok(());
-    }
-    let failed = report
-        .results
-        .iter()
-        .find(|r| matches!(r.status, ScriptStatus::Failed | ScriptStatus::TimedOut));
-    Err(match failed {
-        Some(result) => {
-            let lines: Vec<&str> = result.output_tail.lines().collect();
-            BuildError::Script {
-                slug: result.slug.clone(),
-                status: match (result.status, result.exit_code) {
-                    (ScriptStatus::TimedOut, _) => "timed out".to_owned(),
-                    (_, Some(code)) => format!("exit status: {code}"),
-                    _ => "killed by a signal".to_owned(),
-                },
-                output: lines[lines.len().saturating_sub(OUTPUT_TAIL)..].join("\n"),
-            }
-        }
-        None => BuildError::Script {
-            slug: slug.to_owned(),
-            status: format!("{:?}", report.outcome),
-            output: report.detail,
-        },
-    })
+    ImageGenRun { plan, contents }
 }
 
 /// The `--agent` hook: the binary at [`AGENT_PATH`], its unit at

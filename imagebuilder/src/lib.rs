@@ -33,7 +33,7 @@ mod progress;
 pub mod recipe;
 pub mod unpack;
 
-pub use build::{BuildError, BuildOptions, Built, KernelChoice, build, is_no_space};
+pub use build::{BuildError, BuildOptions, Built, ImageGenRun, KernelChoice, build, is_no_space};
 pub use manifest::{Artifact, Manifest, VerifyError, verify};
 pub use pack::{PackError, PackOptions, Packed, pack};
 pub use progress::Steps;

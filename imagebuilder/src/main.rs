@@ -219,6 +219,7 @@ fn build_cmd(b: BuildArgs) -> Result<()> {
         agent,
         pack,
         steps: None,
+        scripts: None,
     };
     let built = build(&recipe, &options)?;
     for path in &built.skipped {

@@ -49,6 +49,7 @@ fn options(out: &Path, version: u64, steps: Option<Steps>) -> BuildOptions {
             ..PackOptions::default()
         },
         steps,
+        scripts: None,
     }
 }
 

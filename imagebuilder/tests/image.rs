@@ -43,6 +43,7 @@ fn options(out: &Path) -> BuildOptions {
             ..PackOptions::default()
         },
         steps: None,
+        scripts: None,
     }
 }
 

@@ -21,10 +21,13 @@
 //!   Rocky, Alma, RHEL, CentOS, Oracle and Fedora with dnf (the release as
 //!   `--releasever`). A bootstrap runs for the job server's own
 //!   architecture; a distro of another is refused.
-//! - **The image-gen scripts** attached to the distro or the image, with the
-//!   image-gen scripts they depend on, in dependency order
-//!   ([`Recipe::script_order`]). Scripts listed in a layer's
-//!   `disable_scripts` do not run; post-boot scripts never do at build time.
+//! - **The image-gen scripts:** the image's image-gen plan from the control
+//!   service (its distro's and its own, less `disable_scripts`: the control
+//!   service's one layering rule), each script's content checked against the
+//!   plan's checksum, run through the script-runner's planner and executor
+//!   (`mprov_agent::scripts`: dependency layers, refusals naming the scripts
+//!   before anything runs, timeouts) inside the root. The run's results go
+//!   to the control service whether the build went on or not.
 //! - **The kernel:** the newest `/boot/vmlinuz-*` of the root, unless an
 //!   `image_kernel` key says `none` or gives a file.
 //! - **The agent**, from the module's `agent` setting
@@ -45,15 +48,16 @@
 //! whose publishing failed) is verified against its manifest and published
 //! as it is; versions are never overwritten.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result, bail};
 use mprov_api::client::Client;
 use mprov_api::jobs::{HostedFile, Hosting};
+use mprov_api::scripts::{RunReport, ScriptMode};
 use mprov_image::{
-    Bootstrap, BootstrapTool, BuildOptions, KernelChoice, Manifest, PackOptions, Recipe, Script,
-    Source, Steps,
+    Bootstrap, BootstrapTool, BuildOptions, ImageGenRun, KernelChoice, Manifest, PackOptions,
+    Recipe, Source, Steps,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -101,23 +105,26 @@ pub struct UpdateParams {
     pub version: Option<i64>,
 }
 
-/// The rows [`plan`] reads: the image, its distro, and every script the
-/// image or the distro lists, with everything those depend on.
-#[derive(Debug, Clone, Default)]
+/// What [`plan`] reads: the image's and its distro's rows, and the image's
+/// image-gen scripts as the control service planned them (its layering and
+/// `disable_scripts` rule), with their contents.
+#[derive(Debug, Clone)]
 pub struct Inventory {
     /// The image's row.
     pub image: Value,
     /// Its distro's row, if it has one.
     pub distro: Option<Value>,
-    /// Script rows (any order; duplicates are ignored).
-    pub scripts: Vec<Value>,
+    /// The image-gen plan and its scripts' contents.
+    pub scripts: ImageGenRun,
 }
 
 /// What to build: one version of one image.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// The root and the scripts.
+    /// The root (the recipe lists no scripts: they are in `scripts`).
     pub recipe: Recipe,
+    /// The image-gen scripts, run by the script-runner's rule.
+    pub scripts: ImageGenRun,
     /// The kernel.
     pub kernel: KernelChoice,
     /// The version number (the image's current one).
@@ -164,20 +171,6 @@ pub enum PlanError {
         /// The image's slug.
         image: String,
     },
-    /// A script the image or distro lists was not read.
-    #[error("the image or its distro lists script id {id}, which was not found")]
-    MissingScript {
-        /// The missing id.
-        id: i64,
-    },
-    /// A script a listed one depends on was not read.
-    #[error("script {slug} depends on script id {id}, which was not found")]
-    UnknownScript {
-        /// The script.
-        slug: String,
-        /// The missing id.
-        id: i64,
-    },
     /// The vendor or version has no known bootstrap.
     #[error(
         "no bootstrap is known for distro {distro} ({vendor} {version}): give one as image_source in its config_params"
@@ -200,8 +193,6 @@ struct BuildParams {
     image_source: Option<Source>,
     #[serde(default)]
     image_kernel: Option<String>,
-    #[serde(default)]
-    disable_scripts: Vec<String>,
 }
 
 fn build_params(row: &Value, layer: String) -> Result<BuildParams, PlanError> {
@@ -222,17 +213,6 @@ fn text<'a>(row: &'a Value, kind: &'static str, field: &'static str) -> Result<&
     row.get(field)
         .and_then(Value::as_str)
         .ok_or(PlanError::Field { kind, field })
-}
-
-fn ids(row: &Value, kind: &'static str, field: &'static str) -> Result<Vec<i64>, PlanError> {
-    match row.get(field) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| v.as_i64().ok_or(PlanError::Field { kind, field }))
-            .collect(),
-        Some(_) => Err(PlanError::Field { kind, field }),
-    }
 }
 
 /// The job server's architecture as the inventory names them
@@ -281,23 +261,13 @@ pub fn plan(inventory: &Inventory, host: &str) -> Result<Plan, PlanError> {
         Some(path) => KernelChoice::File(PathBuf::from(path)),
     };
 
-    let mut roots = ids(image, "image", "scripts")?;
-    if let Some(distro) = &inventory.distro {
-        roots.extend(ids(distro, "distro", "scripts")?);
-    }
-    let disabled: BTreeSet<&str> = image_params
-        .disable_scripts
-        .iter()
-        .chain(&distro_params.disable_scripts)
-        .map(String::as_str)
-        .collect();
-    let scripts = image_gen_scripts(&inventory.scripts, &roots, &disabled)?;
     Ok(Plan {
         recipe: Recipe {
             slug,
             source,
-            scripts,
+            scripts: Vec::new(),
         },
+        scripts: inventory.scripts.clone(),
         kernel,
         version,
     })
@@ -425,77 +395,8 @@ fn debian_arch(arch: &str) -> Option<&'static str> {
     })
 }
 
-/// The image-gen scripts to run: those with ids in `roots` and, following
-/// `depends_on`, the image-gen scripts they need, less the `disabled`
-/// slugs. Dependencies on scripts that do not run (disabled, post-boot) are
-/// dropped: nothing at build time waits for them.
-fn image_gen_scripts(
-    rows: &[Value],
-    roots: &[i64],
-    disabled: &BTreeSet<&str>,
-) -> Result<Vec<Script>, PlanError> {
-    let mut by_id: BTreeMap<i64, &Value> = BTreeMap::new();
-    for row in rows {
-        let id = row
-            .get("id")
-            .and_then(Value::as_i64)
-            .ok_or(PlanError::Field {
-                kind: "script",
-                field: "id",
-            })?;
-        by_id.insert(id, row);
-    }
-    let runs = |row: &Value| -> Result<bool, PlanError> {
-        Ok(text(row, "script", "script_type")? == "image-gen"
-            && !disabled.contains(text(row, "script", "slug")?))
-    };
-    // Every script reachable from the roots, each once.
-    let mut wanted: BTreeSet<i64> = BTreeSet::new();
-    let mut queue: Vec<(i64, Option<&str>)> = roots.iter().map(|id| (*id, None)).collect();
-    while let Some((id, from)) = queue.pop() {
-        let Some(row) = by_id.get(&id) else {
-            return Err(match from {
-                Some(slug) => PlanError::UnknownScript {
-                    slug: slug.to_string(),
-                    id,
-                },
-                None => PlanError::MissingScript { id },
-            });
-        };
-        if !runs(row)? || !wanted.insert(id) {
-            continue;
-        }
-        let slug = text(row, "script", "slug")?;
-        for dep in ids(row, "script", "depends_on")? {
-            queue.push((dep, Some(slug)));
-        }
-    }
-    let mut scripts = Vec::new();
-    for id in &wanted {
-        let row = by_id[id];
-        let mut depends_on = Vec::new();
-        for dep in ids(row, "script", "depends_on")? {
-            if wanted.contains(&dep) {
-                depends_on.push(text(by_id[&dep], "script", "slug")?.to_string());
-            }
-        }
-        scripts.push(Script {
-            slug: text(row, "script", "slug")?.to_string(),
-            content: Some(
-                row.get("content")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-            ),
-            file: None,
-            depends_on,
-        });
-    }
-    Ok(scripts)
-}
-
 /// Reads what [`plan`] needs from the control service: the image, its
-/// distro, and the scripts they list with everything those depend on.
+/// distro, and its image-gen plan with each script's content.
 pub async fn read_inventory(client: &Client, slug: &str) -> Result<Inventory> {
     let image = client
         .get("images", slug)
@@ -510,27 +411,22 @@ pub async fn read_inventory(client: &Client, slug: &str) -> Result<Inventory> {
         ),
         None => None,
     };
-    let mut queue: Vec<i64> = ids(&image, "image", "scripts")?;
-    if let Some(d) = &distro {
-        queue.extend(ids(d, "distro", "scripts")?);
-    }
-    let mut seen = BTreeSet::new();
-    let mut scripts = Vec::new();
-    while let Some(id) = queue.pop() {
-        if !seen.insert(id) {
-            continue;
-        }
-        let row = client
-            .get("scripts", &id.to_string())
+    let plan = client
+        .script_plan(ScriptMode::ImageGen, Some(slug))
+        .await
+        .with_context(|| format!("reading the image-gen scripts of image {slug}"))?;
+    let mut contents = BTreeMap::new();
+    for script in &plan.scripts {
+        let bytes = client
+            .script_content(&script.slug)
             .await
-            .with_context(|| format!("reading script {id}"))?;
-        queue.extend(ids(&row, "script", "depends_on")?);
-        scripts.push(row);
+            .with_context(|| format!("reading script {}", script.slug))?;
+        contents.insert(script.slug.clone(), bytes);
     }
     Ok(Inventory {
         image,
         distro,
-        scripts,
+        scripts: ImageGenRun { plan, contents },
     })
 }
 
@@ -555,7 +451,24 @@ pub async fn image_update(
             plan.version
         );
     }
-    let manifest = build_version(ctx, &plan, progress).await?;
+    let built = build_version(ctx, &plan, progress).await;
+    // The scripts' results go to the control service whether the build
+    // went on or not (a refusal or a failure is a result too).
+    let report = match &built {
+        Ok((_, report)) => report.clone(),
+        Err(err) => err.chain().find_map(|cause| match cause.downcast_ref() {
+            Some(mprov_image::BuildError::Script { report, .. }) => Some((**report).clone()),
+            _ => None,
+        }),
+    };
+    if let Some(report) = report
+        && let Err(err) = client.report_scripts(&report).await
+    {
+        progress(&format!(
+            "warning: the image-gen scripts' results were not recorded: {err:#}"
+        ));
+    }
+    let (manifest, _) = built?;
     publish(client, &manifest).await?;
     progress(&format!(
         "recorded: this job server hosts {} version {}",
@@ -565,13 +478,14 @@ pub async fn image_update(
 }
 
 /// Builds `plan` into `<export>/images/<slug>/<version>/` and returns its
-/// manifest; a complete folder of that version already there is verified
-/// and returned instead. Needs no control service.
+/// manifest and the image-gen scripts' results (if any ran); a complete
+/// folder of that version already there is verified and returned instead.
+/// Needs no control service.
 pub async fn build_version(
     ctx: &UpdateContext,
     plan: &Plan,
     progress: &(dyn Fn(&str) + Send + Sync),
-) -> Result<Manifest> {
+) -> Result<(Manifest, Option<RunReport>)> {
     if let Some(agent) = &ctx.agent
         && !agent.is_file()
     {
@@ -599,7 +513,7 @@ pub async fn build_version(
                     dir.display()
                 )
             })?;
-        return Ok(manifest);
+        return Ok((manifest, None));
     }
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -613,6 +527,7 @@ pub async fn build_version(
             // The receiver lives until the build ends.
             let _ = tx.send(line.to_string());
         })),
+        scripts: Some(plan.scripts.clone()),
     };
     let recipe = plan.recipe.clone();
     let mut build = tokio::task::spawn_blocking(move || mprov_image::build(&recipe, &options));
@@ -633,7 +548,7 @@ pub async fn build_version(
     for path in &built.skipped {
         progress(&format!("left out (a socket): {}", path.display()));
     }
-    Ok(built.manifest)
+    Ok((built.manifest, built.scripts))
 }
 
 /// The files of a built version as the control service records them.
@@ -713,8 +628,22 @@ mod tests {
         assert_eq!(rocky, ["@core", "kernel"]);
     }
 
-    fn script(id: i64, slug: &str, kind: &str, deps: &[i64]) -> Value {
-        json!({"id": id, "slug": slug, "script_type": kind, "content": format!("echo {slug}"), "depends_on": deps})
+    /// An image-gen plan of `scripts` (slug, dependencies) with their
+    /// contents, as the control service would give it.
+    fn scripts(scripts: &[(&str, &[&str])]) -> ImageGenRun {
+        let plan: mprov_api::scripts::ScriptPlan = serde_json::from_value(json!({
+            "mode": "image-gen",
+            "image": "compute",
+            "scripts": scripts.iter().map(|(slug, deps)| json!({
+                "slug": slug, "version": 1, "sha256": "", "depends_on": deps,
+            })).collect::<Vec<_>>(),
+        }))
+        .unwrap();
+        let contents = scripts
+            .iter()
+            .map(|(slug, _)| (slug.to_string(), format!("echo {slug}").into_bytes()))
+            .collect();
+        ImageGenRun { plan, contents }
     }
 
     fn debian() -> Value {
@@ -722,19 +651,11 @@ mod tests {
     }
 
     #[test]
-    fn the_inventory_becomes_a_recipe() {
+    fn the_inventory_becomes_a_recipe_and_the_plan_its_scripts() {
         let inventory = Inventory {
             image: json!({"slug": "compute", "version": 3, "distro": 1, "config_params": "", "scripts": [12, 11]}),
             distro: Some(debian()),
-            scripts: vec![
-                script(10, "base", "image-gen", &[]),
-                script(11, "tune", "image-gen", &[13, 14]),
-                script(12, "serial", "image-gen", &[10]),
-                // Pulled in as a dependency, though neither layer lists it.
-                script(13, "repos", "image-gen", &[]),
-                // Post-boot: never at build time, nor waited for.
-                script(14, "motd", "post-boot", &[]),
-            ],
+            scripts: scripts(&[("base", &[]), ("tune", &["base"])]),
         };
         let plan = plan(&inventory, "x86_64").unwrap();
         assert_eq!(plan.version, 3);
@@ -747,22 +668,11 @@ mod tests {
             (b.tool, b.suite.as_str()),
             (BootstrapTool::Mmdebstrap, "bookworm")
         );
-        let order: Vec<&str> = plan
-            .recipe
-            .script_order()
-            .unwrap()
-            .iter()
-            .map(|s| s.slug.as_str())
-            .collect();
-        assert_eq!(order, ["base", "repos", "serial", "tune"]);
-        let tune = plan
-            .recipe
-            .scripts
-            .iter()
-            .find(|s| s.slug == "tune")
-            .unwrap();
-        assert_eq!(tune.depends_on, ["repos"]);
-        assert_eq!(tune.content.as_deref(), Some("echo tune"));
+        // The scripts are the control service's plan, run as it is (the
+        // script-runner orders and checks them), never the recipe's.
+        assert!(plan.recipe.scripts.is_empty());
+        assert_eq!(plan.scripts.plan, inventory.scripts.plan);
+        assert_eq!(plan.scripts.contents["tune"], b"echo tune");
     }
 
     #[test]
@@ -770,22 +680,19 @@ mod tests {
         let mut distro = debian();
         distro["config_params"] =
             json!("image_source:\n  dir: /srv/roots/deb\nimage_kernel: none\nother: [1, 2]\n");
+        // disable_scripts is the control service's business (its plan),
+        // in either of the forms it takes.
         let image = json!({"slug": "compute", "version": 1, "distro": 1, "scripts": [11],
-            "config_params": "disable_scripts: [base]\nimage_kernel: /boot/vmlinuz-6.1\n"});
+            "config_params": "disable_scripts: base\nimage_kernel: /boot/vmlinuz-6.1\n"});
         let inventory = Inventory {
             image: image.clone(),
             distro: Some(distro.clone()),
-            scripts: vec![
-                script(10, "base", "image-gen", &[]),
-                script(11, "tune", "image-gen", &[10]),
-            ],
+            scripts: scripts(&[("tune", &[])]),
         };
         let p = plan(&inventory, "x86_64").unwrap();
         assert_eq!(p.recipe.source, Source::Dir("/srv/roots/deb".into()));
         // The image's layer wins over the distro's.
         assert_eq!(p.kernel, KernelChoice::File("/boot/vmlinuz-6.1".into()));
-        assert_eq!(p.recipe.scripts.len(), 1);
-        assert!(p.recipe.scripts[0].depends_on.is_empty());
 
         // The image's own source wins; a bootstrap is written as a recipe's.
         let mut inv = inventory.clone();
@@ -806,7 +713,8 @@ mod tests {
     fn what_cannot_be_planned_says_why() {
         let no_distro = Inventory {
             image: json!({"slug": "bare", "version": 1, "distro": null, "scripts": []}),
-            ..Inventory::default()
+            distro: None,
+            scripts: scripts(&[]),
         };
         assert_eq!(
             plan(&no_distro, "x86_64").unwrap_err().to_string(),
@@ -815,7 +723,7 @@ mod tests {
         let mut inv = Inventory {
             image: json!({"slug": "compute", "version": 1, "distro": 1, "scripts": []}),
             distro: Some(debian()),
-            scripts: vec![script(10, "base", "image-gen", &[])],
+            scripts: scripts(&[("base", &[])]),
         };
         assert!(
             plan(&inv, "aarch64")
@@ -835,12 +743,6 @@ mod tests {
         assert_eq!(
             plan(&inv, "x86_64").unwrap_err().to_string(),
             "no bootstrap is known for distro debian-12 (Slackware 12): give one as image_source in its config_params"
-        );
-        inv.distro = Some(debian());
-        inv.scripts.clear();
-        assert_eq!(
-            plan(&inv, "x86_64").unwrap_err().to_string(),
-            "the image or its distro lists script id 10, which was not found"
         );
     }
 

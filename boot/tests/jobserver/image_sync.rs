@@ -70,6 +70,7 @@ async fn image_sync_copies_resumes_and_refuses_a_bad_source() -> Result<()> {
                 ..PackOptions::default()
             },
             steps: None,
+            scripts: None,
         },
     )?;
     let files = hosted_files(&built.manifest);

@@ -107,7 +107,7 @@ async fn image_update_on_a_full_disk_fails_and_keeps_the_previous_version() -> R
     let inventory = read_inventory(&client, "compute").await?;
     let v1 = plan(&inventory, host_arch())?;
     ensure!(v1.version == 1);
-    let manifest = build_version(&ctx, &v1, &sink).await?;
+    let (manifest, _) = build_version(&ctx, &v1, &sink).await?;
     ensure!(manifest.version == 1 && manifest.slug == "compute");
     let image_dir = ctx.images_dir().join("compute");
     let before = snapshot(&image_dir.join("1"))?;

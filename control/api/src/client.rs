@@ -571,6 +571,33 @@ impl Client {
         self.call(Method::GET, url, None::<&()>).await
     }
 
+    /// The script plan of `mode` (`GET /api/v1/scripts/plan`): a node's own
+    /// post-boot plan, or (job servers, administrators) an image's
+    /// image-gen plan.
+    pub async fn script_plan(
+        &self,
+        mode: crate::scripts::ScriptMode,
+        image: Option<&str>,
+    ) -> Result<crate::scripts::ScriptPlan, ClientError> {
+        let url = self.path_url(&crate::scripts::plan_path(mode, image))?;
+        self.call(Method::GET, url, None::<&()>).await
+    }
+
+    /// A script's content, as bytes (`GET /api/v1/scripts/{slug}/content`).
+    pub async fn script_content(&self, slug: &str) -> Result<Vec<u8>, ClientError> {
+        let url = self.path_url(&crate::scripts::content_path(slug))?;
+        self.send(Method::GET, url, None::<&()>).await
+    }
+
+    /// Reports a script run's results (`POST /api/v1/scripts/results`).
+    pub async fn report_scripts(
+        &self,
+        report: &crate::scripts::RunReport,
+    ) -> Result<(), ClientError> {
+        let url = self.path_url(crate::scripts::RESULTS_PATH)?;
+        self.send(Method::POST, url, Some(report)).await.map(drop)
+    }
+
     /// A node's last boot, oldest event first (`all`: every boot); with no
     /// `system`, the latest event of every node.
     pub async fn boot_events(
