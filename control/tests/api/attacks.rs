@@ -1200,8 +1200,10 @@ async fn attack_17_a_job_server_claims_and_reports_only_for_itself() {
     on_admin(Engine::Sqlite, |_, url, s, c| {
         let image = hosted_image(c);
         let mut ids = Vec::new();
-        for (name, modules) in [("js1", ["image-update", "image-sync"]), ("js2", ["image-update", "image-sync"])] {
-            ids.push(c.post("jobservers", serde_json::json!({"name": name, "modules": modules}))["id"].clone());
+        // js2 serves network lo, where c01 boots compute: it copies what js1 publishes.
+        for (name, modules, addresses) in [("js1", ["image-update", "image-sync"], vec![]), ("js2", ["image-update", "image-sync"], vec!["127.0.0.12"])] {
+            let network = if addresses.is_empty() { serde_json::Value::Null } else { "lo".into() };
+            ids.push(c.post("jobservers", serde_json::json!({"name": name, "modules": modules, "addresses": addresses, "network": network}))["id"].clone());
         }
         let js1 = As::Cert(c.enrolled_jobserver("js1"));
         let js2 = As::Cert(c.enrolled_jobserver("js2"));
