@@ -603,6 +603,17 @@ pub fn may_enroll_jobserver(
     principal: &Principal,
     mode: SharedKeyMode,
 ) -> Result<String, AccessError> {
+    if let Principal::ApiKey { shared: true, .. } = principal {
+        match mode {
+            SharedKeyMode::All => {}
+            SharedKeyMode::Nodes => {
+                return Err(AccessError::EnrollNeedsAdmin {
+                    who: "the shared API key in MPROV_SHARED_KEY_MODE=nodes",
+                });
+            }
+            SharedKeyMode::Off => return Err(AccessError::SharedKeyOff),
+        }
+    }
     match boot_role(principal, mode) {
         Ok(BootRole::Admin(by)) => Ok(by),
         Ok(BootRole::Reader) => Err(AccessError::EnrollNeedsAdmin {
@@ -612,9 +623,6 @@ pub fn may_enroll_jobserver(
             who: "a certificate",
         }),
         Err(AccessError::Anonymous) => Err(AccessError::EnrollNeedsCredential),
-        Err(AccessError::SharedKeyNamesNoNode) => Err(AccessError::EnrollNeedsAdmin {
-            who: "the shared API key in MPROV_SHARED_KEY_MODE=nodes",
-        }),
         Err(e) => Err(e),
     }
 }
@@ -654,6 +662,46 @@ mod tests {
             name: "shared".into(),
             shared: true,
         }
+    }
+
+    #[test]
+    fn only_an_admin_enrolls_a_job_server_without_a_token() {
+        use SharedKeyMode::{All, Nodes, Off};
+        let key = Principal::ApiKey {
+            id: 2,
+            name: "seed".into(),
+            shared: false,
+        };
+        let reader = Principal::User {
+            username: "ro".into(),
+            is_admin: false,
+        };
+        assert_eq!(
+            may_enroll_jobserver(&key, Off),
+            Ok("apikey:seed".to_owned())
+        );
+        assert_eq!(
+            may_enroll_jobserver(&shared(), All),
+            Ok("apikey:shared".to_owned())
+        );
+        let refused = |p: &Principal, mode| may_enroll_jobserver(p, mode).unwrap_err();
+        assert!(matches!(
+            refused(&shared(), Nodes),
+            AccessError::EnrollNeedsAdmin { .. }
+        ));
+        assert_eq!(refused(&shared(), Off), AccessError::SharedKeyOff);
+        assert!(matches!(
+            refused(&reader, All),
+            AccessError::EnrollNeedsAdmin { .. }
+        ));
+        assert!(matches!(
+            refused(&machine(Profile::Jobserver, "js1"), All),
+            AccessError::EnrollNeedsAdmin { .. }
+        ));
+        assert_eq!(
+            refused(&Principal::Anonymous, All),
+            AccessError::EnrollNeedsCredential
+        );
     }
 
     #[test]
