@@ -314,8 +314,8 @@ fn read_apikey(cli: &Cli) -> Result<String> {
 }
 
 /// The client the boot config is followed with: over HTTPS with this job
-/// server's certificate (enrolling first if it has none and a token is at
-/// hand), else with the API key. With a certificate, also what renewing it
+/// server's certificate (enrolling first if it has none: with a token if
+/// one is at hand, else with the API key), else with the API key. With a certificate, also what renewing it
 /// needs.
 pub(crate) async fn control_client(
     cli: &Cli,
@@ -347,7 +347,28 @@ pub(crate) async fn control_client(
             });
             Some(enrolled.await.context("stopped while enrolling")??)
         }
-        (None, None) => None,
+        // The seed's setup: an API key alone. An admin's key enrolls the
+        // job server (retried like a token); a refused one leaves it
+        // following with the key, as before it could enroll.
+        (None, None) => match read_apikey(cli) {
+            Err(_) => None,
+            Ok(key) => {
+                let enrolled = retry::until_ok(
+                    "enrolling with the API key",
+                    url,
+                    stop,
+                    Failure::transient,
+                    || identity::enroll_with_apikey(url, &ca, &key, &name, &dir),
+                );
+                match enrolled.await.context("stopped while enrolling")? {
+                    Ok(me) => Some(me),
+                    Err(err) => {
+                        tracing::warn!("{err:#}");
+                        None
+                    }
+                }
+            }
+        },
     };
     match me {
         Some(me) => {
@@ -364,7 +385,7 @@ pub(crate) async fn control_client(
         }
         None => {
             tracing::warn!(
-                "no certificate and no enrollment token: following {url} with the shared API key; enroll this job server with `mprov-control enroll-token`"
+                "no certificate, no enrollment token, and no API key that may enroll: following {url} with the shared API key; enroll this job server with `mprov-control enroll-token`, or give it an admin's API key"
             );
             let client = Client::builder(url, Auth::ApiKey(read_apikey(cli)?))
                 .ca_certificates_pem(ca.into_bytes())

@@ -4,8 +4,11 @@
 //! certificate naming it alone. It gets one once: it makes its key pair here
 //! (the key never leaves the host), posts a CSR with a one-time enrollment
 //! token to `/enroll/jobserver/`, and keeps the certificate and key in its
-//! state folder (`identity/`, key mode 0600). Later starts reuse them; the
-//! shared API key is only a fallback for installs that have not enrolled.
+//! state folder (`identity/`, key mode 0600). Without a token, an API key
+//! (the seed's `apikey`) enrolls it the same way if the key is an admin's
+//! ([`enroll_with_apikey`]): the key only gets the certificate, which every
+//! later request uses. Later starts reuse them; following the boot config
+//! with the API key is only a fallback for installs that cannot enroll.
 //!
 //! The certificate is renewed before it ends ([`keep_renewed`]): when a third
 //! of its validity is left ([`renew_at`]), the job server makes a new key,
@@ -86,25 +89,59 @@ pub async fn enroll(
     name: &str,
     dir: &Path,
 ) -> Result<Identity> {
+    enroll_as(url, ca_pem, Auth::None, token.trim(), name, dir).await
+}
+
+/// Enrolls without a token, on an admin's API key (the seed's `apikey`),
+/// as `name` at the control service `url` (trusting `ca_pem`), and keeps
+/// the result in `dir`: as with a token, the key pair is made here and
+/// only the CSR is sent. The control service refuses a key that is no
+/// admin's (403) and a name that holds a valid certificate (409).
+pub async fn enroll_with_apikey(
+    url: &str,
+    ca_pem: &str,
+    apikey: &str,
+    name: &str,
+    dir: &Path,
+) -> Result<Identity> {
+    let auth = Auth::ApiKey(apikey.trim().to_owned());
+    enroll_as(url, ca_pem, auth, "", name, dir).await
+}
+
+/// Posts a CSR for a new key with `token` (empty: none) and credentials
+/// `auth`; keeps the certificate and key in `dir`.
+async fn enroll_as(
+    url: &str,
+    ca_pem: &str,
+    auth: Auth,
+    token: &str,
+    name: &str,
+    dir: &Path,
+) -> Result<Identity> {
     let (key, csr) = key_and_csr(name)?;
-    let client = Client::builder(url, Auth::None)
+    let by = if token.is_empty() {
+        "the API key"
+    } else {
+        "a token"
+    };
+    let client = Client::builder(url, auth)
         .ca_certificates_pem(ca_pem.as_bytes().to_vec())
         .build()?;
     let enrolled = client
         .enroll_jobserver(&JobserverEnrollment {
-            token: token.trim().to_owned(),
+            token: token.to_owned(),
             name: name.to_owned(),
             csr,
         })
         .await
-        .with_context(|| format!("enrolling as job server {name} at {url}"))?;
+        .with_context(|| format!("enrolling as job server {name} at {url} with {by}"))?;
     let identity = Identity {
         cert_pem: enrolled.certificate,
         key_pem: key.serialize_pem(),
     };
     keep(dir, &identity)?;
     tracing::info!(
-        "enrolled as job server {name}; certificate valid until {}, kept in {}",
+        "enrolled as job server {name} with {by}; certificate valid until {}, kept in {}",
         enrolled.not_after,
         dir.display()
     );

@@ -53,6 +53,8 @@
 //! - The **shared API key** in `all` mode is an admin; otherwise it cannot
 //!   say which node it speaks for, and is refused.
 //! - Renewal is for the holder of an agent certificate only.
+//! - A job server enrolls with its one-time token, or without one on an
+//!   admin's credentials (the seed's `apikey`): [`may_enroll_jobserver`].
 
 use mprov_api::boot::BootPhase;
 use serde_json::Value;
@@ -77,6 +79,16 @@ pub enum AccessError {
     /// An inventory rule refused it, with what the principal may do.
     #[error("{0}")]
     Forbidden(String),
+    /// A job server enrolled without a token and without credentials.
+    #[error("a job server enrolled without a token or credentials")]
+    EnrollNeedsCredential,
+    /// A job server enrolled without a token, with the credentials of
+    /// `who`, who is no admin.
+    #[error("{who} enrolled a job server without a token")]
+    EnrollNeedsAdmin {
+        /// Who it was: a read-only account, a certificate, the shared key.
+        who: &'static str,
+    },
     /// Someone other than a job server's certificate sent a heartbeat.
     #[error("a heartbeat not from a job server's certificate")]
     HeartbeatNotFromJobServer,
@@ -581,6 +593,40 @@ pub fn own_jobserver<'a>(role: &'a BootRole, what: &'static str) -> Result<&'a s
     }
 }
 
+/// Who enrolls a job server without a one-time token: only an admin (an
+/// API key other than the shared one, the shared key in `all` mode, an
+/// admin account), by the name its log line carries. The anonymous,
+/// read-only accounts, certificates and the shared key in `nodes` mode are
+/// refused: an API key lets a job server get its certificate, never act
+/// without one. Pure.
+pub fn may_enroll_jobserver(
+    principal: &Principal,
+    mode: SharedKeyMode,
+) -> Result<String, AccessError> {
+    if let Principal::ApiKey { shared: true, .. } = principal {
+        match mode {
+            SharedKeyMode::All => {}
+            SharedKeyMode::Nodes => {
+                return Err(AccessError::EnrollNeedsAdmin {
+                    who: "the shared API key in MPROV_SHARED_KEY_MODE=nodes",
+                });
+            }
+            SharedKeyMode::Off => return Err(AccessError::SharedKeyOff),
+        }
+    }
+    match boot_role(principal, mode) {
+        Ok(BootRole::Admin(by)) => Ok(by),
+        Ok(BootRole::Reader) => Err(AccessError::EnrollNeedsAdmin {
+            who: "a read-only account",
+        }),
+        Ok(BootRole::JobServer(_) | BootRole::Node(_)) => Err(AccessError::EnrollNeedsAdmin {
+            who: "a certificate",
+        }),
+        Err(AccessError::Anonymous) => Err(AccessError::EnrollNeedsCredential),
+        Err(e) => Err(e),
+    }
+}
+
 /// The certificate a renewal replaces: only an agent's (a node's or a job
 /// server's) is renewed. The shared key turned off is refused as it is
 /// everywhere. Pure.
@@ -616,6 +662,46 @@ mod tests {
             name: "shared".into(),
             shared: true,
         }
+    }
+
+    #[test]
+    fn only_an_admin_enrolls_a_job_server_without_a_token() {
+        use SharedKeyMode::{All, Nodes, Off};
+        let key = Principal::ApiKey {
+            id: 2,
+            name: "seed".into(),
+            shared: false,
+        };
+        let reader = Principal::User {
+            username: "ro".into(),
+            is_admin: false,
+        };
+        assert_eq!(
+            may_enroll_jobserver(&key, Off),
+            Ok("apikey:seed".to_owned())
+        );
+        assert_eq!(
+            may_enroll_jobserver(&shared(), All),
+            Ok("apikey:shared".to_owned())
+        );
+        let refused = |p: &Principal, mode| may_enroll_jobserver(p, mode).unwrap_err();
+        assert!(matches!(
+            refused(&shared(), Nodes),
+            AccessError::EnrollNeedsAdmin { .. }
+        ));
+        assert_eq!(refused(&shared(), Off), AccessError::SharedKeyOff);
+        assert!(matches!(
+            refused(&reader, All),
+            AccessError::EnrollNeedsAdmin { .. }
+        ));
+        assert!(matches!(
+            refused(&machine(Profile::Jobserver, "js1"), All),
+            AccessError::EnrollNeedsAdmin { .. }
+        ));
+        assert_eq!(
+            refused(&Principal::Anonymous, All),
+            AccessError::EnrollNeedsCredential
+        );
     }
 
     #[test]

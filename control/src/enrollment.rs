@@ -9,6 +9,11 @@
 //! - The job server makes its own key and posts `{token, name, csr}` to
 //!   `POST /enroll/jobserver/`. The signing helper signs the CSR for that
 //!   name only; the reply carries the certificate and the CA certificate.
+//! - Without a token, an admin's API key (the seed's `apikey`) in the
+//!   request's `Authorization` enrolls the job server the same way
+//!   ([`enroll_jobserver_by_admin`]): for a name that holds no valid
+//!   certificate, from a CSR. Only the enrollment takes the key; every
+//!   later request of the job server needs its certificate.
 //! - Every issued certificate is recorded in `credentials`. A request with a
 //!   client certificate is accepted only if its serial is there, unrevoked,
 //!   for the identity the certificate names; enrolling again revokes the
@@ -343,6 +348,48 @@ pub async fn enroll_jobserver(
     )
     .await?;
     tracing::info!(name = %body.name, %serial, "enrollment: job server enrolled");
+    Ok(enrolled)
+}
+
+/// `POST /enroll/jobserver/` without a token, on an admin's credentials
+/// (`admin`, the name [`crate::access::may_enroll_jobserver`] gave, for the
+/// log): the seed's `apikey` enrolls its job server. As a token for a new
+/// job server would: the name must be one, and a name that holds a valid
+/// certificate is not taken over ([`EnrollError::JobServerLive`]); the
+/// helper signs the job server's CSR (its key stays with it), valid
+/// `cert_seconds`, and the certificate is recorded.
+pub async fn enroll_jobserver_by_admin(
+    db: &Db,
+    signer: Option<&SignerClient>,
+    cert_seconds: u64,
+    admin: &str,
+    body: JobserverEnrollment,
+) -> Result<Enrolled, EnrollError> {
+    if !valid_name(&body.name) {
+        return Err(EnrollError::NameInvalid(body.name));
+    }
+    if live_certificate(db, "jobserver", &body.name).await? {
+        tracing::warn!(name = %body.name, %admin, "enrollment: an admin's enrollment was presented for a live job server");
+        return Err(EnrollError::JobServerLive { name: body.name });
+    }
+    let (enrolled, serial) = issue_agent_certificate(
+        signer,
+        Profile::Jobserver,
+        &body.name,
+        body.csr,
+        Validity::Seconds(cert_seconds),
+    )
+    .await?;
+    commit_enrollment(
+        db,
+        None,
+        Profile::Jobserver,
+        &body.name,
+        &serial,
+        &enrolled.not_after,
+    )
+    .await?;
+    tracing::info!(name = %body.name, %serial, %admin, "enrollment: job server enrolled on an admin's credentials");
     Ok(enrolled)
 }
 

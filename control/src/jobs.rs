@@ -8,12 +8,16 @@
 //!   who won, in a transaction that bumps the inventory revision first (which
 //!   also serializes it with every other write). A loser takes the next
 //!   candidate. The oldest pending job of the claimer's modules comes first;
-//!   a job for one job server (`for_jobserver`) is taken only by it.
+//!   a job for one job server (`for_jobserver`) is taken only by it, and a
+//!   job server takes only jobs of the modules it registered ([`claimable`]:
+//!   naming another in its claim gets it nothing of that module).
 //! - **Publishing** ([`record_hosting`]): the job server that built the
 //!   image's current version sends its files; they are recorded (the rootfs
 //!   checksum and size onto the image), the rebuild request is cleared, the
 //!   builder becomes a host, and every other job server running
-//!   `image-sync` gets a job to copy it. A copy sends no files: it becomes
+//!   `image-sync` on a network the image is used on gets a job to copy it
+//!   ([`sync_targets`]: a network one of the image's systems boots on, by
+//!   the rule that sends a node to a job server). A copy sends no files: it becomes
 //!   a host only of a version whose files were recorded.
 //! - **Sweeps** ([`sweep`]), with the time passed in: the running jobs of a
 //!   job server silent for `JOBSERVER_FAIL_JOBS_AFTER_MINUTES` are failed
@@ -24,7 +28,7 @@
 //! is refused (400) by the field's validation, so the job server sends the
 //! tail of what it printed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use mprov_api::jobs::{HostedFile, Hosting, Job, module};
 use serde_json::{Map, Value};
@@ -33,7 +37,9 @@ use sqlx::{AnyConnection, Row as _};
 
 use crate::config::JobServerSilence;
 use crate::db::crud::{StoreError, parse_sha256};
-use crate::db::{Db, Val, int, kinds};
+use crate::db::{Db, Val, int, kinds, opt_int};
+use crate::netboot::view::{JOBSERVER_COLUMNS, JOBSERVER_ORDER, jobservers_of};
+use crate::netboot::{JobServer, node_network, serves_network};
 use crate::time::format_ts;
 
 pub use mprov_api::jobs::MAX_OUTPUT;
@@ -125,17 +131,47 @@ pub async fn queue(
     insert.query().execute(&mut *conn).await.map(drop)
 }
 
+/// The modules a claim may take jobs of: those it names that the job
+/// server registered (its row's `modules`), each once, in the order named.
+/// A module named but not registered is left out, so a job server takes
+/// only jobs of what it said it runs. Pure.
+pub fn claimable<'a>(asked: &'a [String], registered: &[String]) -> Vec<&'a str> {
+    let mut seen = HashSet::new();
+    asked
+        .iter()
+        .map(|m| m.trim())
+        .filter(|m| registered.iter().any(|r| r.trim() == *m) && seen.insert(*m))
+        .collect()
+}
+
+/// The modules job server `jobserver` (row id) registered; none for a row
+/// that lists none, or that no longer exists.
+async fn registered_modules(db: &Db, jobserver: i64) -> Result<Vec<String>, sqlx::Error> {
+    let mut sel = db.sql();
+    sel.push("SELECT modules FROM jobservers WHERE id = ")
+        .bind(Val::Int(Some(jobserver)));
+    let Some(row) = db.fetch_optional(&sel).await? else {
+        return Ok(Vec::new());
+    };
+    let modules: Option<String> = row.try_get("modules")?;
+    Ok(modules
+        .and_then(|m| serde_json::from_str(&m).ok())
+        .unwrap_or_default())
+}
+
 /// Claims the oldest pending job of `modules` for the job server
-/// `jobserver` (its row id), taking only jobs for anyone or for it: marks
-/// it running, claimed by it, started `now`. `None` when there is none.
-/// Under concurrent claims each job goes to exactly one claimer.
+/// `jobserver` (its row id), taking only jobs of the modules it registered
+/// ([`claimable`]) and only jobs for anyone or for it: marks it running,
+/// claimed by it, started `now`. `None` when there is none. Under
+/// concurrent claims each job goes to exactly one claimer.
 pub async fn claim(
     db: &Db,
     jobserver: i64,
     modules: &[String],
     now: jiff::Timestamp,
 ) -> Result<Option<Job>, StoreError> {
-    let modules: Vec<&String> = modules.iter().collect::<HashSet<_>>().into_iter().collect();
+    let registered = registered_modules(db, jobserver).await?;
+    let modules = claimable(modules, &registered);
     if modules.is_empty() {
         return Ok(None);
     }
@@ -145,7 +181,7 @@ pub async fn claim(
         sel.push("SELECT id, module, params FROM jobs WHERE status = ")
             .bind(text(status::PENDING))
             .push(" AND module IN ");
-        sel.bind_list(modules.iter().map(|m| text(m.as_str())));
+        sel.bind_list(modules.iter().map(|m| text(*m)));
         sel.push(" AND (for_jobserver_id IS NULL OR for_jobserver_id = ")
             .bind(Val::Int(Some(jobserver)))
             .push(") ORDER BY id LIMIT ")
@@ -272,7 +308,8 @@ pub fn check_files(files: &[HostedFile]) -> Result<&HostedFile, StoreError> {
 /// refused (409) unless that is the image's current version. With files
 /// (the builder): records them, sets the image's rootfs checksum and size,
 /// clears its rebuild request, and queues an `image-sync` of it for every
-/// other job server that runs that module. Without (a copy): only for a
+/// other job server that runs that module on a network the image is used
+/// on ([`sync_targets`]). Without (a copy): only for a
 /// version whose files were recorded (else 409). Either way it becomes one
 /// of the image's hosts. One transaction, bumping the revision.
 pub async fn record_hosting(
@@ -340,7 +377,7 @@ pub async fn record_hosting(
             upd.query().execute(&mut *tx).await?;
             // A version published again (a retried build) is not copied twice.
             if !recorded {
-                queue_syncs(db, &mut tx, jobserver, &slug, current, &now).await?;
+                queue_syncs(db, &mut tx, jobserver, (image_id, &slug), current, &now).await?;
             }
         }
         _ if !recorded => {
@@ -365,40 +402,87 @@ pub async fn record_hosting(
     Ok(())
 }
 
-/// Queues an `image-sync` of `slug` at `version` for every job server but
-/// `publisher` that runs that module, naming the publisher as the source.
+/// The job servers a new version of an image is copied to: every one but
+/// `publisher` that registered `image-sync` and serves one of the networks
+/// the image's systems boot on (`used`, each by
+/// [`node_network`](crate::netboot::node_network); `None`: a system that
+/// names no network, served on any), by the rule that sends a node to a
+/// job server ([`serves_network`](crate::netboot::serves_network)). Ids in
+/// the order given. Pure.
+pub fn sync_targets(
+    publisher: i64,
+    candidates: &[(JobServer, Vec<String>)],
+    used: &[Option<i64>],
+) -> Vec<i64> {
+    candidates
+        .iter()
+        .filter(|(j, modules)| {
+            j.id != publisher
+                && modules.iter().any(|m| m.trim() == module::IMAGE_SYNC)
+                && used.iter().any(|n| serves_network(j, *n))
+        })
+        .map(|(j, _)| j.id)
+        .collect()
+}
+
+/// Queues an `image-sync` of image `image_id` (`slug`) at `version` for
+/// each of [`sync_targets`], naming the publisher as the source.
 async fn queue_syncs(
     db: &Db,
     conn: &mut AnyConnection,
     publisher: i64,
-    slug: &str,
+    (image_id, slug): (i64, &str),
     version: i64,
     now: &str,
 ) -> Result<(), StoreError> {
-    let rows = sqlx::query("SELECT id, name, modules FROM jobservers")
-        .fetch_all(&mut *conn)
-        .await?;
-    let mut from = String::new();
-    let mut targets = Vec::new();
+    let mut sel = db.sql();
+    sel.push("SELECT ")
+        .push(JOBSERVER_COLUMNS)
+        .push(", j.modules FROM jobservers j LEFT JOIN jobserver_addresses a ON a.jobserver_id = j.id")
+        .push(JOBSERVER_ORDER);
+    let rows = sel.query().fetch_all(&mut *conn).await?;
+    let mut modules: HashMap<i64, Vec<String>> = HashMap::new();
     for r in &rows {
-        let id = int(r, "id")?;
-        let name: String = r.try_get("name")?;
-        if id == publisher {
-            from = name;
-            continue;
-        }
-        let modules: String = r.try_get("modules")?;
-        let modules: Vec<String> = serde_json::from_str(&modules).unwrap_or_default();
-        if modules.iter().any(|m| m == module::IMAGE_SYNC) {
-            targets.push(id);
-        }
+        let listed: String = r.try_get("modules")?;
+        modules.insert(
+            int(r, "id")?,
+            serde_json::from_str(&listed).unwrap_or_default(),
+        );
     }
+    let candidates: Vec<(JobServer, Vec<String>)> = jobservers_of(&rows, jiff::Timestamp::now())?
+        .into_iter()
+        .map(|j| {
+            let m = modules.remove(&j.id).unwrap_or_default();
+            (j, m)
+        })
+        .collect();
+    let from = candidates
+        .iter()
+        .find(|(j, _)| j.id == publisher)
+        .map(|(j, _)| j.name.clone())
+        .unwrap_or_default();
+    // A system without NICs comes back as one row of NULLs: any network.
+    let mut nets = db.sql();
+    nets.push("SELECT DISTINCT n.network_id, p.network_id AS port_network_id FROM systems s LEFT JOIN network_interfaces n ON n.system_id = s.id LEFT JOIN switch_ports p ON p.id = n.switch_port_id WHERE s.image_id = ")
+        .bind(Val::Int(Some(image_id)));
+    let used = nets
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(node_network(
+                opt_int(r, "port_network_id")?,
+                opt_int(r, "network_id")?,
+            ))
+        })
+        .collect::<Result<Vec<_>, sqlx::Error>>()?;
     let mut params = Map::new();
     params.insert("image".into(), slug.into());
     params.insert("version".into(), version.into());
     params.insert("from".into(), from.into());
     let params = Value::Object(params);
-    for id in targets {
+    for id in sync_targets(publisher, &candidates, &used) {
         queue(db, conn, module::IMAGE_SYNC, &params, Some(id), now).await?;
     }
     Ok(())
@@ -584,6 +668,78 @@ mod tests {
         let mut huge = file(ROOTFS, SHA);
         huge.size = u64::MAX;
         assert!(msg(&[huge]).contains("files[0].size"));
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|m| (*m).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_claim_takes_only_modules_the_job_server_registered() {
+        let registered = names(&["image-sync", "libgenders"]);
+        let check = |asked: &[&str], want: &[&str]| {
+            assert_eq!(claimable(&names(asked), &registered), want, "{asked:?}");
+        };
+        check(&["image-update"], &[]);
+        check(&["image-update", "image-sync"], &["image-sync"]);
+        check(
+            &["libgenders", "image-sync", "libgenders"],
+            &["libgenders", "image-sync"],
+        );
+        check(&[" image-sync "], &["image-sync"]);
+        check(&[], &[]);
+        assert!(claimable(&names(&["image-sync"]), &[]).is_empty());
+    }
+
+    fn js(id: i64, network: Option<i64>, addresses: &[Option<i64>]) -> JobServer {
+        JobServer {
+            id,
+            name: format!("js{id}"),
+            address: Some(format!("10.0.{id}.2")),
+            port: None,
+            network,
+            load_avg: 0.0,
+            heartbeat_age: None,
+            addresses: addresses
+                .iter()
+                .map(|n| crate::netboot::ServedAddress {
+                    address: format!("10.0.{id}.3"),
+                    network: *n,
+                    load_avg: 0.0,
+                    heartbeat_age: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_new_version_is_copied_to_the_job_servers_of_the_networks_that_use_it() {
+        let sync = names(&["image-sync"]);
+        let candidates = vec![
+            // The publisher, on network 1.
+            (js(1, None, &[Some(1)]), sync.clone()),
+            // Registered on network 1, and on 1 and 3.
+            (js(2, None, &[Some(1)]), sync.clone()),
+            (js(3, None, &[Some(3), Some(1)]), sync.clone()),
+            // On network 2 only.
+            (js(4, None, &[Some(2)]), sync.clone()),
+            // On network 1 without image-sync.
+            (js(5, None, &[Some(1)]), names(&["image-update"])),
+            // A row made by hand on network 1, never registered.
+            (js(6, Some(1), &[]), sync.clone()),
+            // Registered, but no network holds its address.
+            (js(7, Some(1), &[None]), sync.clone()),
+        ];
+        assert_eq!(sync_targets(1, &candidates, &[Some(1)]), [2, 3, 6]);
+        assert_eq!(sync_targets(1, &candidates, &[Some(2)]), [4]);
+        assert_eq!(
+            sync_targets(1, &candidates, &[Some(2), Some(1)]),
+            [2, 3, 4, 6]
+        );
+        // Nobody uses the image: no copies.
+        assert!(sync_targets(1, &candidates, &[]).is_empty());
+        // A system that names no network may boot anywhere.
+        assert_eq!(sync_targets(1, &candidates, &[None]), [2, 3, 4, 6, 7]);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! once) and enrolls once the service is up; against a service speaking
 //! another API version it logs that once, retries, and sends nothing else
 //! until the versions match; enrolled, it registers itself, heartbeats on
-//! its address and runs `image-delete` jobs.
+//! its address and runs `image-delete` jobs. A seed-style config with only
+//! an admin's API key enrolls on that key, then does the same.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -615,4 +616,117 @@ async fn jobs_report_running_output_and_their_end_on_the_real_service() {
         &row["output"].as_str().unwrap()[..200]
     );
     control.stop().await;
+}
+
+/// The seed's setup, with only an API key: `MPROV_URL`, `MPROV_APIKEY`,
+/// `MPROV_ADDRESS` and `MPROV_MODS` rendered into `jobserver.yaml`, no
+/// token and no certificate. The key is an admin's, so the job server
+/// enrolls with it (its own key pair, a CSR), registers its row with the
+/// certificate it got and claims and runs an `image-delete` job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_style_config_with_only_an_apikey_enrolls_registers_and_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let control = TlsControl::start(&d, &[]).await;
+    let key = crate::insert_api_key(&control.db, "seed").await;
+    let export = d.join("export");
+    std::fs::create_dir_all(export.join("images/old/1")).unwrap();
+    let cfg = d.join("cfg");
+    std::fs::create_dir_all(&cfg).unwrap();
+    let log = d.join("js.log");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mprov-jobserver"));
+    cmd.env_clear()
+        .env("MPROV_CONFIG_DIR", &cfg)
+        .env("MPROV_URL", &control.url)
+        .env("MPROV_APIKEY", &key.key)
+        .env("MPROV_ADDRESS", "127.0.0.1")
+        .env("MPROV_MODS", "image-delete")
+        .args(["--name", "seedjs", "--log", "info", "--heartbeat", "1"])
+        .arg("--ca-file")
+        .arg(d.join("tls/ca.crt"))
+        .arg("--enroll-token-file")
+        .arg(d.join("no-token-file"))
+        .arg("--state-dir")
+        .arg(d.join("js"))
+        .arg("--export")
+        .arg(&export)
+        .args(["--no-dhcp", "--no-tftp", "--no-dns", "--no-http", "--no-ra"])
+        .args(["--metrics", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let js = mprov_tests::KillOnDrop(cmd.spawn().unwrap());
+
+    // Its row, made by its registration with its certificate.
+    let db = &control.db;
+    let jobservers = kinds::kind("jobservers").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let row = loop {
+        if let Ok(row) = db.get(jobservers, "seedjs").await {
+            break row;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no registration:\n{}",
+            plain(&std::fs::read_to_string(&log).unwrap_or_default())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        format!("{:?}", row["modules"]).contains("image-delete"),
+        "{row:?}"
+    );
+    let text = plain(&std::fs::read_to_string(&log).unwrap());
+    assert!(
+        text.contains("enrolled as job server seedjs with the API key"),
+        "{text}"
+    );
+    assert!(text.contains("(client certificate)"), "{text}");
+    let rendered = std::fs::read_to_string(cfg.join("jobserver.yaml")).unwrap();
+    assert!(
+        rendered.contains(&key.key),
+        "the key came from MPROV_APIKEY"
+    );
+    assert!(d.join("js/identity/jobserver.crt").exists());
+    assert!(
+        mprov_control::enrollment::jobserver_enrolled(db)
+            .await
+            .unwrap()
+    );
+
+    // A job: it claims it with its certificate and runs it.
+    let jobs = kinds::kind("jobs").unwrap();
+    let row = crud::validate_value(
+        jobs,
+        &json!({"module": "image-delete", "params": {"image": "old"}}),
+        crud::Mode::Create,
+        &SecretBox::new("k"),
+    )
+    .unwrap();
+    let id = db.create(jobs, row).await.unwrap()["id"].as_i64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ended = loop {
+        let job = db.get(jobs, &id.to_string()).await.unwrap();
+        if job["ended_at"].is_string() || Instant::now() > deadline {
+            break job;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(ended["status"], "success", "{ended:?}");
+    assert_eq!(
+        ended["jobserver"],
+        json!(row_id(db, "seedjs").await),
+        "{ended:?}"
+    );
+    assert!(!export.join("images/old").exists());
+    drop(js);
+    control.stop().await;
+}
+
+/// The row id of job server `name`.
+async fn row_id(db: &mprov_control::db::Db, name: &str) -> i64 {
+    let jobservers = kinds::kind("jobservers").unwrap();
+    db.get(jobservers, name).await.unwrap()["id"]
+        .as_i64()
+        .unwrap()
 }

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Where a job server enrolls (anonymous; the token is the credential).
+/// Where a job server enrolls (anonymous: the token is the credential; or
+/// without a token, with an admin's API key).
 pub const JOBSERVER_PATH: &str = "/enroll/jobserver/";
 /// Where a node enrolls (anonymous; the nonce is the credential).
 pub const NODE_PATH: &str = "/enroll/node/";
@@ -14,7 +15,9 @@ pub const RENEW_PATH: &str = "/enroll/renew/";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobserverEnrollment {
-    /// The one-time token.
+    /// The one-time token; empty (or left out): the request carries an
+    /// admin's API key instead (`Authorization: Api-Key <key>`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub token: String,
     /// The job server's name (its certificate names only this).
     pub name: String,

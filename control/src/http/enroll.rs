@@ -1,7 +1,8 @@
 //! The enrollment endpoints: thin handlers over [`crate::enrollment`].
 //!
 //! `POST /enroll/jobserver/` and `POST /enroll/node/` are public (the token
-//! or the nonce is the credential), `POST /enroll/renew/` needs the client
+//! or the nonce is the credential; a job server without a token enrolls on
+//! an admin's API key instead), `POST /enroll/renew/` needs the client
 //! certificate being renewed, and the token and credential endpoints under
 //! `/api/v1/` are for admins.
 
@@ -17,18 +18,21 @@ use crate::access;
 use crate::enrollment::{self, NewToken, TokenRequest};
 use crate::identity::Principal;
 
-/// `POST /enroll/jobserver/`.
+/// `POST /enroll/jobserver/`: with a token, the token is the credential;
+/// without one, an admin's credentials are
+/// ([`access::may_enroll_jobserver`]).
 pub async fn enroll_jobserver(
     State(st): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Json(body): Json<JobserverEnrollment>,
 ) -> Result<Json<Enrolled>, ApiError> {
-    let enrolled = enrollment::enroll_jobserver(
-        &st.db,
-        st.signer.as_ref(),
-        st.config.jobserver_cert_seconds,
-        body,
-    )
-    .await?;
+    let (signer, seconds) = (st.signer.as_ref(), st.config.jobserver_cert_seconds);
+    let enrolled = if body.token.trim().is_empty() {
+        let admin = access::may_enroll_jobserver(&principal, st.config.shared_key_mode)?;
+        enrollment::enroll_jobserver_by_admin(&st.db, signer, seconds, &admin, body).await?
+    } else {
+        enrollment::enroll_jobserver(&st.db, signer, seconds, body).await?
+    };
     Ok(Json(enrolled))
 }
 

@@ -330,7 +330,7 @@ impl From<EnrollError> for ApiError {
             }
             EnrollError::JobServerLive { name } => ApiError::Conflict {
                 message: format!(
-                    "job server {name:?} already has a valid certificate, and this token is for a new job server; to replace its certificate, make a token for that (mprov-control enroll-token --name {name} --replace), or revoke the old one first"
+                    "job server {name:?} already has a valid certificate, and this enrollment (a token for a new job server, or an admin's API key) is for a new job server; to replace its certificate, make a token for that (mprov-control enroll-token --name {name} --replace), or revoke the old one first"
                 ),
                 field: Some("name".into()),
             },
@@ -472,6 +472,12 @@ impl From<AccessError> for ApiError {
                 "this account may read boot events but not write them".into(),
             ),
             AccessError::Forbidden(m) => ApiError::Forbidden(m),
+            AccessError::EnrollNeedsCredential => ApiError::Unauthorized(
+                "a job server enrolls with its one-time token (\"token\", made by mprov-control enroll-token), or with an admin's API key ('Authorization: Api-Key <key>')".into(),
+            ),
+            AccessError::EnrollNeedsAdmin { who } => ApiError::Forbidden(format!(
+                "{who} cannot enroll a job server: without a one-time token, enrolling needs an admin's API key (or an admin account)"
+            )),
             AccessError::HeartbeatNotFromJobServer => ApiError::Forbidden(
                 "a heartbeat comes from a job server's own certificate, which names it".into(),
             ),

@@ -554,9 +554,10 @@ fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Va
     );
     paths.insert(
         "/enroll/jobserver/".into(),
-        json!({"post": {"summary": "Enroll a job server with a one-time token and its CSR", "security": [],
-            "requestBody": request(json!({"token": {"type": "string"}, "name": {"type": "string"}, "csr": {"type": "string"}}), &["token", "name", "csr"]),
-            "responses": enrolled(&["400", "401"])}}),
+        json!({"post": {"summary": "Enroll a job server with its CSR and a one-time token, or without a token on an admin's API key (the seed's apikey: 403 for a key or account that is no admin's, 401 with neither). 409 when the name holds a valid certificate and the token is not a replace token",
+            "security": [{}, {"apiKey": []}, {"basic": []}],
+            "requestBody": request(json!({"token": {"type": "string", "description": "The one-time token; left out or empty: the request's Authorization must be an admin's."}, "name": {"type": "string"}, "csr": {"type": "string"}}), &["name", "csr"]),
+            "responses": enrolled(&["400", "401", "403", "409", "426"])}}),
     );
     paths.insert(
         "/enroll/node/".into(),
@@ -673,7 +674,7 @@ fn jobs_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) 
     json_reader_refusals(&mut claimed);
     paths.insert(
         mprov_api::jobs::CLAIM_PATH.into(),
-        json!({"post": {"summary": "Claim the oldest pending job of these modules, for anyone or for this job server: a job server's own certificate only. Atomic: of concurrent claims, one wins each job",
+        json!({"post": {"summary": "Claim the oldest pending job of these modules, for anyone or for this job server, of the modules it registered only (a module named but not registered gets nothing): a job server's own certificate only. Atomic: of concurrent claims, one wins each job",
             "tags": ["jobs"],
             "security": [{"clientCertificate": []}],
             "requestBody": {"required": true, "content": {"application/json": {"schema": {
@@ -690,7 +691,7 @@ fn jobs_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) 
     json_reader_refusals(&mut hosted);
     paths.insert(
         mprov_api::jobs::HOSTING_PATH.into(),
-        json!({"post": {"summary": "This job server hosts an image's current version (409 for any other). With files (it built it): records them and the rootfs checksum and size, clears the rebuild request, and queues an image-sync for every other job server running that module. Without (a copy, verified against the recorded files): only for a version with files recorded (else 409)",
+        json!({"post": {"summary": "This job server hosts an image's current version (409 for any other). With files (it built it): records them and the rootfs checksum and size, clears the rebuild request, and queues an image-sync for every other job server running that module on a network one of the image's systems boots on. Without (a copy, verified against the recorded files): only for a version with files recorded (else 409)",
             "tags": ["jobs"],
             "security": [{"clientCertificate": []}],
             "requestBody": {"required": true, "content": {"application/json": {"schema": {

@@ -177,14 +177,38 @@ pub enum Offer<'a> {
     Elsewhere,
 }
 
+/// The network of a node that boots from a NIC: its switch port's
+/// network (`port`), else the one the NIC names (`nic`); `None`: neither
+/// names one, and the node may be served on any network. Pure.
+pub fn node_network(port: Option<i64>, nic: Option<i64>) -> Option<i64> {
+    port.or(nic)
+}
+
+/// Whether `j` serves nodes on `network` (`None`: any network) at all,
+/// fresh or not: a registered address of `j` on it, or for a job server
+/// that registered none, its row's address on its row's network. The rule
+/// behind [`offer`]'s [`Offer::Elsewhere`], and behind where a new image
+/// version is copied ([`crate::jobs`]). Pure.
+pub fn serves_network(j: &JobServer, network: Option<i64>) -> bool {
+    let on_network = |n: Option<i64>| network.is_none() || n == network;
+    if j.addresses.is_empty() {
+        j.address.is_some() && on_network(j.network)
+    } else {
+        j.addresses.iter().any(|a| on_network(a.network))
+    }
+}
+
 /// What `j` offers a node on `network` (`None`: the NIC names none, so any
 /// network), with heartbeats older than `stale_after` counting as silence
 /// (see the module docs). Pure.
 pub fn offer(j: &JobServer, network: Option<i64>, stale_after: Duration) -> Offer<'_> {
     let on_network = |n: Option<i64>| network.is_none() || n == network;
     let fresh = |age: Option<Duration>| age.is_some_and(|a| a <= stale_after);
+    if !serves_network(j, network) {
+        return Offer::Elsewhere;
+    }
     if j.addresses.is_empty() {
-        let Some(address) = j.address.as_deref().filter(|_| on_network(j.network)) else {
+        let Some(address) = j.address.as_deref() else {
             return Offer::Elsewhere;
         };
         if j.heartbeat_age.is_some() && !fresh(j.heartbeat_age) {
@@ -197,14 +221,7 @@ pub fn offer(j: &JobServer, network: Option<i64>, stale_after: Duration) -> Offe
             load_avg: j.load_avg,
         });
     }
-    let mut here = j
-        .addresses
-        .iter()
-        .filter(|a| on_network(a.network))
-        .peekable();
-    if here.peek().is_none() {
-        return Offer::Elsewhere;
-    }
+    let mut here = j.addresses.iter().filter(|a| on_network(a.network));
     match here.find(|a| fresh(a.heartbeat_age)) {
         Some(a) => Offer::Fresh(Source {
             name: &j.name,

@@ -264,6 +264,57 @@ fn layer_columns(alias: &str, prefix: &str) -> String {
         .join(", ")
 }
 
+/// The columns [`jobservers_of`] reads, of `jobservers j LEFT JOIN
+/// jobserver_addresses a ON a.jobserver_id = j.id`: a row per address (one
+/// with NULLs for a job server that registered none).
+pub(crate) const JOBSERVER_COLUMNS: &str = "j.id, j.name, j.addresses, j.port, j.network_id, j.load_avg, j.heartbeat_at, a.address AS a_address, a.network_id AS a_network_id, a.load_avg AS a_load_avg, a.heartbeat_at AS a_heartbeat_at";
+/// The order [`jobservers_of`] needs: each job server's rows together, its
+/// addresses in the order it registered them.
+pub(crate) const JOBSERVER_ORDER: &str = " ORDER BY j.name, j.id, a.id";
+
+/// The job servers in `rows` ([`JOBSERVER_COLUMNS`] in [`JOBSERVER_ORDER`]),
+/// with their heartbeat ages at `now`.
+pub(crate) fn jobservers_of(
+    rows: &[AnyRow],
+    now: jiff::Timestamp,
+) -> Result<Vec<JobServer>, sqlx::Error> {
+    let age = |at: String| {
+        at.parse::<jiff::Timestamp>()
+            .ok()
+            .map(|at| Duration::try_from(now.duration_since(at)).unwrap_or_default())
+    };
+    let mut jobservers: Vec<JobServer> = Vec::new();
+    for r in rows {
+        let id = int(r, "id")?;
+        if jobservers.last().is_none_or(|j| j.id != id) {
+            let addresses: Vec<String> =
+                serde_json::from_str(&text(r, "addresses")?).unwrap_or_default();
+            jobservers.push(JobServer {
+                id,
+                name: text(r, "name")?,
+                address: addresses.into_iter().find(|a| !a.is_empty()),
+                port: opt_int(r, "port")?.and_then(|p| u16::try_from(p).ok()),
+                network: opt_int(r, "network_id")?,
+                load_avg: float(r, "load_avg")?,
+                heartbeat_age: age(text(r, "heartbeat_at")?),
+                addresses: Vec::new(),
+            });
+        }
+        let address = text(r, "a_address")?;
+        if let Some(j) = jobservers.last_mut()
+            && !address.is_empty()
+        {
+            j.addresses.push(ServedAddress {
+                address,
+                network: opt_int(r, "a_network_id")?,
+                load_avg: float(r, "a_load_avg")?,
+                heartbeat_age: age(text(r, "a_heartbeat_at")?),
+            });
+        }
+    }
+    Ok(jobservers)
+}
+
 /// Loads the view of the node `key` names, in at most five statements.
 pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
     // 1. The system and the NIC it is found by.
@@ -294,10 +345,10 @@ pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
     };
     let system_id = int(&row, "id")?;
     let hostname = text(&row, "hostname")?;
-    let network = match opt_int(&row, "port_network_id")? {
-        Some(n) => Some(n),
-        None => opt_int(&row, "network_id")?,
-    };
+    let network = super::node_network(
+        opt_int(&row, "port_network_id")?,
+        opt_int(&row, "network_id")?,
+    );
     let reserved_ip = row
         .try_get::<Option<String>, _>("nic_ipv4")?
         .and_then(|a| a.parse().ok());
@@ -387,48 +438,16 @@ pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
     }
 
     // 5. The job servers hosting the image with their registered
-    // addresses, in one statement: a row per address (one with NULLs for a
-    // job server that registered none).
+    // addresses, in one statement.
     let mut jobservers: Vec<JobServer> = Vec::new();
     if let Some(img) = &image {
         let mut q = db.sql();
-        q.push("SELECT j.id, j.name, j.addresses, j.port, j.network_id, j.load_avg, j.heartbeat_at, a.address AS a_address, a.network_id AS a_network_id, a.load_avg AS a_load_avg, a.heartbeat_at AS a_heartbeat_at FROM jobservers j JOIN image_hosts h ON h.jobserver_id = j.id LEFT JOIN jobserver_addresses a ON a.jobserver_id = j.id WHERE h.image_id = ")
+        q.push("SELECT ")
+            .push(JOBSERVER_COLUMNS)
+            .push(" FROM jobservers j JOIN image_hosts h ON h.jobserver_id = j.id LEFT JOIN jobserver_addresses a ON a.jobserver_id = j.id WHERE h.image_id = ")
             .bind(Val::Int(Some(img.id)))
-            .push(" ORDER BY j.name, j.id, a.id");
-        let now = jiff::Timestamp::now();
-        let age = |at: String| {
-            at.parse::<jiff::Timestamp>()
-                .ok()
-                .map(|at| Duration::try_from(now.duration_since(at)).unwrap_or_default())
-        };
-        for r in db.fetch_all(&q).await? {
-            let id = int(&r, "id")?;
-            if jobservers.last().is_none_or(|j| j.id != id) {
-                let addresses: Vec<String> =
-                    serde_json::from_str(&text(&r, "addresses")?).unwrap_or_default();
-                jobservers.push(JobServer {
-                    id,
-                    name: text(&r, "name")?,
-                    address: addresses.into_iter().find(|a| !a.is_empty()),
-                    port: opt_int(&r, "port")?.and_then(|p| u16::try_from(p).ok()),
-                    network: opt_int(&r, "network_id")?,
-                    load_avg: float(&r, "load_avg")?,
-                    heartbeat_age: age(text(&r, "heartbeat_at")?),
-                    addresses: Vec::new(),
-                });
-            }
-            let address = text(&r, "a_address")?;
-            if let Some(j) = jobservers.last_mut()
-                && !address.is_empty()
-            {
-                j.addresses.push(ServedAddress {
-                    address,
-                    network: opt_int(&r, "a_network_id")?,
-                    load_avg: float(&r, "a_load_avg")?,
-                    heartbeat_age: age(text(&r, "a_heartbeat_at")?),
-                });
-            }
-        }
+            .push(JOBSERVER_ORDER);
+        jobservers = jobservers_of(&db.fetch_all(&q).await?, jiff::Timestamp::now())?;
     }
 
     Ok(Lookup::Known(Box::new(NodeView {

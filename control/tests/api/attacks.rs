@@ -1200,8 +1200,10 @@ async fn attack_17_a_job_server_claims_and_reports_only_for_itself() {
     on_admin(Engine::Sqlite, |_, url, s, c| {
         let image = hosted_image(c);
         let mut ids = Vec::new();
-        for (name, modules) in [("js1", ["image-update", "image-sync"]), ("js2", ["image-update", "image-sync"])] {
-            ids.push(c.post("jobservers", serde_json::json!({"name": name, "modules": modules}))["id"].clone());
+        // js2 serves network lo, where c01 boots compute: it copies what js1 publishes.
+        for (name, modules, addresses) in [("js1", ["image-update", "image-sync"], vec![]), ("js2", ["image-update", "image-sync"], vec!["127.0.0.12"])] {
+            let network = if addresses.is_empty() { serde_json::Value::Null } else { "lo".into() };
+            ids.push(c.post("jobservers", serde_json::json!({"name": name, "modules": modules, "addresses": addresses, "network": network}))["id"].clone());
         }
         let js1 = As::Cert(c.enrolled_jobserver("js1"));
         let js2 = As::Cert(c.enrolled_jobserver("js2"));
@@ -2149,6 +2151,90 @@ async fn attack_15_an_ipxe_flood_does_not_delay_a_real_boot() {
                 );
             }
         });
+        s.stop();
+    })
+    .await;
+}
+
+/// Attack 18: enrolling a job server without a token, on an API key (the
+/// seed's `apikey`). An admin's key enrolls a name that holds no valid
+/// certificate, from a CSR, once; a read-only account, the shared key in
+/// `nodes` mode, a revoked key and no key at all are refused, each saying
+/// what is needed; a live name is not taken over; and an API key never
+/// stands in for the certificate it got (a claim with it is refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_18_an_api_key_enrolls_a_job_server_only_as_an_admin() {
+    on_engine(Engine::Sqlite, |dir, url| {
+        let mut s = Server::start(
+            dir,
+            url,
+            1,
+            &[
+                ("MPROV_SUPERUSER_PASSWORD", ADMIN_PASSWORD),
+                ("MPROV_SHARED_KEY_MODE", "nodes"),
+            ],
+        );
+        use serde_json::json;
+        let c = Client::new(&s, dir);
+        c.post("users", json!({"username": "ro", "password": "read-only-password", "is_admin": false}));
+        let admin_key = c.post("apikeys", json!({"name": "seed"}))["key"].as_str().unwrap().to_owned();
+        let revoked = c.post("apikeys", json!({"name": "old"}));
+        c.ok("PATCH", &format!("/api/v1/apikeys/{}", revoked["id"]), Some(json!({"revoked": true})));
+        let revoked = revoked["key"].as_str().unwrap().to_owned();
+        let shared = std::fs::read_to_string(dir.join("etc/apikey")).unwrap();
+        let shared = shared.trim().trim_start_matches("export MPROV_APIKEY=").to_owned();
+        // Each try makes its own key, kept at work/<name>.key for the one
+        // that succeeds, at work/try-<name>.key for the others.
+        let enroll_keeping = |who: &As, name: &str, keep: bool| {
+            let file = if keep { name.to_owned() } else { format!("try-{name}") };
+            let body = json!({"name": name, "csr": c.csr(&file, &P256, &[])});
+            c.call("POST", "/enroll/jobserver/", who, Some(body))
+        };
+        let enroll = |who: &As, name: &str| enroll_keeping(who, name, false);
+
+        for (who, code, needs) in [
+            (As::Nobody, 401, "admin's API key"),
+            (As::Key(revoked), 401, "revoked"),
+            (As::User("ro", "read-only-password"), 403, "admin's API key"),
+            (As::Key(shared), 403, "admin's API key"),
+        ] {
+            let (got, v) = enroll(&who, "js1");
+            assert_eq!(got, code, "{v}");
+            assert!(v["message"].as_str().unwrap().contains(needs), "{v}");
+        }
+        // An empty token is no token.
+        let (got, v) = c.call("POST", "/enroll/jobserver/", &As::Nobody, Some(json!({"token": "", "name": "js1", "csr": c.csr("js1", &P256, &[])})));
+        assert_eq!(got, 401, "{v}");
+        assert_eq!(c.live("js1"), 0, "the refusals issued a certificate");
+
+        // The admin's key: a certificate for js1's own key.
+        let key = As::Key(admin_key);
+        let (got, v) = enroll_keeping(&key, "js1", true);
+        assert_eq!(got, 200, "{v}");
+        let base = c.work.join("js1");
+        std::fs::write(base.with_extension("crt"), v["certificate"].as_str().unwrap()).unwrap();
+        assert_eq!(c.live("js1"), 1);
+        // A bad name, and a live name, are refused; js1 keeps its certificate.
+        let (got, v) = enroll(&key, "-bad");
+        assert_eq!(got, 400, "{v}");
+        let (got, v) = enroll(&key, "js1");
+        assert_eq!(got, 409, "{v}");
+        assert!(v["message"].as_str().unwrap().contains("--replace"), "{v}");
+        assert_eq!(c.live("js1"), 1);
+
+        // The key never stands in for the certificate: it registers and
+        // claims nothing; the certificate does both.
+        c.post("jobs", json!({"module": "image-update"}));
+        let registration = json!({"host_id": "host-js1", "modules": ["image-update"], "port": 8081, "addresses": []});
+        let (got, v) = c.call("POST", mprov_api::jobs::REGISTER_PATH, &key, Some(registration.clone()));
+        assert_eq!(got, 403, "{v}");
+        let (got, v) = c.call("POST", mprov_api::jobs::CLAIM_PATH, &key, Some(json!({"modules": ["image-update"]})));
+        assert_eq!(got, 403, "{v}");
+        let js1 = As::Cert(base);
+        let (got, v) = c.call("POST", mprov_api::jobs::REGISTER_PATH, &js1, Some(registration));
+        assert_eq!(got, 200, "{v}");
+        let (got, v) = c.call("POST", mprov_api::jobs::CLAIM_PATH, &js1, Some(json!({"modules": ["image-update"]})));
+        assert_eq!((got, v["module"].as_str()), (200, Some("image-update")), "{v}");
         s.stop();
     })
     .await;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use mprov_api::jobs::{CLAIM_PATH, HOSTING_PATH, MAX_OUTPUT, image_files_path};
+use mprov_api::jobs::{CLAIM_PATH, HOSTING_PATH, MAX_OUTPUT, REGISTER_PATH, image_files_path};
 use mprov_control::config::JobServerSilence;
 use mprov_control::db::{Engine, Val};
 use serde_json::{Value, json};
@@ -36,6 +36,23 @@ async fn claim(c: &Ctx, who: &Cred, modules: &[&str]) -> (StatusCode, Value) {
         Some(json!({ "modules": modules })),
     )
     .await
+}
+
+/// Registers the job server `who` with `modules` at `address` (its
+/// network: the one whose subnet holds it).
+async fn register(c: &Ctx, who: &Cred, modules: Value, address: &str) {
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        REGISTER_PATH,
+        who,
+        Some(
+            json!({"host_id": format!("host-{address}"), "modules": modules, "port": 8081,
+            "addresses": [{"address": address}]}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
 }
 
 async fn job(c: &Ctx, id: &Value) -> Value {
@@ -148,6 +165,11 @@ pub(crate) async fn claims_and_reports(engine: Engine) {
     let node = Cred::Cert(enroll_node(&c, "aa:bb:cc:00:22:01").await);
     let js1 = Cred::Cert(enroll_jobserver(&c, "js1").await);
     let js1_id = js1_row["id"].as_i64().unwrap();
+    c.patch(
+        "/api/v1/jobservers/js1",
+        json!({"modules": ["libgenders", "image-sync"]}),
+    )
+    .await;
     let (js2_id, js2) = jobserver(&c, "js2", &["image-sync"]).await;
     c.post(
         "users",
@@ -311,6 +333,43 @@ pub(crate) async fn claims_and_reports(engine: Engine) {
     c.cleanup().await;
 }
 
+/// A job server takes only jobs of the modules it registered: one without
+/// image-update never gets an image-update job, whatever its claim names;
+/// one with it does. Registering it later lets it take them.
+pub(crate) async fn claims_follow_registered_modules(engine: Engine) {
+    let (c, _tls) = ctx_with_signer(engine).await;
+    let (_, syncer) = jobserver(&c, "js1", &["image-sync"]).await;
+    let (builder_id, builder) = jobserver(&c, "js2", &["image-update"]).await;
+    let (_, late) = jobserver(&c, "js3", &[]).await;
+    let update = c
+        .post(
+            "jobs",
+            json!({"module": "image-update", "params": {"image": "compute", "version": 2}}),
+        )
+        .await;
+    for (who, modules) in [
+        (&syncer, &["image-update"][..]),
+        (&syncer, &["image-sync", "image-update"][..]),
+        (&late, &["image-update"][..]),
+    ] {
+        let (status, v) = claim(&c, who, modules).await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{modules:?}: {v}");
+    }
+    assert_eq!(job(&c, &update["id"]).await["status"], "pending");
+    let (status, v) = claim(&c, &builder, &["image-sync", "image-update"]).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["id"], update["id"]);
+    assert_eq!(job(&c, &update["id"]).await["jobserver"], json!(builder_id));
+
+    // js3 registers image-update: from then on it takes such jobs.
+    let next = c.post("jobs", json!({"module": "image-update"})).await;
+    register(&c, &late, json!(["image-update"]), "10.9.0.3").await;
+    let (status, v) = claim(&c, &late, &["image-update"]).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["id"], next["id"]);
+    c.cleanup().await;
+}
+
 fn files(rootfs_sha: &str) -> Value {
     json!([
         {"name": "rootfs.tar.zst", "size": 4096, "sha256": rootfs_sha},
@@ -326,11 +385,44 @@ fn files(rootfs_sha: &str) -> Value {
 /// image deleted queues its image-delete.
 pub(crate) async fn publish_and_copy(engine: Engine) {
     let (c, _tls) = ctx_with_signer(engine).await;
+    // Network a holds the builder js1, the copier js2 and js4; network b
+    // holds js3 and js5; compute's only system is on a.
     let (js1, builder) = jobserver(&c, "js1", &["image-update", "image-sync"]).await;
     let (js2, copier) = jobserver(&c, "js2", &["image-sync"]).await;
-    let (js3, _) = jobserver(&c, "js3", &["image-sync", "image-delete"]).await;
+    let (js3, b_copier) = jobserver(&c, "js3", &["image-sync", "image-delete"]).await;
     let (_, bystander) = jobserver(&c, "js4", &["libgenders"]).await;
-    c.post("images", json!({"slug": "compute"})).await;
+    let (js5, _) = jobserver(&c, "js5", &["image-sync"]).await;
+    c.post(
+        "networks",
+        json!({"slug": "a", "subnet": "10.1.0.0", "netmask": 24}),
+    )
+    .await;
+    c.post(
+        "networks",
+        json!({"slug": "b", "subnet": "10.2.0.0", "netmask": 24}),
+    )
+    .await;
+    for (who, modules, address) in [
+        (&builder, json!(["image-update", "image-sync"]), "10.1.0.1"),
+        (&copier, json!(["image-sync"]), "10.1.0.2"),
+        (&b_copier, json!(["image-sync", "image-delete"]), "10.2.0.3"),
+        (&bystander, json!(["libgenders"]), "10.1.0.4"),
+    ] {
+        register(&c, who, modules, address).await;
+    }
+    // js5 never registered: its row's address and network place it on b.
+    c.patch(
+        "/api/v1/jobservers/js5",
+        json!({"addresses": ["10.2.0.5"], "network": "b"}),
+    )
+    .await;
+    let image = c.post("images", json!({"slug": "compute"})).await;
+    c.post("systems", json!({"hostname": "a01", "image": image["id"], "nics": [{"mac": "aa:bb:cc:00:23:01", "network": "a"}]}))
+        .await;
+    // A system of network b on another image does not count.
+    let other = c.post("images", json!({"slug": "other"})).await;
+    c.post("systems", json!({"hostname": "b01", "image": other["id"], "nics": [{"mac": "aa:bb:cc:00:23:02", "network": "b"}]}))
+        .await;
     c.patch("/api/v1/images/compute", json!({"needs_rebuild": true}))
         .await;
     let (_, build) = claim(&c, &builder, &["image-update"]).await;
@@ -401,7 +493,11 @@ pub(crate) async fn publish_and_copy(engine: Engine) {
         .iter()
         .map(|j| &j["for_jobserver"])
         .collect();
-    assert_eq!(targets, [&json!(js2), &json!(js3)], "{syncs}");
+    assert_eq!(
+        targets,
+        [&json!(js2)],
+        "only network a's job servers copy it: {syncs}"
+    );
     for j in syncs["items"].as_array().unwrap() {
         assert_eq!(
             j["params"],
@@ -417,8 +513,10 @@ pub(crate) async fn publish_and_copy(engine: Engine) {
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(
         c.ok("GET", "/api/v1/jobs/?module=image-sync", None).await["total"],
-        2
+        1
     );
+    let (status, _) = claim(&c, &b_copier, &["image-sync"]).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "js3 is on network b");
 
     // A copier reads the files it verifies against, claims its job and
     // records its copy.
@@ -476,6 +574,31 @@ pub(crate) async fn publish_and_copy(engine: Engine) {
         .await;
     let (status, v) = host(&copier, json!({"image": "compute", "version": 2})).await;
     assert_eq!(status, StatusCode::CONFLICT, "{v}");
+
+    // Once a system of network b uses compute, b's job servers (the
+    // registered js3 and the hand-made js5) copy its next version as well.
+    c.patch("/api/v1/systems/b01", json!({"image": image["id"]}))
+        .await;
+    let (status, v) = host(
+        &builder,
+        json!({"image": "compute", "version": 3, "files": files(&rootfs)}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{v}");
+    let syncs = c
+        .ok(
+            "GET",
+            "/api/v1/jobs/?module=image-sync&status=pending&sort=id",
+            None,
+        )
+        .await;
+    let targets: Vec<&Value> = syncs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| &j["for_jobserver"])
+        .collect();
+    assert_eq!(targets, [&json!(js2), &json!(js3), &json!(js5)], "{syncs}");
 
     // The image deleted: an image-delete job that outlives it.
     c.ok("DELETE", "/api/v1/images/compute", None).await;

@@ -1115,6 +1115,10 @@ async fn jobs_claims_and_reports(engine: Engine) {
     jobs::claims_and_reports(engine).await;
 }
 
+async fn jobs_claims_follow_registered_modules(engine: Engine) {
+    jobs::claims_follow_registered_modules(engine).await;
+}
+
 async fn jobs_publish_and_copy(engine: Engine) {
     jobs::publish_and_copy(engine).await;
 }
@@ -1126,6 +1130,7 @@ async fn jobs_sweeps_with_a_controlled_clock(engine: Engine) {
 engine_tests!(
     jobs_claim_race,
     jobs_claims_and_reports,
+    jobs_claims_follow_registered_modules,
     jobs_publish_and_copy,
     jobs_sweeps_with_a_controlled_clock,
     boot_timeline_manifest_and_nonces,

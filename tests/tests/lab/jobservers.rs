@@ -322,6 +322,11 @@ fn job_servers_register_build_sync_and_serve_their_own_network() -> Result<()> {
         );
     }
 
+    // A node of each network uses the image: its new versions are copied to
+    // the job servers of both networks.
+    let n11 = stack.register_on("n11", "52:54:00:16:00:11", "10.99.0.51", "lab")?;
+    let node = stack.register_on("n21", "52:54:00:16:00:21", "10.98.0.41", "lab2")?;
+
     // A rebuild through the API: image-update on js1 or js3, then image-sync
     // to the others.
     control.api(
@@ -403,8 +408,7 @@ fn job_servers_register_build_sync_and_serve_their_own_network() -> Result<()> {
     }
 
     // Each network's nodes go to their own job servers.
-    stack.register_on("n11", "52:54:00:16:00:11", "10.99.0.51", "lab")?;
-    let on_lab = ipxe_sources(&stack.net, "br0", "52:54:00:16:00:11")?;
+    let on_lab = ipxe_sources(&stack.net, "br0", &n11.mac)?;
     ensure!(
         on_lab.contains(&served(SERVER_IP))
             && on_lab.contains(&served(JS3_IP))
@@ -413,7 +417,6 @@ fn job_servers_register_build_sync_and_serve_their_own_network() -> Result<()> {
     );
 
     // A VM on lab2 boots from js2.
-    let node = stack.register_on("n21", "52:54:00:16:00:21", "10.98.0.41", "lab2")?;
     let vm = stack.power_on_at(&node, Machine::BiosIpxe, BRIDGE2)?;
     let booted = stack.until_ready(&node, vm, |_| {})?;
     ensure!(booted.console.contains(lab::READY_MARKER), "ready");
