@@ -122,12 +122,8 @@ pub fn test(options: &TestOptions) -> Result<()> {
             eprintln!("{PG_URL_VAR}={}", postgres.url());
 
             step("test: cargo test --workspace --no-fail-fast");
-            let mut cmd = cargo();
-            cmd.args(["test", "--workspace", "--no-fail-fast"])
-                .args(&options.cargo_test_args)
-                .env(MYSQL_URL_VAR, mariadb.url())
-                .env(PG_URL_VAR, postgres.url());
-            results.push(("test", run(&mut cmd)));
+            let urls = [(MYSQL_URL_VAR, mariadb.url()), (PG_URL_VAR, postgres.url())];
+            results.push(("test", cargo_test(&options.cargo_test_args, &urls)));
 
             step("stop databases");
             let stopped_mariadb = mariadb.stop().context("MariaDB");
@@ -176,6 +172,60 @@ pub fn test(options: &TestOptions) -> Result<()> {
         bail!("failed steps: {}", failed.join(", "));
     }
     Ok(())
+}
+
+/// The package of the lab's VM tests.
+const LAB_PACKAGE: &str = "mprov-tests";
+
+/// `cargo test --workspace --no-fail-fast` with `urls` in the environment.
+///
+/// Without extra arguments, the lab's package (its VM tests take most of the
+/// run, mostly on one core under TCG) runs beside the rest of the workspace,
+/// after one build of everything: its output is kept in a file and printed
+/// when both are done, so neither interleaves with the other.
+fn cargo_test(extra: &[String], urls: &[(&str, String)]) -> Result<()> {
+    let test = || {
+        let mut cmd = cargo();
+        cmd.args(["test", "--no-fail-fast"]);
+        for (var, url) in urls {
+            cmd.env(var, url);
+        }
+        cmd
+    };
+    if !extra.is_empty() {
+        return run(test().arg("--workspace").args(extra));
+    }
+    run(test().args(["--workspace", "--no-run"]))?;
+    let log_path = super::target_dir().join("xtask-test-lab.log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    let mut lab = test()
+        .args(["--package", LAB_PACKAGE])
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting the lab's tests")?;
+    eprintln!(
+        "the lab's tests ({LAB_PACKAGE}) run beside the rest; their output follows them, from {}",
+        log_path.display()
+    );
+    let rest = run(test().args(["--workspace", "--exclude", LAB_PACKAGE]));
+    let lab_status = lab.wait().context("waiting for the lab's tests")?;
+    eprintln!("\n==> the lab's tests ({LAB_PACKAGE}):");
+    let text = std::fs::read(&log_path).unwrap_or_default();
+    eprintln!("{}", String::from_utf8_lossy(&text));
+    let lab = if lab_status.success() {
+        Ok(())
+    } else {
+        Err(anyhow!(
+            "cargo test --package {LAB_PACKAGE} failed ({lab_status})"
+        ))
+    };
+    match (rest, lab) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+        (Err(a), Err(b)) => Err(anyhow!("{a:#}; {b:#}")),
+    }
 }
 
 /// Each step's result and how long it took (the time since the previous
