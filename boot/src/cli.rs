@@ -167,6 +167,15 @@ pub struct Cli {
     /// Do not serve images over HTTP.
     #[arg(long)]
     pub(crate) no_http: bool,
+    /// HTTPS image listen address, for other job servers' `image-sync`
+    /// (client certificate of a job server required; see
+    /// `crate::tls`). Served only once enrolled. Job servers copy from each
+    /// other on this port: keep it the same on all of them (httpsPort).
+    #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], crate::tls::DEFAULT_HTTPS_PORT)))]
+    pub(crate) https: SocketAddr,
+    /// Do not serve images over HTTPS to other job servers.
+    #[arg(long)]
+    pub(crate) no_https: bool,
     /// Image streams served at once. Beyond it a node is told `503` with a
     /// `Retry-After` (5-15 s) instead of slowing everyone down; a client that
     /// honours it (`curl --retry` does) comes back then. 64 streams share a
@@ -210,7 +219,7 @@ pub struct Cli {
     pub(crate) config: Option<PathBuf>,
     /// Once every server's socket is bound, write where each listens to
     /// FILE (atomically): one JSON object from the server's name (`dhcp`,
-    /// `pxe`, `tftp`, `dns`, `http`, `metrics`; only those that run) to its
+    /// `pxe`, `tftp`, `dns`, `http`, `https`, `metrics`; only those that run) to its
     /// `ip:port`, e.g. `{"http":"127.0.0.1:41871","metrics":"127.0.0.1:9102"}`.
     /// With port 0 binds, the ports the system chose.
     #[arg(long, value_name = "FILE")]
@@ -422,11 +431,7 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     };
     let followed = reporter.clone();
     let reports = start.timeline_reports(reporter);
-    let image_server = if cli.no_http {
-        None
-    } else {
-        Some(start.image_server(&cli, &snapshot, &reports, http)?)
-    };
+    let image_server = start.image_server(&cli, &snapshot, &reports, http)?;
     if !cli.no_dhcp {
         let server_ip = cli.server_ip.context(
             "DHCP needs --server-ip (MPROV_ADDRESS), the address nodes reach this job server at; or give --no-dhcp",

@@ -10,7 +10,8 @@
 //! as set on the command line; `listen`: its `--listen-file` names the
 //! port 0 binds that answer; `image_update` and `image_sync`: the job
 //! modules that build an image on a full disk and copy one from another job
-//! server's image server. Every test waits for a job server on its
+//! server's image server; `image_sync_https`: the copy over HTTPS between
+//! job servers, and who the HTTPS listener refuses. Every test waits for a job server on its
 //! listen file, never on its log.
 
 #[path = "jobserver/attacks.rs"]
@@ -25,6 +26,8 @@ mod dhcp;
 mod enroll;
 #[path = "jobserver/image_sync.rs"]
 mod image_sync;
+#[path = "jobserver/image_sync_https.rs"]
+mod image_sync_https;
 #[path = "jobserver/image_update.rs"]
 mod image_update;
 #[path = "jobserver/images.rs"]
