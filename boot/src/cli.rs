@@ -251,6 +251,11 @@ pub struct Cli {
     /// `crate::daemon::addresses`).
     #[arg(long = "address", value_name = "ADDR[@NETWORK_ID]")]
     pub(crate) addresses: Vec<String>,
+    /// Each address's own control-service URL, from the config's
+    /// `addresses:` (`{address, mprovURL}`): that address's heartbeats go
+    /// there.
+    #[arg(skip)]
+    pub(crate) address_urls: Vec<(std::net::IpAddr, String)>,
     /// The agent binary (built static) that `image-update` puts in every
     /// image it builds, as its initramfs's `/init`. Default:
     /// /usr/lib/mprov/mprov-agent.

@@ -5,7 +5,8 @@
 //! against a DISCOVER flood, UEFI HTTP boot and proxyDHCP; `enroll`: its enrollment
 //! and certificate over HTTPS; `daemon`: its enrollment retried (control
 //! service late, or speaking another version), its registration,
-//! heartbeats and jobs; `libgenders`: the genders file read by the real
+//! heartbeats and jobs; `heartbeat_sources`: each address's heartbeat from
+//! that address to its own URL; `libgenders`: the genders file read by the real
 //! `nodeattr`; `renew`: its certificate renewal; `tftp`: lock-step and windowed TFTP clients; `images`: its image server's admission limit
 //! as set on the command line; `listen`: its `--listen-file` names the
 //! port 0 binds that answer; `image_update` and `image_sync`: the job
@@ -24,6 +25,8 @@ mod daemon;
 mod dhcp;
 #[path = "jobserver/enroll.rs"]
 mod enroll;
+#[path = "jobserver/heartbeat_sources.rs"]
+mod heartbeat_sources;
 #[path = "jobserver/image_sync.rs"]
 mod image_sync;
 #[path = "jobserver/image_sync_https.rs"]

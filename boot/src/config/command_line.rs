@@ -139,12 +139,10 @@ pub fn apply(mut cli: Cli, matches: &ArgMatches, config: Config) -> Result<(Cli,
     if !given("addresses")
         && let Some(list) = config.addresses
     {
-        if list.iter().any(|a| a.mprov_url.is_some()) {
-            warnings.push(
-                "addresses: a per-address mprovURL is not used in this release; every address reaches the control service at mprovURL"
-                    .to_owned(),
-            );
-        }
+        cli.address_urls = list
+            .iter()
+            .filter_map(|a| Some((a.address, a.mprov_url.clone()?)))
+            .collect();
         cli.addresses = as_arguments(&list);
     }
     let modules = if given("modules") {
