@@ -38,7 +38,8 @@ use crate::{daemon, events, identity, modules, snapshot};
 /// defaults: a flag given on the command line wins. The file is the seed's
 /// format: a YAML list of one-key maps, `- global: {...}` (mprovURL,
 /// apikey, heartbeatInterval, runonce, caBundle, logLevel, hostId,
-/// logTimestamps, myaddress, addresses, jobmodules), plugin sections such
+/// logTimestamps, myaddress, addresses, jobmodules; and ours: httpsPort,
+/// the --https port), plugin sections such
 /// as `- dnsmasq: {enableDHCP: true, enableDNS: false, enableTFTP: true}`,
 /// and `- !include plugins/*.yaml` (relative to the including file; a
 /// pattern may match nothing, a plain path must exist). Unknown keys are
