@@ -38,7 +38,8 @@ use crate::{daemon, events, identity, modules, snapshot};
 /// defaults: a flag given on the command line wins. The file is the seed's
 /// format: a YAML list of one-key maps, `- global: {...}` (mprovURL,
 /// apikey, heartbeatInterval, runonce, caBundle, logLevel, hostId,
-/// logTimestamps, myaddress, addresses, jobmodules), plugin sections such
+/// logTimestamps, myaddress, addresses, jobmodules; and ours: httpsPort,
+/// the --https port), plugin sections such
 /// as `- dnsmasq: {enableDHCP: true, enableDNS: false, enableTFTP: true}`,
 /// and `- !include plugins/*.yaml` (relative to the including file; a
 /// pattern may match nothing, a plain path must exist). Unknown keys are
@@ -167,6 +168,15 @@ pub struct Cli {
     /// Do not serve images over HTTP.
     #[arg(long)]
     pub(crate) no_http: bool,
+    /// HTTPS image listen address, for other job servers' `image-sync`
+    /// (client certificate of a job server required; see
+    /// `crate::tls`). Served only once enrolled. Job servers copy from each
+    /// other on this port: keep it the same on all of them (httpsPort).
+    #[arg(long, default_value_t = SocketAddr::from(([0, 0, 0, 0], crate::tls::DEFAULT_HTTPS_PORT)))]
+    pub(crate) https: SocketAddr,
+    /// Do not serve images over HTTPS to other job servers.
+    #[arg(long)]
+    pub(crate) no_https: bool,
     /// Image streams served at once. Beyond it a node is told `503` with a
     /// `Retry-After` (5-15 s) instead of slowing everyone down; a client that
     /// honours it (`curl --retry` does) comes back then. 64 streams share a
@@ -210,7 +220,7 @@ pub struct Cli {
     pub(crate) config: Option<PathBuf>,
     /// Once every server's socket is bound, write where each listens to
     /// FILE (atomically): one JSON object from the server's name (`dhcp`,
-    /// `pxe`, `tftp`, `dns`, `http`, `metrics`; only those that run) to its
+    /// `pxe`, `tftp`, `dns`, `http`, `https`, `metrics`; only those that run) to its
     /// `ip:port`, e.g. `{"http":"127.0.0.1:41871","metrics":"127.0.0.1:9102"}`.
     /// With port 0 binds, the ports the system chose.
     #[arg(long, value_name = "FILE")]
@@ -242,6 +252,11 @@ pub struct Cli {
     /// `crate::daemon::addresses`).
     #[arg(long = "address", value_name = "ADDR[@NETWORK_ID]")]
     pub(crate) addresses: Vec<String>,
+    /// Each address's own control-service URL, from the config's
+    /// `addresses:` (`{address, mprovURL}`): that address's heartbeats go
+    /// there.
+    #[arg(skip)]
+    pub(crate) address_urls: Vec<(std::net::IpAddr, String)>,
     /// The agent binary (built static) that `image-update` puts in every
     /// image it builds, as its initramfs's `/init`. Default:
     /// /usr/lib/mprov/mprov-agent.
@@ -443,11 +458,7 @@ async fn run(cli: Cli, http: &tokio::runtime::Handle) -> Result<()> {
     };
     let followed = reporter.clone();
     let reports = start.timeline_reports(reporter);
-    let image_server = if cli.no_http {
-        None
-    } else {
-        Some(start.image_server(&cli, &snapshot, &reports, http)?)
-    };
+    let image_server = start.image_server(&cli, &snapshot, &reports, http)?;
     if !cli.no_dhcp {
         let server_ip = cli.server_ip.context(
             "DHCP needs --server-ip (MPROV_ADDRESS), the address nodes reach this job server at; or give --no-dhcp",

@@ -180,8 +180,9 @@ pub fn load_avg(loadavg: &str) -> Option<f64> {
 /// `/ipxe/` lists the least loaded job server first. A failure is logged
 /// once per address until a heartbeat from it gets through.
 pub async fn heartbeat(
-    clients: watch::Receiver<Client>,
+    mut clients: watch::Receiver<Client>,
     addresses: watch::Receiver<Vec<std::net::IpAddr>>,
+    mut senders: crate::daemon::addresses::Senders,
     streams: crate::daemon::Streams,
     every: Duration,
     stop: CancellationToken,
@@ -207,7 +208,10 @@ pub async fn heartbeat(
             continue;
         };
         no_load = false;
-        let client = clients.borrow().clone();
+        if clients.has_changed().unwrap_or(false) {
+            senders.reset();
+        }
+        let client = clients.borrow_and_update().clone();
         let targets: Vec<Option<std::net::IpAddr>> = match addresses.borrow().as_slice() {
             [] => vec![None],
             some => some.iter().copied().map(Some).collect(),
@@ -219,14 +223,24 @@ pub async fn heartbeat(
                 streams: streams.now(),
             };
             let shown = address.map_or_else(String::new, |a| format!(" on {a}"));
-            match client.heartbeat(&beat).await {
+            // Each address's from that address, to its own URL if it has
+            // one (`crate::daemon::addresses`).
+            let sender = match address {
+                Some(a) => senders.client(&client, *a),
+                None => Ok(client.clone()),
+            };
+            let sent = match sender {
+                Ok(sender) => sender.heartbeat(&beat).await.map_err(anyhow::Error::from),
+                Err(e) => Err(e),
+            };
+            match sent {
                 Ok(()) => {
                     if failing.remove(address) {
                         tracing::info!("heartbeats{shown} get through again");
                     }
                 }
                 Err(e) if failing.insert(*address) => {
-                    tracing::warn!(error = %e, "cannot send this job server's heartbeat{shown}; nodes may not be sent to it, or sent to it while it is busy");
+                    tracing::warn!(error = %format!("{e:#}"), "cannot send this job server's heartbeat{shown}; nodes may not be sent to it, or sent to it while it is busy");
                 }
                 Err(_) => {}
             }

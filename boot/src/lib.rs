@@ -24,3 +24,4 @@ pub mod identity;
 pub mod modules;
 pub mod snapshot;
 pub mod start;
+pub mod tls;

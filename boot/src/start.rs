@@ -41,7 +41,8 @@ pub type Reports = Option<mpsc::Sender<BootEventReport>>;
 /// holds, written once every socket is bound, as one JSON object from a
 /// server's name to its `ip:port`, only for the servers that run. The
 /// names: `dhcp`, `pxe` (proxyDHCP's port 4011), `tftp`, `dns` (UDP and
-/// TCP on the same port), `http` (the image server) and `metrics`. For
+/// TCP on the same port), `http` (the image server), `https` (its TLS
+/// listener for other job servers) and `metrics`. For
 /// example `{"dns":"127.0.0.1:40531","http":"127.0.0.1:41871","metrics":"127.0.0.1:9102"}`.
 pub type Listening = BTreeMap<&'static str, SocketAddr>;
 
@@ -138,15 +139,21 @@ impl Start {
         Some(tx)
     }
 
-    /// The HTTP image server on `--http`, its tasks on `runtime`; the
-    /// address it bound.
+    /// The image server: HTTP on `--http` unless `--no-http`, and HTTPS for
+    /// other job servers on `--https` when enrolled and not `--no-https`
+    /// (one state: one stream limit, one set of metrics), its tasks on
+    /// `runtime`; the address HTTP bound.
     pub fn image_server(
         &mut self,
         cli: &Cli,
         snapshot: &Snapshot,
         reports: &Reports,
         runtime: &tokio::runtime::Handle,
-    ) -> Result<SocketAddr> {
+    ) -> Result<Option<SocketAddr>> {
+        let https = !cli.no_https && self.enrolled;
+        if cli.no_http && !https {
+            return Ok(None);
+        }
         let mut config = mprov_fileserver::Config::new(&cli.export);
         config.ipxe_dir = cli.tftp_root.clone();
         config.max_streams = cli.http_max_streams;
@@ -164,6 +171,12 @@ impl Start {
         }
         state.metrics().register(&mut self.registry);
         self.streams = crate::daemon::Streams::of(state.metrics());
+        if https {
+            self.https_images(cli, state.clone(), runtime)?;
+        }
+        if cli.no_http {
+            return Ok(None);
+        }
         // Bound here, registered with the image server's runtime there.
         let listener = std::net::TcpListener::bind(cli.http)
             .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
@@ -180,7 +193,39 @@ impl Start {
         self.tasks
             .spawn(async move { served.await.context("HTTP image server task")? });
         self.listening.insert("http", bound);
-        Ok(bound)
+        Ok(Some(bound))
+    }
+
+    /// The HTTPS image listener on `--https` for other job servers'
+    /// `image-sync`, with this job server's certificate ([`crate::tls`]).
+    fn https_images(
+        &mut self,
+        cli: &Cli,
+        state: mprov_fileserver::ImageState,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<()> {
+        let ca = crate::config::ca_bundle(cli.ca_file.as_deref())?;
+        let tls = crate::tls::server_config(&ca, identity::dir(&cli.state_dir))
+            .context("HTTPS images")?;
+        let listener = std::net::TcpListener::bind(cli.https)
+            .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+            .with_context(|| format!("HTTPS: cannot bind {}", cli.https))?;
+        let bound = listener.local_addr()?;
+        tracing::info!(
+            "HTTPS images for other job servers on {bound} serving {}",
+            cli.export.display()
+        );
+        let stop = self.shutdown.clone();
+        let served = runtime.spawn(async move {
+            let listener = TcpListener::from_std(listener).context("HTTPS listener")?;
+            mprov_fileserver::serve_tls(listener, tls, state, stop)
+                .await
+                .context("HTTPS image server")
+        });
+        self.tasks
+            .spawn(async move { served.await.context("HTTPS image server task")? });
+        self.listening.insert("https", bound);
+        Ok(())
     }
 
     /// The DHCP server on `--dhcp` (and proxyDHCP's PXE port), for nodes

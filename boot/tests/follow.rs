@@ -5,12 +5,14 @@
 //! against a DISCOVER flood, UEFI HTTP boot and proxyDHCP; `enroll`: its enrollment
 //! and certificate over HTTPS; `daemon`: its enrollment retried (control
 //! service late, or speaking another version), its registration,
-//! heartbeats and jobs; `libgenders`: the genders file read by the real
+//! heartbeats and jobs; `heartbeat_sources`: each address's heartbeat from
+//! that address to its own URL; `libgenders`: the genders file read by the real
 //! `nodeattr`; `renew`: its certificate renewal; `tftp`: lock-step and windowed TFTP clients; `images`: its image server's admission limit
 //! as set on the command line; `listen`: its `--listen-file` names the
 //! port 0 binds that answer; `image_update` and `image_sync`: the job
 //! modules that build an image on a full disk and copy one from another job
-//! server's image server. Every test waits for a job server on its
+//! server's image server; `image_sync_https`: the copy over HTTPS between
+//! job servers, and who the HTTPS listener refuses. Every test waits for a job server on its
 //! listen file, never on its log.
 
 #[path = "jobserver/attacks.rs"]
@@ -23,8 +25,12 @@ mod daemon;
 mod dhcp;
 #[path = "jobserver/enroll.rs"]
 mod enroll;
+#[path = "jobserver/heartbeat_sources.rs"]
+mod heartbeat_sources;
 #[path = "jobserver/image_sync.rs"]
 mod image_sync;
+#[path = "jobserver/image_sync_https.rs"]
+mod image_sync_https;
 #[path = "jobserver/image_update.rs"]
 mod image_update;
 #[path = "jobserver/images.rs"]

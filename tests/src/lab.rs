@@ -896,6 +896,8 @@ pub fn follower_command(
         .arg("--host-id")
         .arg(host_id(files.state))
         .args(["--log", "info"])
+        // Once enrolled, its HTTPS image listener on a port of its own.
+        .args(["--https", "127.0.0.1:0"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(fs::File::create(log).with_context(|| format!("creating {}", log.display()))?);
@@ -964,6 +966,9 @@ impl JobServer {
         let listen_file = spec.home.join("listen.json");
         let _ = fs::remove_file(&listen_file);
         cmd.args(["--no-dns", "--http", &format!("{}:8081", spec.ip)])
+            // Each on its own address; job servers copy images from each
+            // other on this port.
+            .args(["--https", &format!("{}:8444", spec.ip)])
             .args(["--metrics", &format!("127.0.0.1:{}", spec.metrics_port)])
             .arg("--export")
             .arg(&spec.export)

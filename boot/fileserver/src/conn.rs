@@ -1,5 +1,7 @@
 //! One HTTP/1.1 connection: read a request head, answer it, repeat while the
-//! client keeps the connection alive.
+//! client keeps the connection alive. The connection is plain TCP or TLS
+//! ([`Transport`]): over TLS, file bodies are read here and encrypted, as
+//! the kernel cannot `sendfile` into a TLS session.
 //!
 //! # Why not hyper
 //!
@@ -45,7 +47,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
 use nix::sys::sendfile::sendfile64;
 use nix::sys::socket::{MsgFlags, send};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -64,8 +66,8 @@ const SENDFILE_CHUNK: usize = 4 * 1024 * 1024;
 /// Serves requests on `stream` until the client closes, a response ends the
 /// connection, `shutdown` is requested (between requests) or `abort` is
 /// cancelled (at once, even mid-body).
-pub(crate) async fn serve_connection(
-    mut stream: TcpStream,
+pub(crate) async fn serve_connection<S: Transport>(
+    mut stream: S,
     peer: SocketAddr,
     mut slot: Slot,
     state: ImageState,
@@ -107,8 +109,8 @@ pub(crate) async fn serve_connection(
 /// Reads until `buf` starts with a whole head. `Ok(None)`: the client closed,
 /// or shutdown came while the connection was idle. `Err(status)`: answer with
 /// that error status and close.
-async fn read_head(
-    stream: &mut TcpStream,
+async fn read_head<S: Transport>(
+    stream: &mut S,
     buf: &mut Vec<u8>,
     timeout: Duration,
     shutdown: &CancellationToken,
@@ -139,7 +141,7 @@ async fn read_head(
 }
 
 /// Appends at most 4 KiB, so a head never grows `buf` far past its limit.
-async fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
+async fn read_some<S: Transport>(stream: &mut S, buf: &mut Vec<u8>) -> io::Result<usize> {
     let mut chunk = [0u8; 4096];
     let n = stream.read(&mut chunk).await?;
     buf.extend_from_slice(&chunk[..n]);
@@ -147,8 +149,8 @@ async fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<usiz
 }
 
 /// Answers one request. `Ok(true)`: the connection may carry another.
-async fn respond(
-    stream: &mut TcpStream,
+async fn respond<S: Transport>(
+    stream: &mut S,
     peer: SocketAddr,
     state: &ImageState,
     head: &Head,
@@ -171,8 +173,8 @@ async fn respond(
     } = body;
     let mut sent = 0;
     let result = async {
-        write_reply_head(stream, state, &reply, keep_alive, len > 0).await?;
-        send_file(stream, &file, start, len, &mut sent, state, abort).await
+        write_reply_head(&mut *stream, state, &reply, keep_alive, len > 0).await?;
+        send_file(&mut *stream, &file, start, len, &mut sent, state, abort).await
     }
     .await;
     if let Some(mut download) = download {
@@ -380,8 +382,8 @@ fn open(area: Area, path: &Path, images: &Path) -> Result<(File, FileMeta), u16>
 }
 
 /// Sends `len` bytes of `file` from `start`, adding to `sent` as they go.
-async fn send_file(
-    stream: &TcpStream,
+async fn send_file<S: Transport>(
+    stream: &mut S,
     file: &File,
     start: u64,
     len: u64,
@@ -396,9 +398,7 @@ async fn send_file(
     while *sent < len {
         let count = usize::try_from(len - *sent).map_or(SENDFILE_CHUNK, |n| n.min(SENDFILE_CHUNK));
         let n = tokio::select! {
-            n = stream.async_io(Interest::WRITABLE, || {
-                sendfile64(stream, file, Some(&mut offset), count).map_err(io::Error::from)
-            }) => n?,
+            n = stream.send_chunk(file, &mut offset, count) => n?,
             () = &mut aborted => return Err(io::Error::other(SHUTDOWN)),
             () = &mut stalled => {
                 let why = format!("the client stopped reading for {} s", stall.as_secs_f32());
@@ -499,8 +499,8 @@ impl Reply {
 
 /// Writes a reply that has no file body: its head, and its text unless the
 /// request was a HEAD. Returns `keep_alive`.
-async fn write_reply(
-    stream: &mut TcpStream,
+async fn write_reply<S: Transport>(
+    stream: &mut S,
     state: &ImageState,
     reply: Reply,
     keep_alive: bool,
@@ -521,7 +521,7 @@ async fn write_reply(
 /// refused body, pipelined requests) for a moment before the socket closes:
 /// closing with unread bytes makes the kernel send a reset, which can
 /// destroy the reply before the client reads it.
-async fn linger(stream: &mut TcpStream) {
+async fn linger<S: Transport>(stream: &mut S) {
     const LINGER_TIME: Duration = Duration::from_secs(1);
     const LINGER_BYTES: usize = 64 * 1024;
     if stream.shutdown().await.is_err() {
@@ -541,9 +541,9 @@ async fn linger(stream: &mut TcpStream) {
 }
 
 /// Writes the head of a file reply; `more`: a file body follows, so the
-/// kernel may hold the head back to share a segment with it (`MSG_MORE`).
-async fn write_reply_head(
-    stream: &TcpStream,
+/// kernel may hold the head back to share a segment with it.
+async fn write_reply_head<S: Transport>(
+    stream: &mut S,
     state: &ImageState,
     reply: &Reply,
     keep_alive: bool,
@@ -551,22 +551,93 @@ async fn write_reply_head(
 ) -> io::Result<()> {
     state.inner.metrics.count_status(reply.status);
     let head = reply.head(keep_alive, SystemTime::now());
-    let mut rest = head.as_bytes();
-    let flags = if more {
-        // nix has no name for MSG_MORE (Linux, 2.4.4).
-        MsgFlags::from_bits_retain(nix::libc::MSG_MORE) | MsgFlags::MSG_NOSIGNAL
-    } else {
-        MsgFlags::MSG_NOSIGNAL
-    };
-    while !rest.is_empty() {
-        let n = stream
-            .async_io(Interest::WRITABLE, || {
-                send(std::os::fd::AsRawFd::as_raw_fd(stream), rest, flags).map_err(io::Error::from)
-            })
-            .await?;
-        rest = &rest[n..];
+    stream.write_head(head.as_bytes(), more).await
+}
+
+/// A connection a reply goes out on: plain TCP, where file bodies leave with
+/// `sendfile(2)`, or TLS, where they are read and encrypted here.
+pub(crate) trait Transport: AsyncRead + AsyncWrite + Unpin + Send {
+    /// Writes a reply's head; `more`: a file body follows.
+    fn write_head(
+        &mut self,
+        head: &[u8],
+        more: bool,
+    ) -> impl Future<Output = io::Result<()>> + Send;
+    /// Sends at most `count` bytes of `file` from `offset` (advanced by what
+    /// was sent); how many. 0: the file ends there.
+    fn send_chunk(
+        &mut self,
+        file: &File,
+        offset: &mut i64,
+        count: usize,
+    ) -> impl Future<Output = io::Result<usize>> + Send;
+}
+
+impl Transport for TcpStream {
+    async fn write_head(&mut self, head: &[u8], more: bool) -> io::Result<()> {
+        let mut rest = head;
+        let flags = if more {
+            // nix has no name for MSG_MORE (Linux, 2.4.4).
+            MsgFlags::from_bits_retain(nix::libc::MSG_MORE) | MsgFlags::MSG_NOSIGNAL
+        } else {
+            MsgFlags::MSG_NOSIGNAL
+        };
+        while !rest.is_empty() {
+            let stream = &*self;
+            let n = stream
+                .async_io(Interest::WRITABLE, || {
+                    send(std::os::fd::AsRawFd::as_raw_fd(stream), rest, flags)
+                        .map_err(io::Error::from)
+                })
+                .await?;
+            rest = &rest[n..];
+        }
+        Ok(())
     }
-    Ok(())
+
+    async fn send_chunk(
+        &mut self,
+        file: &File,
+        offset: &mut i64,
+        count: usize,
+    ) -> io::Result<usize> {
+        let stream = &*self;
+        stream
+            .async_io(Interest::WRITABLE, || {
+                sendfile64(stream, file, Some(&mut *offset), count).map_err(io::Error::from)
+            })
+            .await
+    }
+}
+
+/// The most bytes of a file read and encrypted at once over TLS.
+const TLS_CHUNK: usize = 256 * 1024;
+
+impl Transport for tokio_rustls::server::TlsStream<TcpStream> {
+    async fn write_head(&mut self, head: &[u8], more: bool) -> io::Result<()> {
+        self.write_all(head).await?;
+        if !more {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn send_chunk(
+        &mut self,
+        file: &File,
+        offset: &mut i64,
+        count: usize,
+    ) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt as _;
+        let mut chunk = vec![0u8; count.min(TLS_CHUNK)];
+        let at = u64::try_from(*offset).map_err(io::Error::other)?;
+        // Read in the calling thread, as sendfile does (see the module doc).
+        let n = file.read_at(&mut chunk, at)?;
+        self.write_all(&chunk[..n]).await?;
+        self.flush().await?;
+        *offset += i64::try_from(n).map_err(io::Error::other)?;
+        Ok(n)
+    }
 }
 
 fn content_type(target: &str) -> &'static str {

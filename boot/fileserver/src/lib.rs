@@ -1,5 +1,7 @@
 //! The job server's HTTP file server: node images, kernels and initramfs files
-//! under `/images/`, iPXE binaries under `/boot/`.
+//! under `/images/`, iPXE binaries under `/boot/`; over plain HTTP
+//! ([`serve`]) for nodes, and over TLS ([`serve_tls`]) for other job
+//! servers.
 //!
 //! # What it serves
 //!
@@ -238,6 +240,31 @@ pub async fn serve(
     state: ImageState,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
+    serve_with(listener, None, state, shutdown).await
+}
+
+/// [`serve`] over TLS with `tls` (which decides what client certificates
+/// it asks for and takes: a refused handshake is logged at info and the
+/// connection closed, before any request is read). A handshake must end
+/// within [`Config::head_timeout`]. File bodies are read and encrypted
+/// here, not sent with `sendfile(2)`; everything else (ranges, admission,
+/// the download log) is as over plain HTTP.
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    state: ImageState,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    serve_with(listener, Some(acceptor), state, shutdown).await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    state: ImageState,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
     let drain = state.inner.config.drain;
     let conns = limit::Conns::new(
         connection_cap(state.inner.config.max_connections),
@@ -268,14 +295,38 @@ pub async fn serve(
         // Latency of small files matters more than packet count here; a file
         // reply's head still shares a segment with its body (MSG_MORE).
         let _ = stream.set_nodelay(true);
-        tracker.spawn(conn::serve_connection(
-            stream,
-            peer,
-            slot,
-            state.clone(),
-            shutdown.clone(),
-            abort.clone(),
-        ));
+        let (state, shutdown, abort) = (state.clone(), shutdown.clone(), abort.clone());
+        match &tls {
+            None => {
+                tracker.spawn(conn::serve_connection(
+                    stream, peer, slot, state, shutdown, abort,
+                ));
+            }
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                tracker.spawn(async move {
+                    let limit = state.inner.config.head_timeout;
+                    let shaken = tokio::select! {
+                        s = tokio::time::timeout(limit, acceptor.accept(stream)) => s,
+                        () = abort.cancelled() => return,
+                    };
+                    match shaken {
+                        Ok(Ok(stream)) => {
+                            conn::serve_connection(stream, peer, slot, state, shutdown, abort)
+                                .await;
+                        }
+                        Ok(Err(err)) => {
+                            tracing::info!("HTTPS file server: refused {peer}: {err}");
+                        }
+                        Err(_) => {
+                            tracing::info!(
+                                "HTTPS file server: {peer} did not finish its TLS handshake within {limit:?}"
+                            );
+                        }
+                    }
+                });
+            }
+        }
     };
     tracker.close();
     if tokio::time::timeout(drain, tracker.wait()).await.is_err() {

@@ -133,18 +133,21 @@ pub fn apply(mut cli: Cli, matches: &ArgMatches, config: Config) -> Result<(Cli,
     {
         cli.run_once = once;
     }
+    if !given("https")
+        && let Some(port) = config.https_port
+    {
+        cli.https.set_port(port);
+    }
     if !given("host_id") && config.host_id.is_some() {
         cli.host_id = config.host_id;
     }
     if !given("addresses")
         && let Some(list) = config.addresses
     {
-        if list.iter().any(|a| a.mprov_url.is_some()) {
-            warnings.push(
-                "addresses: a per-address mprovURL is not used in this release; every address reaches the control service at mprovURL"
-                    .to_owned(),
-            );
-        }
+        cli.address_urls = list
+            .iter()
+            .filter_map(|a| Some((a.address, a.mprov_url.clone()?)))
+            .collect();
         cli.addresses = as_arguments(&list);
     }
     let modules = if given("modules") {
@@ -309,6 +312,24 @@ mod tests {
         // No list anywhere: every server, as before.
         let cli = applied(&[], Config::default()).unwrap();
         assert!(!cli.no_dhcp && !cli.no_dns && !cli.no_tftp && !cli.no_http);
+    }
+
+    #[test]
+    fn https_port_and_per_address_urls_come_from_the_config() {
+        let text = "- global:\n    httpsPort: 9443\n    addresses:\n      - 10.0.0.1\n      - address: 10.1.0.1\n        mprovURL: \"https://10.1.0.254:8443\"\n";
+        let memory = crate::config::fuzz::Memory::new([("/x.yaml", text)]);
+        let config = crate::config::load(std::path::Path::new("/x.yaml"), &memory).unwrap();
+        let cli = applied(&[], config.clone()).unwrap();
+        assert_eq!(cli.https.port(), 9443);
+        assert_eq!(
+            cli.address_urls,
+            [(
+                "10.1.0.1".parse().unwrap(),
+                "https://10.1.0.254:8443".to_owned()
+            )]
+        );
+        let cli = applied(&["--https", "127.0.0.1:7443"], config).unwrap();
+        assert_eq!(cli.https.port(), 7443);
     }
 
     #[test]

@@ -104,6 +104,9 @@ pub struct Config {
     pub myaddress: Option<(String, Where)>,
     /// `addresses`; `Some(vec![])` registers none.
     pub addresses: Option<Vec<Address>>,
+    /// `httpsPort`: the HTTPS image listener's port, for other job
+    /// servers' `image-sync` (the same on every job server).
+    pub https_port: Option<u16>,
     /// `jobmodules`: the ones this release runs, in the order given,
     /// without duplicates.
     pub modules: Option<Vec<String>>,
@@ -127,6 +130,7 @@ impl fmt::Debug for Config {
             .field("log_timestamps", &self.log_timestamps)
             .field("myaddress", &self.myaddress)
             .field("addresses", &self.addresses)
+            .field("https_port", &self.https_port)
             .field("modules", &self.modules)
             .field("boot_services", &self.boot_services)
             .field("warnings", &self.warnings)
@@ -404,6 +408,7 @@ impl Reader<'_> {
             .myaddress
             .map(|a| (a.value, Where::new(&file, a.referenced)));
         config.addresses = global.addresses;
+        config.https_port = global.https_port;
         if let Some(listed) = global.jobmodules {
             let mut modules: Vec<String> = Vec::new();
             for m in listed {

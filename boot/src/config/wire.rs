@@ -115,6 +115,7 @@ pub(crate) struct Global {
     pub(crate) myaddress: Option<Spanned<String>>,
     pub(crate) addresses: Option<Vec<Address>>,
     pub(crate) jobmodules: Option<Vec<Spanned<String>>>,
+    pub(crate) https_port: Option<u16>,
 }
 
 /// `logLevel`.

@@ -8,10 +8,19 @@
 //! link-local, multicast or unspecified; and its interface is up, not
 //! loopback, and not a container's or a VM's bridge or link, by its name's
 //! start ([`VIRTUAL_PREFIXES`]).
+//!
+//! Each address's heartbeat goes out from that address as its source, to
+//! that address's own control-service URL when the config gives one
+//! (`addresses: [{address, mprovURL}]`), else to the global one
+//! ([`Senders`]): the control service, and any firewall on the way, see it
+//! come from the network it is about. An address not on this host (given
+//! by hand) is logged once and sent from whatever source the kernel picks.
 
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{Result, bail};
+use mprov_api::client::Client;
 use mprov_api::jobs::AddressRegistration;
 use mprov_dhcp::ra::Interface;
 
@@ -131,6 +140,64 @@ pub fn to_register(given: &[String]) -> Result<Vec<AddressRegistration>> {
     }
 }
 
+/// Whether `address` is one of this host's: a socket binds to it.
+pub fn is_local(address: IpAddr) -> bool {
+    std::net::UdpSocket::bind((address, 0)).is_ok()
+}
+
+/// Where a heartbeat for an address goes and from where: its own URL
+/// (else the global client's), from the address itself when it is local.
+pub fn heartbeat_route(
+    own_url: Option<&str>,
+    address: IpAddr,
+    local: bool,
+) -> (Option<&str>, Option<IpAddr>) {
+    (own_url, local.then_some(address))
+}
+
+/// The clients the heartbeats go out with, one per address (see the
+/// module doc), built from the daemon's client and rebuilt when it changes
+/// (a renewed certificate).
+#[derive(Debug, Default)]
+pub struct Senders {
+    urls: BTreeMap<IpAddr, String>,
+    clients: HashMap<IpAddr, Client>,
+    warned: std::collections::HashSet<IpAddr>,
+}
+
+impl Senders {
+    /// With each address's own URL, from the config.
+    pub fn new(urls: impl IntoIterator<Item = (IpAddr, String)>) -> Senders {
+        Senders {
+            urls: urls.into_iter().collect(),
+            ..Senders::default()
+        }
+    }
+
+    /// Forgets the clients built: `base` has changed.
+    pub fn reset(&mut self) {
+        self.clients.clear();
+    }
+
+    /// The client for `address`'s heartbeat, made from `base`.
+    pub fn client(&mut self, base: &Client, address: IpAddr) -> Result<Client> {
+        if let Some(client) = self.clients.get(&address) {
+            return Ok(client.clone());
+        }
+        let local = is_local(address);
+        if !local && self.warned.insert(address) {
+            tracing::warn!(
+                "{address} is not an address of this host: its heartbeats go out from whatever address the kernel picks"
+            );
+        }
+        let own = self.urls.get(&address).map(String::as_str);
+        let (url, from) = heartbeat_route(own, address, local);
+        let client = base.elsewhere(url, from)?;
+        self.clients.insert(address, client.clone());
+        Ok(client)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +241,19 @@ mod tests {
         ] {
             assert!(list(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_heartbeat_goes_from_its_address_to_its_own_url() {
+        let a: IpAddr = "127.0.0.2".parse().unwrap();
+        assert_eq!(
+            heartbeat_route(Some("https://c2:8443"), a, true),
+            (Some("https://c2:8443"), Some(a))
+        );
+        assert_eq!(heartbeat_route(None, a, true), (None, Some(a)));
+        assert_eq!(heartbeat_route(None, a, false), (None, None));
+        assert!(is_local("127.0.0.1".parse().unwrap()));
+        assert!(!is_local("192.0.2.77".parse().unwrap()));
     }
 
     #[test]

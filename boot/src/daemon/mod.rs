@@ -14,7 +14,8 @@
 //! 2. **Heartbeats**, every `--heartbeat` seconds, one per registered
 //!    address (or one without an address when it has none), each with the
 //!    load average and the image streams being served
-//!    ([`crate::events::heartbeat`]).
+//!    ([`crate::events::heartbeat`]), each from its address to its own
+//!    `mprovURL` if the config gives one ([`addresses::Senders`]).
 //! 3. **Jobs** of the job modules it runs and has an implementation of
 //!    ([`jobs`], [`crate::modules`]).
 //! 4. **libgenders**, if listed: the genders file rewritten at each new
@@ -88,6 +89,8 @@ pub struct Daemon {
     pub given: Vec<AddressRegistration>,
     /// Between heartbeats; zero: none.
     pub heartbeat: Duration,
+    /// Each address's own control-service URL for its heartbeats.
+    pub address_urls: Vec<(IpAddr, String)>,
     /// The job modules' implementations.
     pub registry: Registry,
     /// The modules' settings.
@@ -135,6 +138,7 @@ impl Daemon {
             registration,
             given,
             heartbeat: Duration::from_secs(cli.heartbeat),
+            address_urls: cli.address_urls.clone(),
             registry,
             settings,
         })
@@ -211,7 +215,10 @@ impl Daemon {
         let (addresses_tx, addresses) = watch::channel(Vec::new());
         if !self.heartbeat.is_zero() {
             let (c, st, every) = (clients.clone(), stop.clone(), self.heartbeat);
-            tasks.spawn(crate::events::heartbeat(c, addresses, streams, every, st));
+            let senders = addresses::Senders::new(self.address_urls.clone());
+            tasks.spawn(crate::events::heartbeat(
+                c, addresses, senders, streams, every, st,
+            ));
         }
         // Every failure is retried: the admin may fix what the control
         // service refuses, or upgrade it.

@@ -13,13 +13,22 @@
 //! record, and the source's `manifest.json` is copied only when its list of
 //! files agrees with the record.
 //!
-//! The transport is plain HTTP from the source's image server
-//! (`http://<address>:<port>/images/<slug>/<version>/<file>`, the address
-//! and port from its `jobservers` row). The image servers speak HTTP only
-//! (nodes fetch over it, iPXE cannot do better), and a job server's
-//! certificate is a client certificate, so there is no server certificate to
-//! check; the checksums from the control service, read over its mTLS API,
-//! are what make the copy trustworthy.
+//! # Transport
+//!
+//! Over HTTPS from the source's HTTPS image listener
+//! (`https://<address>:<port>/images/<slug>/<version>/<file>`, the
+//! addresses from the source's `jobservers` row, the port this job server's
+//! own `--https` port: job servers share it). Both ends present their
+//! enrolled certificates, signed by the control CA. Those name a job server
+//! by a URI and hold no address, so the source's certificate is not
+//! checked against the address it is reached at: a custom verifier checks
+//! its signature chain against the control CA and that it names the job
+//! server `from` ([`crate::tls`]). The source, in turn, serves only job
+//! servers' certificates. A job server without a certificate (one that
+//! follows the control service with the API key) copies over plain HTTP
+//! from the source's image server (its row's `port`), and says so in the
+//! job's output. Either way, the checksums from the control service, read
+//! over its own API, are what make the copy trustworthy.
 //!
 //! # On disk
 //!
@@ -67,6 +76,20 @@ pub struct SyncContext {
     pub busy_retries: u32,
     /// The longest `Retry-After` honoured.
     pub max_retry_after: Duration,
+    /// How to copy over HTTPS; `None`: over plain HTTP.
+    pub tls: Option<SyncTls>,
+}
+
+/// How `image-sync` reaches the source's HTTPS image listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncTls {
+    /// This job server's identity folder (its certificate and key, the
+    /// client certificate presented).
+    pub identity_dir: PathBuf,
+    /// The control CA bundle (`--ca-file`); `None`: the system's.
+    pub ca_file: Option<PathBuf>,
+    /// The sources' HTTPS port: this job server's own `--https` port.
+    pub port: u16,
 }
 
 impl SyncContext {
@@ -78,6 +101,7 @@ impl SyncContext {
             attempts: 5,
             busy_retries: 20,
             max_retry_after: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -201,8 +225,7 @@ pub async fn image_sync(
         "the job's parameters: want {\"image\": slug, \"version\": n, \"from\": job server}",
     )?;
     let files = recorded_files(client, &params.image, params.version).await?;
-    let sources = source_urls(client, &params.from).await?;
-    let http = http_client()?;
+    let (http, sources) = transport(ctx, client, &params.from, progress).await?;
     copy_version(
         ctx,
         &http,
@@ -276,8 +299,48 @@ fn checked_files(recorded: ImageFiles, version: i64) -> Result<Vec<HostedFile>> 
     Ok(recorded.files)
 }
 
-/// The image-server base URLs of job server `name`, from its row.
-pub async fn source_urls(client: &Client, name: &str) -> Result<Vec<String>> {
+/// The client and the base URLs to copy from job server `from` with: over
+/// HTTPS when `ctx` says how and this job server has its certificate, else
+/// over plain HTTP (said in the job's output).
+pub async fn transport(
+    ctx: &SyncContext,
+    client: &Client,
+    from: &str,
+    progress: &(dyn Fn(&str) + Send + Sync),
+) -> Result<(reqwest::Client, Vec<String>)> {
+    let me = match &ctx.tls {
+        Some(tls) => crate::identity::load(&tls.identity_dir)?.map(|me| (tls, me)),
+        None => None,
+    };
+    let Some((tls, me)) = me else {
+        progress("no job server certificate here: copying over plain HTTP");
+        return Ok((http_client()?, source_urls(client, from).await?));
+    };
+    let ca = crate::config::ca_bundle(tls.ca_file.as_deref())?;
+    let http = https_client(&ca, &me, from)?;
+    let (addresses, _) = source_addresses(client, from).await?;
+    let urls = addresses
+        .iter()
+        .map(|address| https_base_url(address, tls.port))
+        .collect();
+    progress(&format!(
+        "copying over HTTPS from job server {from} (port {}): its certificate must come from the control CA and name it",
+        tls.port
+    ));
+    Ok((http, urls))
+}
+
+/// `https://ADDRESS:PORT`, an IPv6 address in brackets.
+pub fn https_base_url(address: &str, port: u16) -> String {
+    match address.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(v6)) => format!("https://[{v6}]:{port}"),
+        _ => format!("https://{address}:{port}"),
+    }
+}
+
+/// The addresses of job server `name` and its image server's HTTP port,
+/// from its row.
+pub async fn source_addresses(client: &Client, name: &str) -> Result<(Vec<String>, Option<u16>)> {
     let row = client
         .get("jobservers", name)
         .await
@@ -286,21 +349,54 @@ pub async fn source_urls(client: &Client, name: &str) -> Result<Vec<String>> {
         .get("port")
         .and_then(Value::as_u64)
         .and_then(|p| u16::try_from(p).ok());
-    let urls: Vec<String> = row
+    let addresses: Vec<String> = row
         .get("addresses")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .map(|address| mprov_api::boot::jobserver_base_url(address, port))
+        .map(str::to_owned)
         .collect();
-    if urls.is_empty() {
+    if addresses.is_empty() {
         bail!("job server {name} has no addresses to download from");
     }
-    Ok(urls)
+    Ok((addresses, port))
 }
 
-/// An HTTP client for the image servers: no TLS (see the module's doc),
+/// The plain HTTP image-server base URLs of job server `name`, from its
+/// row.
+pub async fn source_urls(client: &Client, name: &str) -> Result<Vec<String>> {
+    let (addresses, port) = source_addresses(client, name).await?;
+    Ok(addresses
+        .iter()
+        .map(|address| mprov_api::boot::jobserver_base_url(address, port))
+        .collect())
+}
+
+/// An HTTPS client for job server `source`'s image listener: `me` as the
+/// client certificate, the server's checked against the CA bundle `ca_pem`
+/// and for `source`'s name ([`crate::tls::client_config`]). Limits as
+/// [`http_client`].
+pub fn https_client(
+    ca_pem: &str,
+    me: &crate::identity::Identity,
+    source: &str,
+) -> Result<reqwest::Client> {
+    let tls = crate::tls::client_config(ca_pem, me, source)?;
+    reqwest::Client::builder()
+        .user_agent(concat!(
+            "mprov-jobserver/",
+            env!("CARGO_PKG_VERSION"),
+            " image-sync"
+        ))
+        .connect_timeout(Duration::from_secs(10))
+        .read_timeout(Duration::from_secs(60))
+        .tls_backend_preconfigured(tls)
+        .build()
+        .context("building the HTTPS client")
+}
+
+/// An HTTP client for the image servers without TLS,
 /// bounded connect and idle times, no overall timeout (an image takes as
 /// long as it takes).
 pub fn http_client() -> Result<reqwest::Client> {

@@ -76,6 +76,8 @@ pub struct Settings {
     /// The agent binary `image-update` puts in every image's initramfs
     /// (default [`image_update::DEFAULT_AGENT`]).
     pub agent: PathBuf,
+    /// How `image-sync` copies over HTTPS (`None`: over plain HTTP).
+    pub sync_tls: Option<image_sync::SyncTls>,
 }
 
 impl Settings {
@@ -87,6 +89,11 @@ impl Settings {
         if let Some(agent) = &cli.agent {
             settings.agent.clone_from(agent);
         }
+        settings.sync_tls = Some(image_sync::SyncTls {
+            identity_dir: crate::identity::dir(&cli.state_dir),
+            ca_file: cli.ca_file.clone(),
+            port: cli.https.port(),
+        });
         settings
     }
 
@@ -96,6 +103,7 @@ impl Settings {
             export: export.into(),
             genders_file: PathBuf::from(libgenders::DEFAULT_FILE),
             agent: PathBuf::from(image_update::DEFAULT_AGENT),
+            sync_tls: None,
         }
     }
 }
@@ -135,7 +143,10 @@ impl Registry {
         registry.insert(module::IMAGE_UPDATE, Arc::new(ImageUpdate(update)));
         registry.insert(
             module::IMAGE_SYNC,
-            Arc::new(ImageSync(image_sync::SyncContext::new(&settings.export))),
+            Arc::new(ImageSync(image_sync::SyncContext {
+                tls: settings.sync_tls.clone(),
+                ..image_sync::SyncContext::new(&settings.export)
+            })),
         );
         registry
     }

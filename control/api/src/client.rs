@@ -240,9 +240,17 @@ pub struct ClientBuilder {
     identity_pem: Option<Vec<u8>>,
     timeout: Duration,
     skip_version_check: bool,
+    local_address: Option<std::net::IpAddr>,
 }
 
 impl ClientBuilder {
+    /// Connect from this local address (a job server's heartbeat on one of
+    /// its addresses goes out from that address).
+    pub fn local_address(mut self, address: std::net::IpAddr) -> Self {
+        self.local_address = Some(address);
+        self
+    }
+
     /// Trust only the CA certificates in this PEM bundle (the install's own CA,
     /// `ca.crt`), instead of the system's roots.
     pub fn ca_certificates_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -297,15 +305,23 @@ impl ClientBuilder {
                 .map_err(|source| ClientError::Identity { source })?;
             http = http.identity(identity);
         }
+        if let Some(address) = self.local_address {
+            http = http.local_address(address);
+        }
         let http = http
             .build()
             .map_err(|source| ClientError::Build { source })?;
         Ok(Client {
             http,
             base,
-            auth: self.auth,
+            auth: self.auth.clone(),
             api_key,
             check_version: !self.skip_version_check,
+            tls: Tls {
+                ca_pem: self.ca_pem,
+                identity_pem: self.identity_pem,
+                timeout: self.timeout,
+            },
         })
     }
 }
@@ -345,6 +361,26 @@ pub struct Client {
     auth: Auth,
     api_key: Option<HeaderValue>,
     check_version: bool,
+    /// What [`Client::elsewhere`] builds another client with.
+    tls: Tls,
+}
+
+/// The TLS settings a client was built with.
+#[derive(Clone)]
+struct Tls {
+    ca_pem: Option<Vec<u8>>,
+    identity_pem: Option<Vec<u8>>,
+    timeout: Duration,
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls")
+            .field("ca_pem", &self.ca_pem.is_some())
+            .field("identity_pem", &self.identity_pem.is_some())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 impl Client {
@@ -362,10 +398,31 @@ impl Client {
             auth,
             ca_pem: None,
             timeout: DEFAULT_TIMEOUT,
+            local_address: None,
             skip_version_check: crate::skip_version_check(
                 std::env::var(SKIP_VERSION_CHECK_ENV).ok().as_deref(),
             ),
         }
+    }
+
+    /// A client with the same credentials and TLS settings, of the control
+    /// service at `base_url` (`None`: this one's), connecting from the
+    /// local address `local` if given.
+    pub fn elsewhere(
+        &self,
+        base_url: Option<&str>,
+        local: Option<std::net::IpAddr>,
+    ) -> Result<Client, ClientError> {
+        let base = base_url.map_or_else(|| self.base.to_string(), str::to_owned);
+        let mut builder = Client::builder(&base, self.auth.clone())
+            .timeout(self.tls.timeout)
+            .danger_skip_version_check(!self.check_version);
+        builder.ca_pem.clone_from(&self.tls.ca_pem);
+        builder.identity_pem.clone_from(&self.tls.identity_pem);
+        if let Some(address) = local {
+            builder = builder.local_address(address);
+        }
+        builder.build()
     }
 
     /// The base URL.
