@@ -163,6 +163,7 @@ async fn image_sync_goes_over_https_resumes_and_checks_both_certificates() -> Re
                 ..PackOptions::default()
             },
             steps: None,
+            scripts: None,
         },
     )?;
     let files = hosted_files(&built.manifest);
