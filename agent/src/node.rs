@@ -217,6 +217,7 @@ pub fn run(settings: &Settings, stop: &Stop) {
         .and_then(|text| text.trim().parse().ok());
     let mut renewing = Renewing::default();
     let mut failures = 0u32;
+    let mut started = false;
     while !stop.stopped() {
         let session = enroll::read_identity(&settings.root)
             .and_then(|(identity, url)| Ok((Control::new(&url, &identity)?, identity)));
@@ -228,6 +229,7 @@ pub fn run(settings: &Settings, stop: &Stop) {
                     mprov_process::chain(&err)
                 ));
                 failures += 1;
+                started_once(&mut started);
                 stop.sleep(renew_backoff(failures, 600));
                 continue;
             }
@@ -318,12 +320,26 @@ pub fn run(settings: &Settings, stop: &Stop) {
                 wake = wake.min(now() + backoff_secs(failures, settings.poll));
             }
         }
+        started_once(&mut started);
         let wait = u64::try_from(wake - now()).unwrap_or(0).max(1);
         if stop.sleep(Duration::from_secs(wait)) {
             break;
         }
     }
     log("stopped");
+}
+
+/// Tells systemd (under `Type=notify`) that the first turn is over: the
+/// post-boot scripts ran, or could not be run, so that units ordered after
+/// the agent (and `multi-user.target`) start only then. Without systemd,
+/// nothing happens.
+fn started_once(started: &mut bool) {
+    if !*started {
+        *started = true;
+        if let Err(err) = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]) {
+            log(&format!("warning: telling systemd the agent is up: {err}"));
+        }
+    }
 }
 
 fn backoff_secs(failures: u32, poll: Duration) -> i64 {

@@ -1,5 +1,6 @@
-//! The agent's binary as a process: `node` ends at SIGTERM while it waits,
-//! and `script-runner` without an identity exits non-zero saying why.
+//! The agent's binary as a process: `node` tells systemd it is up after its
+//! first turn and ends at SIGTERM while it waits, and `script-runner`
+//! without an identity exits non-zero saying why.
 
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::process::{Command, Stdio};
@@ -8,9 +9,16 @@ use std::time::{Duration, Instant};
 const AGENT: &str = env!("CARGO_BIN_EXE_mprov-agent");
 
 #[test]
-fn the_node_agent_stops_at_sigterm_while_it_waits() {
+fn the_node_agent_is_up_after_its_first_turn_and_stops_at_sigterm_while_it_waits() {
     let dir = tempfile::tempdir().expect("tempdir");
+    // systemd's side of Type=notify: a datagram socket named by NOTIFY_SOCKET.
+    let notify_path = dir.path().join("notify");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).expect("binds");
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
     let mut child = Command::new(AGENT)
+        .env("NOTIFY_SOCKET", &notify_path)
         .arg("node")
         .arg("--root")
         .arg(dir.path())
@@ -27,6 +35,11 @@ fn the_node_agent_stops_at_sigterm_while_it_waits() {
     let mut first = String::new();
     stderr.read_line(&mut first).expect("reads");
     assert!(first.contains("reading the identity"), "{first}");
+    // Its first turn is over (it could not run anything): systemd may go on.
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).expect("a notification within 20 s");
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.lines().any(|l| l == "READY=1"), "{text:?}");
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signals");
     let until = Instant::now() + Duration::from_secs(10);

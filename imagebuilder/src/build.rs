@@ -38,8 +38,11 @@ pub const AGENT_WANTS: &str = "etc/systemd/system/multi-user.target.wants/mprov-
 /// (`mprov-agent node`) with the certificate `/init` enrolled and left in
 /// `/etc/mprov`: the post-boot scripts, "ready" only when they all
 /// succeeded, the scripts again on `mash systems run-scripts`, and the
-/// certificate's renewal. Stopping the unit sends SIGTERM to the agent and
-/// any script still running (`KillMode=control-group`).
+/// certificate's renewal. It tells systemd it is up once the first run is
+/// over (`Type=notify`), so `multi-user.target` and the units after it
+/// follow the post-boot scripts (which have their own timeouts, hence no
+/// start timeout). Stopping the unit sends SIGTERM to the agent and any
+/// script still running (`KillMode=control-group`).
 const UNIT: &str = "\
 [Unit]
 Description=mProv node agent: post-boot scripts, ready, certificate renewal
@@ -47,7 +50,8 @@ Wants=network-online.target
 After=network-online.target
 
 [Service]
-Type=exec
+Type=notify
+TimeoutStartSec=infinity
 ExecStartPre=-/usr/libexec/mprov/mprov-agent cmdline
 ExecStart=/usr/libexec/mprov/mprov-agent node
 Restart=on-failure
