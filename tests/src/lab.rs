@@ -151,6 +151,11 @@ probe() {
   echo "MPROV-LAB-EXPORT cmdline $(base64 -w0 /proc/cmdline)"
   echo "MPROV-LAB-EXPORT key-mode $(stat -c %a $m/node.key 2>/dev/null)"
   echo "MPROV-LAB-EXPORT hostname $host"
+  # What the lab's post-boot scripts left (the agent's first run is over
+  # before this unit starts: it is Type=notify).
+  for f in /run/mprov-lab/*; do
+    [ -f "$f" ] && echo "MPROV-LAB-EXPORT script-${f##*/} $(base64 -w0 "$f")"
+  done
 @PROBES@
   echo "MPROV-LAB-EXPORT end"
 } > /dev/ttyS1

@@ -292,6 +292,8 @@ pub struct StackOptions {
     /// The control service's and the job servers' open-file limit, soft
     /// and hard (`prlimit --nofile`); `None`: the test's own.
     pub file_limit: Option<u64>,
+    /// More settings in the control service's environment.
+    pub control_env: Vec<(&'static str, String)>,
 }
 
 /// Our stack in the lab: the control service and its job servers.
@@ -332,7 +334,13 @@ impl Stack {
         options: &StackOptions,
     ) -> Result<Stack> {
         let net = LabNet::new("mprov")?;
-        let control = LabControl::start(&net, bins, &run.join("control"), options.file_limit)?;
+        let env: Vec<(&str, &str)> = options
+            .control_env
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect();
+        let control =
+            LabControl::start_with(&net, bins, &run.join("control"), options.file_limit, &env)?;
         control
             .api(
                 "POST",

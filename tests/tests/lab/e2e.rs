@@ -29,11 +29,240 @@ pub(crate) const HEALTHY: &[BootPhase] = &[
     BootPhase::ImageStarted,
     BootPhase::Verified,
     BootPhase::SwitchRoot,
+    BootPhase::Scripts,
     BootPhase::Ready,
 ];
 
 pub(crate) fn phases(events: &[BootEvent]) -> Vec<&'static str> {
     events.iter().map(|e| e.phase.as_str()).collect()
+}
+
+/// The node certificates' validity in the end-to-end stack: short, so that
+/// the booted node renews its own during the test.
+const NODE_CERT_SECONDS: u64 = 180;
+
+/// The post-boot scripts that run on n01: one per layer, and two in the
+/// group's layer that wait for each other's start (so they ran at once).
+const SCRIPTS_RUN: &[&str] = &[
+    "lab-distro",
+    "lab-group-a",
+    "lab-group-b",
+    "lab-image",
+    "lab-system",
+];
+
+/// A post-boot script writing `<its slug>` under `/run/mprov-lab` with the
+/// time it ran (the lab's export copies them out).
+fn marker_script(extra: &str) -> String {
+    format!(
+        "#!/bin/sh\nset -e\nd=/run/mprov-lab\nmkdir -p $d\n{extra}date +%s.%N > $d/$MPROV_SCRIPT\n"
+    )
+}
+
+/// n01's post-boot scripts from every layer: the distro (a new distro of
+/// the lab image), its group (two at once, and one the group switches off
+/// with `disable_scripts` as a single string), the image, and the system
+/// itself (after the group's, reading its params).
+fn post_boot_scripts(stack: &Stack, node: &Node) -> Result<()> {
+    let api = |method: &str, path: &str, body: serde_json::Value| {
+        stack
+            .control
+            .api(method, path, Some(&body))
+            .with_context(|| format!("{method} {path} {body}"))
+    };
+    // Each waits (bounded) for the other's start before it ends.
+    let together = |other: &str| {
+        marker_script(&format!(
+            "date +%s.%N > $d/$MPROV_SCRIPT.start\ni=0\nwhile [ ! -e $d/{other}.start ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n"
+        ))
+    };
+    let scripts = [
+        ("lab-distro", marker_script(""), json_list(&[])),
+        ("lab-group-a", together("lab-group-b"), json_list(&[])),
+        ("lab-group-b", together("lab-group-a"), json_list(&[])),
+        ("lab-off", marker_script(""), json_list(&[])),
+        ("lab-image", marker_script(""), json_list(&["lab-distro"])),
+        (
+            "lab-system",
+            marker_script(
+                "cat > $d/lab-system.stdin\ncp \"$MPROV_PARAMS\" $d/lab-system.params\necho \"$MPROV_HOST $MPROV_GROUPS\" > $d/lab-system.who\n",
+            ),
+            json_list(&["lab-group-a", "lab-group-b"]),
+        ),
+    ];
+    for (slug, content, deps) in scripts {
+        api(
+            "POST",
+            "/api/v1/scripts/",
+            serde_json::json!({"slug": slug, "script_type": "post-boot", "content": content, "depends_on": deps}),
+        )?;
+    }
+    api(
+        "POST",
+        "/api/v1/distros/",
+        serde_json::json!({"slug": "lab-debian", "vendor": "Debian", "version": "13", "scripts": ["lab-distro"]}),
+    )?;
+    api(
+        "PATCH",
+        &format!("/api/v1/images/{}", stack.image.slug),
+        serde_json::json!({"distro": "lab-debian", "scripts": ["lab-image"]}),
+    )?;
+    api(
+        "POST",
+        "/api/v1/groups/",
+        serde_json::json!({"slug": "lab-racks", "systems": [node.hostname],
+            "scripts": ["lab-group-a", "lab-group-b", "lab-off"],
+            "config_params": "disable_scripts: lab-off\n"}),
+    )?;
+    api(
+        "PATCH",
+        &format!("/api/v1/systems/{}", node.hostname),
+        serde_json::json!({"scripts": ["lab-system"], "config_params": "lab_param: 42\n"}),
+    )?;
+    Ok(())
+}
+
+fn json_list(items: &[&str]) -> serde_json::Value {
+    serde_json::json!(items)
+}
+
+/// What the scripts left on the node, from its export: every script of
+/// every layer ran, the disabled one did not, the group's two overlapped
+/// (each started before the other ended: the times they wrote), the
+/// dependencies ran first, and the system's script got its own params.
+fn scripts_ran_as_planned(export: &BTreeMap<String, Vec<u8>>) -> Result<()> {
+    let time = |name: &str| -> Result<f64> {
+        let bytes = export
+            .get(&format!("script-{name}"))
+            .with_context(|| format!("{name} left nothing: {:?}", export.keys()))?;
+        String::from_utf8_lossy(bytes)
+            .trim()
+            .parse()
+            .with_context(|| format!("{name}: {:?}", String::from_utf8_lossy(bytes)))
+    };
+    ensure!(
+        !export.contains_key("script-lab-off"),
+        "lab-off is disabled by its group, yet it ran"
+    );
+    let (a0, a1) = (time("lab-group-a.start")?, time("lab-group-a")?);
+    let (b0, b1) = (time("lab-group-b.start")?, time("lab-group-b")?);
+    ensure!(
+        a0 < b1 && b0 < a1,
+        "lab-group-a ({a0}..{a1}) and lab-group-b ({b0}..{b1}) did not run at once"
+    );
+    ensure!(
+        time("lab-distro")? < time("lab-image")?,
+        "lab-image ran before lab-distro, which it depends on"
+    );
+    ensure!(
+        a1 < time("lab-system")? && b1 < time("lab-system")?,
+        "lab-system ran before the group's scripts it depends on"
+    );
+    let params = export
+        .get("script-lab-system.params")
+        .context("no params file")?;
+    let params: serde_json::Value = serde_json::from_slice(params)?;
+    ensure!(params["lab_param"] == 42, "the params: {params}");
+    ensure!(
+        export.get("script-lab-system.stdin") == export.get("script-lab-system.params"),
+        "the params on standard input are not the file's"
+    );
+    let who =
+        String::from_utf8_lossy(export.get("script-lab-system.who").context("who")?).into_owned();
+    ensure!(who.trim() == "n01 lab-racks", "host and groups: {who:?}");
+    Ok(())
+}
+
+/// Waits (bounded) until n01 has renewed its certificate: a revoked one
+/// and a newer valid one, both for n01.
+fn renewed(stack: &Stack, node: &Node) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(NODE_CERT_SECONDS + 60);
+    loop {
+        let listed = stack.control.api(
+            "GET",
+            &format!("/api/v1/credentials/?kind=node&identity={}", node.hostname),
+            None,
+        )?;
+        let mine: Vec<&serde_json::Value> =
+            listed["items"].as_array().into_iter().flatten().collect();
+        let revoked = mine.iter().filter(|c| !c["revoked_at"].is_null()).count();
+        let valid = mine.iter().filter(|c| c["revoked_at"].is_null()).count();
+        if revoked >= 1 && valid >= 1 {
+            eprintln!("n01 renewed its certificate: {mine:#?}");
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "n01 did not renew its {NODE_CERT_SECONDS} s certificate: {listed:#}\n{}",
+            stack.where_it_stopped(node)
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// A failing script added to n01, then `mash systems run-scripts n01`: the
+/// node's agent (polling with its renewed certificate) runs it, and the
+/// timeline shows the script, its exit code and its output's tail, then
+/// `failed`, which `mash boot status` shows too.
+fn failing_rerun(stack: &Stack, node: &Node, bins: &mprov_tests::lab::Binaries) -> Result<()> {
+    stack.control.api(
+        "POST",
+        "/api/v1/scripts/",
+        Some(
+            &serde_json::json!({"slug": "lab-fail", "script_type": "post-boot",
+            "content": "#!/bin/sh\necho lab-fail: something went wrong >&2\nexit 3\n"}),
+        ),
+    )?;
+    stack.control.api(
+        "PATCH",
+        &format!("/api/v1/systems/{}", node.hostname),
+        Some(&serde_json::json!({"scripts": ["lab-system", "lab-fail"]})),
+    )?;
+    let mash = bins.get("mash")?;
+    let mash_run = |args: &[&str]| {
+        output(
+            Command::new("ip")
+                .args(["netns", "exec", stack.net.name()])
+                .arg(&mash)
+                .args(args)
+                .env("MPROV_URL", stack.control.url())
+                .env("MPROV_USER", "admin")
+                .env("MPROV_PASSWORD", &stack.control.password),
+        )
+    };
+    let (ok, text) = mash_run(&["systems", "run-scripts", "n01"])?;
+    ensure!(ok, "mash systems run-scripts n01: {text}");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let events = loop {
+        let events = stack.timeline(node)?;
+        let failed_script = events
+            .iter()
+            .position(|e| e.phase == BootPhase::Script && e.detail.starts_with("lab-fail"));
+        if failed_script.is_some_and(|i| events[i..].iter().any(|e| e.phase == BootPhase::Failed)) {
+            break events;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the rerun did not fail on the timeline: {:#?}",
+            events
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    let script = events
+        .iter()
+        .find(|e| e.phase == BootPhase::Script && e.detail.starts_with("lab-fail"))
+        .with_context(|| format!("no lab-fail script event: {events:#?}"))?;
+    ensure!(
+        script.detail.contains("failed, exit 3") && script.detail.contains("something went wrong"),
+        "the exit code and the output's tail: {script:?}"
+    );
+    let (ok, text) = mash_run(&["boot", "status", "n01"])?;
+    ensure!(ok, "mash boot status n01: {text}");
+    ensure!(
+        text.contains("lab-fail") && text.contains("failed"),
+        "mash boot status shows the failed script: {text}"
+    );
+    Ok(())
 }
 
 /// Runs a command; its status and output.
@@ -273,12 +502,15 @@ fn vm_is_provisioned_by_our_stack_from_power_on_to_ready() -> Result<()> {
         run.path(),
         &StackOptions {
             file_limit: Some(FLOOD_FILE_LIMIT),
+            // Short-lived node certificates: the booted node renews its own.
+            control_env: vec![("MPROV_NODE_CERT_SECONDS", NODE_CERT_SECONDS.to_string())],
             ..StackOptions::default()
         },
     )?;
     let node = stack.register("n01", "52:54:00:e2:00:01", "10.99.0.41", true)?;
     // Another node, never booted: n01's certificate must not reach it.
     let other = stack.register("n02", "52:54:00:e2:00:02", "10.99.0.42", true)?;
+    post_boot_scripts(&stack, &node)?;
     let flood = start_flood(&stack)?;
 
     let started = Instant::now();
@@ -299,6 +531,22 @@ fn vm_is_provisioned_by_our_stack_from_power_on_to_ready() -> Result<()> {
             .iter()
             .any(|e| matches!(e.phase, BootPhase::Failed | BootPhase::ChecksumMismatch)),
         "a healthy boot reported a failure: {events:#?}"
+    );
+    // Its post-boot scripts ran before it was ready, each reported.
+    let ran: Vec<&BootEvent> = events
+        .iter()
+        .filter(|e| e.phase == BootPhase::Script)
+        .collect();
+    for script in SCRIPTS_RUN {
+        ensure!(
+            ran.iter()
+                .any(|e| e.detail.starts_with(&format!("{script}: success"))),
+            "no successful {script} on the timeline: {ran:#?}"
+        );
+    }
+    ensure!(
+        !ran.iter().any(|e| e.detail.contains("lab-off")),
+        "the disabled script ran: {ran:#?}"
     );
     // Nothing of n01 landed on n02's timeline.
     ensure!(
@@ -409,8 +657,14 @@ fn vm_is_provisioned_by_our_stack_from_power_on_to_ready() -> Result<()> {
             phase.as_str()
         );
     }
+    scripts_ran_as_planned(&export)?;
     // All of that under the flood, which both services felt.
     stop_flood(&stack, flood)?;
+    // The node renews its short-lived certificate itself; the old one is
+    // revoked; a run asked for afterwards is fetched and reported with the
+    // new one, and its failing script leaves the node failed.
+    renewed(&stack, &node)?;
+    failing_rerun(&stack, &node, &bins)?;
     // The first boot's command line replayed by a second boot: the same
     // kernel, agent initramfs and command line (its nonce spent), straight
     // from QEMU with no firmware and no /ipxe/. The agent takes its lease

@@ -85,7 +85,7 @@ fn ipxe_scripts_name_only_urls_the_job_servers_serve_with_the_manifests_bytes() 
         &StackOptions {
             second_jobserver: true,
             corrupt_first: false,
-            file_limit: None,
+            ..StackOptions::default()
         },
     )?;
     let mac = "52:54:00:e2:50:01";

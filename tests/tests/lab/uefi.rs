@@ -29,7 +29,7 @@ fn two_jobservers(run: &std::path::Path, corrupt_first: bool) -> Result<Stack> {
         &StackOptions {
             second_jobserver: true,
             corrupt_first,
-            file_limit: None,
+            ..StackOptions::default()
         },
     )
 }
