@@ -51,7 +51,7 @@ async fn run() -> Result<()> {
         .await
         .with_context(|| format!("bind tcp {addr}"))?;
     let (_tx, rx) = tokio::sync::watch::channel(Arc::new(snapshot));
-    let mut registry = Registry::default();
+    let mut registry = Registry::with_prefix("mprov");
     let server = Server::new(config, rx, &mut registry);
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();

@@ -32,7 +32,7 @@
 //!
 //! # Metrics
 //!
-//! Registered under `mprov_dns_`: `queries_total`, `responses_total{rcode}`,
+//! Registered under `dns_` (`mprov_dns_` in the job server's registry, prefixed `mprov`): `queries_total`, `responses_total{rcode}`,
 //! `forwarded_total`, `refused_total`, `dropped_total{reason}` (reasons:
 //! `source`, `short`, `response`, `malformed`, `overload`, `timeout`,
 //! `send`) and

@@ -43,7 +43,7 @@ struct RcodeCounters {
 
 impl Metrics {
     pub(crate) fn register(registry: &mut Registry) -> Self {
-        let mut r = Prefixed::new(registry, "mprov_dns");
+        let mut r = Prefixed::new(registry, "dns");
         let mut m = Metrics {
             queries: r.metric("queries", "DNS queries handled"),
             responses: r.metric("responses", "DNS responses sent, by rcode"),

@@ -39,7 +39,7 @@ impl TestContext {
             .context("bind udp and tcp")?;
         let addr = udp.local_addr()?;
         let (snapshots, rx) = watch::channel(Arc::new(snapshot));
-        let mut registry = Registry::default();
+        let mut registry = Registry::with_prefix("mprov");
         let server = Server::new(config, rx, &mut registry);
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(server.run(udp, Some(tcp), shutdown.clone()));

@@ -45,9 +45,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Registers the metrics under the `mprov_http_` prefix.
+    /// Registers the metrics under the `http_` prefix (`mprov_http_` in the job server's registry, which is prefixed `mprov`).
     pub fn register(&self, registry: &mut Registry) {
-        let mut r = Prefixed::new(registry, "mprov_http");
+        let mut r = Prefixed::new(registry, "http");
         r.share(
             "served_bytes",
             "Response body bytes sent",

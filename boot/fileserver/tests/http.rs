@@ -381,7 +381,7 @@ async fn boot_files_and_no_escape() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_refuses_beyond_the_limit_and_frees_on_disconnect() -> Result<()> {
     let ctx = TestContext::new(2).await?;
-    let mut registry = Registry::default();
+    let mut registry = Registry::with_prefix("mprov");
     ctx.state.metrics().register(&mut registry);
     let metrics = metrics_router(Arc::new(registry));
 

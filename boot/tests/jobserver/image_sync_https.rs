@@ -50,8 +50,8 @@ async fn served_bytes(metrics: SocketAddr) -> Result<u64> {
         .await?;
     text.lines()
         // The job server's registry prefixes `mprov_` once more.
-        .find_map(|l| l.strip_prefix("mprov_mprov_http_served_bytes_total "))
-        .with_context(|| format!("no mprov_mprov_http_served_bytes_total in\n{text}"))?
+        .find_map(|l| l.strip_prefix("mprov_http_served_bytes_total "))
+        .with_context(|| format!("no mprov_http_served_bytes_total in\n{text}"))?
         .trim()
         .parse()
         .context("the byte counter")

@@ -84,7 +84,9 @@ fn the_listen_file_names_the_port_0_binds_that_answer() -> Result<()> {
     let metrics = bound.get("metrics")?;
     let text = client(&ns, "curl", &["-sS", &format!("http://{metrics}/metrics")])?;
     let text = String::from_utf8_lossy(&text);
-    ensure!(text.contains("mprov_http_"), "{text}");
+    ensure!(text.contains("\nmprov_http_"), "{text}");
+    // Every name carries the one `mprov_` prefix, never two.
+    ensure!(!text.contains("mprov_mprov_"), "{text}");
 
     // DNS, UDP and TCP on the one port the file names.
     let dns = bound.get("dns")?;
