@@ -12,6 +12,7 @@ mod logs;
 mod openapi;
 mod process;
 mod scopes;
+mod scripts;
 mod tls;
 
 use axum::body::Body;
@@ -1123,7 +1124,17 @@ async fn jobs_sweeps_with_a_controlled_clock(engine: Engine) {
     jobs::sweeps_with_a_controlled_clock(engine).await;
 }
 
+async fn scripts_plans_content_results_and_reruns(engine: Engine) {
+    scripts::plans_content_results_and_reruns(engine).await;
+}
+
+async fn scripts_disable_scripts_forms(engine: Engine) {
+    scripts::disable_scripts_forms(engine).await;
+}
+
 engine_tests!(
+    scripts_plans_content_results_and_reruns,
+    scripts_disable_scripts_forms,
     jobs_claim_race,
     jobs_claims_and_reports,
     jobs_publish_and_copy,
