@@ -789,7 +789,10 @@ async fn effective_config_layers(engine: Engine) {
         eff["config_params"]["ntp"],
         json!({"server": "a", "pool": "b"})
     );
-    assert_eq!(eff["scripts"], json!([{"id": s1["id"], "slug": "motd"}]));
+    assert_eq!(
+        eff["scripts"],
+        json!([{"id": s1["id"], "slug": "motd", "layer": "distro"}])
+    );
     assert_eq!(
         eff["layers"],
         json!([
