@@ -55,8 +55,26 @@
 //! - Renewal is for the holder of an agent certificate only.
 //! - A job server enrolls with its one-time token, or without one on an
 //!   admin's credentials (the seed's `apikey`): [`may_enroll_jobserver`].
+//!
+//! The script-runner's calls ([`plan_scope`], [`content_scope`],
+//! [`results_from`]) follow the same roles:
+//!
+//! - A **node** gets its own system's post-boot plan, which its certificate
+//!   names (it names no system: naming one, even itself, is refused), the
+//!   content of the scripts of that plan only, and reports its own run,
+//!   which goes on its own timeline only (a report names no node).
+//! - A **job server** gets any image's image-gen plan and any script's
+//!   content, and reports image-gen runs (stored, on no node's timeline).
+//! - **Admins** and **read-only users** read any plan (a node's by naming
+//!   it, `?system=`) and any content, and report nothing: results come from
+//!   the certificate that ran the scripts.
+//! - Asking a node to run its scripts again
+//!   (`POST /api/v1/systems/{key}/run-scripts`) is an inventory write to the
+//!   system: [`check`] lets admins only (a node's certificate writes nothing
+//!   there, a job server's writes no system).
 
 use mprov_api::boot::BootPhase;
+use mprov_api::scripts::ScriptMode;
 use serde_json::Value;
 
 use crate::boot::{jobserver_phase, node_phase};
@@ -131,6 +149,29 @@ pub enum AccessError {
         by: &'static str,
         /// The phase.
         phase: BootPhase,
+    },
+    /// A plan asked for without naming what it is for (`param`: `system`
+    /// or `image`).
+    #[error("a plan asked for without {param}")]
+    PlanNamesNothing {
+        /// The query parameter that names it.
+        param: &'static str,
+    },
+    /// A node's certificate reached for another system's scripts: a plan
+    /// naming a system, or a script not in its own plan.
+    #[error("node {host} reached for scripts not its own")]
+    ScriptsNotOwn {
+        /// The node's host name.
+        host: String,
+    },
+    /// A script-runner call its caller does not make (`by` a node, a job
+    /// server, an administrator; `what` it asked for).
+    #[error("{by} asked for {what}")]
+    ScriptsNotFor {
+        /// Who asked.
+        by: &'static str,
+        /// What it asked for, and who does it.
+        what: &'static str,
     },
     /// Renewal asked for without an agent's certificate.
     #[error("renewal without an agent certificate")]
@@ -627,6 +668,93 @@ pub fn may_enroll_jobserver(
     }
 }
 
+/// Whose scripts a plan request gets, once [`plan_scope`] allowed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanScope {
+    /// The post-boot plan of the node the certificate names (host name).
+    Node(String),
+    /// The post-boot plan of the system an administrator named (host name or
+    /// id).
+    System(String),
+    /// The image-gen plan of an image (slug or id).
+    Image(String),
+}
+
+/// Whose plan `role` gets for `mode`, given the `system` and `image` the
+/// query named: a node its own post-boot plan only, naming nothing; a job
+/// server an image's image-gen plan; admins and readers either, by naming
+/// it. Pure.
+pub fn plan_scope(
+    role: &BootRole,
+    mode: ScriptMode,
+    system: Option<String>,
+    image: Option<String>,
+) -> Result<PlanScope, AccessError> {
+    let named = |param, v: Option<String>| v.ok_or(AccessError::PlanNamesNothing { param });
+    match (role, mode) {
+        (BootRole::Node(host), ScriptMode::PostBoot) => match system {
+            None => Ok(PlanScope::Node(host.clone())),
+            Some(_) => {
+                tracing::warn!(node = %host, "refused a script plan a node asked for naming a system");
+                Err(AccessError::ScriptsNotOwn { host: host.clone() })
+            }
+        },
+        (BootRole::Node(_), ScriptMode::ImageGen) => Err(AccessError::ScriptsNotFor {
+            by: "a node",
+            what: "image-gen plans, which are the job servers'",
+        }),
+        (BootRole::JobServer(_), ScriptMode::PostBoot) => Err(AccessError::ScriptsNotFor {
+            by: "a job server",
+            what: "a post-boot plan, which is the node's own",
+        }),
+        (_, ScriptMode::ImageGen) => named("image", image).map(PlanScope::Image),
+        (BootRole::Admin(_) | BootRole::Reader, ScriptMode::PostBoot) => {
+            named("system", system).map(PlanScope::System)
+        }
+    }
+}
+
+/// Which scripts' content `role` may read: `Some(host)`: only those of that
+/// node's own post-boot plan; `None`: any (job servers, admins, readers).
+/// Pure.
+pub fn content_scope(role: &BootRole) -> Option<&str> {
+    match role {
+        BootRole::Node(host) => Some(host),
+        BootRole::JobServer(_) | BootRole::Admin(_) | BootRole::Reader => None,
+    }
+}
+
+/// Who reports a script run, once [`results_from`] allowed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunReporter<'a> {
+    /// A node, by host name: its own post-boot run, for its own timeline.
+    Node(&'a str),
+    /// A job server, by name: an image-gen run.
+    JobServer(&'a str),
+}
+
+/// Whether `role` may report a run of `mode`: a node its own post-boot
+/// runs, a job server image-gen runs, nobody else (the certificate that ran
+/// the scripts reports them). Pure.
+pub fn results_from(role: &BootRole, mode: ScriptMode) -> Result<RunReporter<'_>, AccessError> {
+    match (role, mode) {
+        (BootRole::Node(host), ScriptMode::PostBoot) => Ok(RunReporter::Node(host)),
+        (BootRole::JobServer(name), ScriptMode::ImageGen) => Ok(RunReporter::JobServer(name)),
+        (BootRole::Node(_), ScriptMode::ImageGen) => Err(AccessError::ScriptsNotFor {
+            by: "a node",
+            what: "image-gen results, which job servers report",
+        }),
+        (BootRole::JobServer(_), ScriptMode::PostBoot) => Err(AccessError::ScriptsNotFor {
+            by: "a job server",
+            what: "post-boot results, which each node reports for itself",
+        }),
+        (BootRole::Admin(_) | BootRole::Reader, _) => Err(AccessError::ScriptsNotFor {
+            by: "an administrator",
+            what: "script results, which the node or job server that ran them reports with its own certificate",
+        }),
+    }
+}
+
 /// The certificate a renewal replaces: only an agent's (a node's or a job
 /// server's) is renewed. The shared key turned off is refused as it is
 /// everywhere. Pure.
@@ -810,6 +938,68 @@ mod tests {
         assert_eq!(may_read_events(&node, Some(None), false), reads_another);
         assert_eq!(may_read_events(&node, None, true), reads_another);
         assert_eq!(may_read_events(&BootRole::Reader, None, true), Ok(None));
+    }
+
+    #[test]
+    fn script_plans_content_and_results_follow_the_roles() {
+        let node = BootRole::Node("c01".into());
+        let js = BootRole::JobServer("js1".into());
+        let admin = BootRole::Admin("user:root".into());
+        let post = ScriptMode::PostBoot;
+        let image_gen = ScriptMode::ImageGen;
+        let s = |v: &str| Some(v.to_owned());
+        assert_eq!(
+            plan_scope(&node, post, None, None),
+            Ok(PlanScope::Node("c01".into()))
+        );
+        // A node names no system, not even itself.
+        for named in ["c02", "c01"] {
+            assert_eq!(
+                plan_scope(&node, post, s(named), None),
+                Err(AccessError::ScriptsNotOwn { host: "c01".into() })
+            );
+        }
+        assert!(matches!(
+            plan_scope(&node, image_gen, None, s("compute")),
+            Err(AccessError::ScriptsNotFor { by: "a node", .. })
+        ));
+        assert_eq!(
+            plan_scope(&js, image_gen, None, s("compute")),
+            Ok(PlanScope::Image("compute".into()))
+        );
+        assert_eq!(
+            plan_scope(&js, image_gen, None, None),
+            Err(AccessError::PlanNamesNothing { param: "image" })
+        );
+        assert!(matches!(
+            plan_scope(&js, post, s("c01"), None),
+            Err(AccessError::ScriptsNotFor {
+                by: "a job server",
+                ..
+            })
+        ));
+        for reader in [&admin, &BootRole::Reader] {
+            assert_eq!(
+                plan_scope(reader, post, s("c02"), None),
+                Ok(PlanScope::System("c02".into()))
+            );
+            assert_eq!(
+                plan_scope(reader, post, None, None),
+                Err(AccessError::PlanNamesNothing { param: "system" })
+            );
+            assert_eq!(content_scope(reader), None);
+            assert!(results_from(reader, post).is_err());
+            assert!(results_from(reader, image_gen).is_err());
+        }
+        assert_eq!(content_scope(&node), Some("c01"));
+        assert_eq!(content_scope(&js), None);
+        assert_eq!(results_from(&node, post), Ok(RunReporter::Node("c01")));
+        assert_eq!(
+            results_from(&js, image_gen),
+            Ok(RunReporter::JobServer("js1"))
+        );
+        assert!(results_from(&node, image_gen).is_err());
+        assert!(results_from(&js, post).is_err());
     }
 
     #[test]

@@ -199,6 +199,12 @@ pub struct Settings {
     /// third is left, so a short value (tests, drills) exercises renewal.
     #[arg(long, env = "MPROV_JOBSERVER_CERT_SECONDS", value_parser = clap::value_parser!(u64).range(60..=JOBSERVER_MAX_SECONDS))]
     pub jobserver_cert_seconds: Option<u64>,
+    /// How long a node's certificate is valid, in seconds (default 30 days,
+    /// the most allowed; at least 60). A booted node's agent renews its own
+    /// when a third is left, so a short value (tests, drills) exercises
+    /// renewal.
+    #[arg(long, env = "MPROV_NODE_CERT_SECONDS", value_parser = clap::value_parser!(u64).range(60..=NODE_MAX_SECONDS))]
+    pub node_cert_seconds: Option<u64>,
     /// Seconds after a job server's last heartbeat on an address (or, for a
     /// job server that registered none, on its row) before `/ipxe/` and the
     /// boot manifest stop sending nodes there (default 45: three of the job
@@ -295,6 +301,8 @@ pub struct Config {
     pub domain: String,
     /// A job server certificate's validity, seconds.
     pub jobserver_cert_seconds: u64,
+    /// A node certificate's validity, seconds.
+    pub node_cert_seconds: u64,
     /// How old a job server's last heartbeat may be before nodes are no
     /// longer sent to it.
     pub jobserver_stale: std::time::Duration,
@@ -510,6 +518,7 @@ impl Config {
             backup_dir,
             served_dirs,
             jobserver_cert_seconds: s.jobserver_cert_seconds.unwrap_or(JOBSERVER_MAX_SECONDS),
+            node_cert_seconds: s.node_cert_seconds.unwrap_or(NODE_MAX_SECONDS),
             jobserver_stale: std::time::Duration::from_secs(s.jobserver_stale_seconds.max(1)),
         })
     }
@@ -635,6 +644,11 @@ pub const DB_SUFFIXES: &[&str] = &["", "-wal", "-shm", "-journal"];
 pub const JOBSERVER_DAYS: u32 = 90;
 /// The same in seconds: the default and the most `MPROV_JOBSERVER_CERT_SECONDS` may ask.
 pub const JOBSERVER_MAX_SECONDS: u64 = JOBSERVER_DAYS as u64 * 86_400;
+/// How long a node certificate is valid, in days.
+pub const NODE_DAYS: u32 = 30;
+/// The same in seconds: the default and the most `MPROV_NODE_CERT_SECONDS`
+/// may ask.
+pub const NODE_MAX_SECONDS: u64 = NODE_DAYS as u64 * 86_400;
 /// How old a job server's last heartbeat may be, in seconds, before nodes
 /// are no longer sent to it: three of the job server's default heartbeats
 /// (`mprov-jobserver`'s `MPROV_HEARTBEAT`, 15 s), so one lost heartbeat

@@ -23,9 +23,13 @@
 //!   by key, and lists and scalars are replaced by the later layer. The
 //!   exception is the top-level `disable_scripts` list: the lists of all
 //!   layers are combined, so any layer can switch a script off and no later
-//!   layer silently switches it back on.
+//!   layer silently switches it back on. A single slug may be given as a
+//!   string (`disable_scripts: postboot1`, as the original wrote it); it
+//!   counts as a list of one. A slug that names no script is kept in the
+//!   list and matches nothing: whoever runs the scripts warns about it.
 //! * Scripts are the union of every layer's script ids in layer order, less
-//!   those whose slug is in `disable_scripts`. Ordering them by their
+//!   those whose slug is in `disable_scripts`; each names the first layer
+//!   that listed it (`distro`, `group:<slug>`, `image` or `system`). Ordering them by their
 //!   dependencies is the caller's job: it needs the dependency graph, and this
 //!   module only decides which scripts apply.
 //!
@@ -89,6 +93,9 @@ pub struct ScriptRef {
     pub id: i64,
     /// The script's slug.
     pub slug: String,
+    /// The first layer that listed it: `distro`, `group:<slug>`, `image` or
+    /// `system`.
+    pub layer: String,
 }
 
 /// Why the effective configuration could not be computed.
@@ -144,7 +151,7 @@ pub fn effective(
 /// Checks `config_params` text before it is stored.
 ///
 /// The text must be empty, hold only comments, or parse to a mapping. When it
-/// has a top-level `disable_scripts`, that must be a list of strings. The
+/// has a top-level `disable_scripts`, that must be a slug or a list of slugs. The
 /// error says what is wrong, with the line and column when the YAML parser
 /// gives them.
 pub fn validate_config_params(yaml: &str) -> Result<(), String> {
@@ -202,6 +209,15 @@ impl<'a> Layer<'a> {
     /// The name for error messages: `group "gpu"`.
     fn quoted(&self) -> String {
         format!("{} {:?}", self.kind, self.name)
+    }
+
+    /// The name a script's layer has in a plan: `group:gpu`, or the kind
+    /// alone for the other layers (there is one of each).
+    fn script_layer(&self) -> String {
+        match self.kind {
+            "group" => format!("group:{}", self.name),
+            kind => kind.to_owned(),
+        }
     }
 
     /// The name for [`EffectiveConfig::layers`]: `group gpu`.
@@ -302,7 +318,8 @@ struct Accumulator {
     /// `None` until a layer has `disable_scripts`, so that the key appears in
     /// `config_params` only when some layer used it.
     disable_scripts: Option<Vec<String>>,
-    script_ids: Vec<i64>,
+    /// Script ids in layer order, each with the layer that first listed it.
+    script_ids: Vec<(i64, String)>,
     layers: Vec<String>,
 }
 
@@ -371,8 +388,8 @@ impl Accumulator {
                     id,
                 });
             }
-            if !self.script_ids.contains(&id) {
-                self.script_ids.push(id);
+            if !self.script_ids.iter().any(|(have, _)| *have == id) {
+                self.script_ids.push((id, layer.script_layer()));
             }
         }
 
@@ -395,14 +412,15 @@ impl Accumulator {
         let disabled: HashSet<&str> = disable_scripts.iter().map(String::as_str).collect();
         let scripts = self
             .script_ids
-            .iter()
-            .filter_map(|id| {
+            .into_iter()
+            .filter_map(|(id, layer)| {
                 // `apply` checked every id, so the lookup only fails if the
                 // caller's map changed in between, which it cannot.
-                let slug = scripts.get(id)?;
+                let slug = scripts.get(&id)?;
                 (!disabled.contains(slug.as_str())).then(|| ScriptRef {
-                    id: *id,
+                    id,
                     slug: slug.clone(),
+                    layer,
                 })
             })
             .collect();
@@ -460,6 +478,14 @@ fn parse_params(yaml: &str) -> Result<LayerParams, String> {
     let disabled = match params.get(DISABLE_SCRIPTS) {
         None => None,
         Some(Value::Null) => Some(Vec::new()),
+        // The seed's single-slug form, `disable_scripts: postboot1`.
+        Some(Value::String(slug)) => Some(
+            Some(slug.trim())
+                .filter(|slug| !slug.is_empty())
+                .map(str::to_owned)
+                .into_iter()
+                .collect(),
+        ),
         Some(Value::Array(items)) => Some(
             items
                 .iter()
@@ -475,7 +501,7 @@ fn parse_params(yaml: &str) -> Result<LayerParams, String> {
         ),
         Some(other) => {
             return Err(format!(
-                "{DISABLE_SCRIPTS} must be a list of script slugs, found {}",
+                "{DISABLE_SCRIPTS} must be a script slug or a list of them, found {}",
                 describe(other)
             ));
         }
@@ -827,6 +853,20 @@ mod tests {
             &["nope"],
             &[1],
         );
+        // A single slug as a string (the seed's form) is a list of one, in
+        // any layer, and combines with the lists of the others.
+        check(
+            ["", "disable_scripts: s2", "", "disable_scripts: [s3]"],
+            [&[1, 2], &[3], &[], &[]],
+            &["s2", "s3"],
+            &[1],
+        );
+        check(
+            ["disable_scripts: ' s1 '", "", "disable_scripts: ''", ""],
+            [&[1, 2], &[], &[], &[]],
+            &["s1"],
+            &[2],
+        );
     }
 
     #[test]
@@ -870,9 +910,9 @@ mod tests {
         check(["", "", "", "42"], "system \"c01\"", "found a number");
         check(["", "a: 1\na: 2", "", ""], "group \"gpu\"", "duplicate");
         check(
-            ["", "disable_scripts: s1", "", ""],
+            ["", "disable_scripts: {s1: 1}", "", ""],
             "group \"gpu\"",
-            "must be a list",
+            "must be a script slug or a list of them",
         );
         check(
             ["", "disable_scripts: [1]", "", ""],
@@ -976,8 +1016,10 @@ mod tests {
         check("a: .inf\n", Err("not a finite number"));
         check(
             "disable_scripts: {a: 1}\n",
-            Err("must be a list of script slugs, found a mapping"),
+            Err("must be a script slug or a list of them, found a mapping"),
         );
+        check("disable_scripts: postboot1\n", Ok(()));
+        check("disable_scripts: 5\n", Err("found a number"));
         check("disable_scripts: [a, [b]]\n", Err("found a list"));
     }
 
@@ -1024,7 +1066,7 @@ mod tests {
                 "prov_interface": "eno1",
                 "config_params": { "disable_scripts": ["s2"], "ntp": "pool" },
                 "disable_scripts": ["s2"],
-                "scripts": [{ "id": 1, "slug": "s1" }],
+                "scripts": [{ "id": 1, "slug": "s1", "layer": "distro" }],
                 "layers": ["distro debian-12", "system c01"],
             })
         );

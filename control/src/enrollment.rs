@@ -426,8 +426,9 @@ pub async fn revoke_serial(db: &Db, serial: &str, reason: &str) -> Result<bool, 
 
 /// How long a node's enrollment nonce is good for.
 pub const NONCE_TTL: Duration = Duration::from_secs(15 * 60);
-/// How long a node's certificate is valid.
-pub const NODE_DAYS: u32 = 30;
+/// How long a node's certificate is valid by default
+/// (`MPROV_NODE_CERT_SECONDS` sets it).
+pub const NODE_DAYS: u32 = crate::config::NODE_DAYS;
 
 /// Mints a one-time enrollment nonce bound to `system_id`; only its hash
 /// is kept. In the same transaction it cancels the system's earlier unused
@@ -462,9 +463,11 @@ pub async fn mint_nonce(db: &Db, system_id: i64) -> Result<String, EnrollError> 
 
 /// `POST /enroll/node/`: a certificate naming the system the nonce was
 /// minted for, and only it.
+/// The certificate lasts `cert_seconds`.
 pub async fn enroll_node(
     db: &Db,
     signer: Option<&SignerClient>,
+    cert_seconds: u64,
     body: NodeEnrollment,
 ) -> Result<Enrolled, EnrollError> {
     let hash = secrets::hash_api_secret(body.nonce.trim());
@@ -503,7 +506,7 @@ pub async fn enroll_node(
         Profile::Node,
         &hostname,
         body.csr,
-        Validity::Days(NODE_DAYS),
+        Validity::Seconds(cert_seconds),
     )
     .await?;
     let replaced = commit_enrollment(
@@ -539,17 +542,20 @@ pub async fn enroll_node(
 }
 
 /// `POST /enroll/renew/`: over mTLS, a new certificate for the same
-/// identity as `machine`'s; the one presented is revoked. A job server's
-/// lasts `jobserver_seconds`.
+/// identity as `machine`'s; the one presented (and any other of the
+/// identity's) is revoked in the same transaction as the new one is
+/// recorded. A node's lasts `node_seconds`, a job server's
+/// `jobserver_seconds`.
 pub async fn renew(
     db: &Db,
     signer: Option<&SignerClient>,
+    node_seconds: u64,
     jobserver_seconds: u64,
     machine: &Machine,
     csr: String,
 ) -> Result<Enrolled, EnrollError> {
     let validity = match machine.profile {
-        Profile::Node => Validity::Days(NODE_DAYS),
+        Profile::Node => Validity::Seconds(node_seconds),
         _ => Validity::Seconds(jobserver_seconds),
     };
     let (enrolled, serial) =
@@ -567,10 +573,11 @@ pub async fn renew(
     Ok(enrolled)
 }
 
-/// How long a certificate asked of the helper lasts.
+/// How long a certificate asked of the helper lasts, in seconds (each kind's
+/// validity is a setting: `MPROV_NODE_CERT_SECONDS`,
+/// `MPROV_JOBSERVER_CERT_SECONDS`).
 #[derive(Debug, Clone, Copy)]
 enum Validity {
-    Days(u32),
     Seconds(u64),
 }
 
@@ -600,11 +607,9 @@ async fn issue_agent_certificate(
         names: Vec::new(),
         csr_pem: csr,
         days: match validity {
-            Validity::Days(d) => d,
             Validity::Seconds(s) => u32::try_from(s.div_ceil(86_400)).unwrap_or(u32::MAX),
         },
         seconds: match validity {
-            Validity::Days(_) => None,
             Validity::Seconds(s) => Some(s),
         },
         id: 0,

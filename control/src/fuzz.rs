@@ -340,6 +340,12 @@ pub fn config_params(data: &[u8]) {
 /// The `disable_scripts` of one parsed mapping, without duplicates.
 fn disabled_of(mapping: &Map<String, Value>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
+    // A single slug as a string is a list of one (blank: none).
+    if let Some(Value::String(slug)) = mapping.get(DISABLE_SCRIPTS)
+        && !slug.trim().is_empty()
+    {
+        out.push(slug.trim().to_owned());
+    }
     if let Some(Value::Array(items)) = mapping.get(DISABLE_SCRIPTS) {
         for item in items {
             if let Value::String(slug) = item

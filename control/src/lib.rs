@@ -2,7 +2,7 @@
 //! `/api/v1/`, first start, the version lock, the install's own certificate
 //! authority with the HTTPS listener, the signing helper, enrollment of job
 //! servers and nodes, `/ipxe/`, the boot timeline and manifest, the jobs
-//! queue, and backups. Not written yet: the admin pages.
+//! queue, the script-runner's plans and reports, and backups. Not written yet: the admin pages.
 //!
 //! Layered bottom-up; a module names only its own layer and those below,
 //! only [`http`] and [`cli`] name HTTP types, and `cargo xtask layering
@@ -20,7 +20,8 @@
 //!    [`boot`] (the boot timeline), [`jobs`] (the jobs queue),
 //!    [`jobservers`] (a job server's registration and heartbeats) and
 //!    [`netboot`] (the node view, the bootability rule and the pure
-//!    `/ipxe/` decision), [`first_start`] (what a new install makes once),
+//!    `/ipxe/` decision), [`scripts`] (the script-runner's plans, content
+//!    and run reports), [`first_start`] (what a new install makes once),
 //!    [`backup`];
 //! 4. [`access`]: what each principal may reach;
 //! 5. [`http`]: router, middleware, thin handlers, the one `ApiError`;
@@ -53,5 +54,6 @@ pub mod netboot;
 pub mod pki;
 pub mod privileges;
 pub mod ratelimit;
+pub mod scripts;
 pub mod secrets;
 pub mod time;

@@ -684,6 +684,21 @@ impl Client {
         self.call(Method::GET, url, None::<&()>).await
     }
 
+    /// Asks the node `system` (host name or id) to run its post-boot
+    /// scripts again (`POST /api/v1/systems/{key}/run-scripts`,
+    /// administrators): its new run request.
+    pub async fn run_scripts(
+        &self,
+        system: &str,
+    ) -> Result<crate::scripts::RunRequested, ClientError> {
+        let mut url = self.kind_url::<&str, &str>("systems", Some(system), &[]);
+        // As in `kind_url`: the base can be one, so this cannot fail.
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments.push("run-scripts");
+        }
+        self.call(Method::POST, url, None::<&()>).await
+    }
+
     /// Enrolls a node with the nonce from its kernel command line.
     pub async fn enroll_node(
         &self,

@@ -126,6 +126,15 @@ pub struct PlannedScript {
     pub layer: String,
 }
 
+/// The answer to a run-scripts request ([`RUN_ROUTE`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRequested {
+    /// The system's host name.
+    pub system: String,
+    /// Its new [`ScriptPlan::run_request`].
+    pub run_request: i64,
+}
+
 /// How one script ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -80,8 +80,28 @@ pub(crate) fn timeline_table(events: &[BootEvent]) -> String {
             first.phase.as_str(),
             last.phase.as_str()
         ));
+        for failed in failed_scripts(events) {
+            out.push_str(&format!("script failed: {failed}\n"));
+        }
     }
     out
+}
+
+/// The first line of each `script` step of a script that failed or timed
+/// out (`<slug>: failed, exit <code>, <duration>`): its output's tail is in
+/// the table.
+fn failed_scripts(events: &[BootEvent]) -> Vec<&str> {
+    events
+        .iter()
+        .filter(|e| e.phase == BootPhase::Script)
+        .filter_map(|e| e.detail.lines().next())
+        .map(|line| line.strip_suffix("; output tail:").unwrap_or(line))
+        .filter(|line| {
+            line.split_once(": ").is_some_and(|(_, rest)| {
+                rest.starts_with("failed") || rest.starts_with("timed out")
+            })
+        })
+        .collect()
 }
 
 /// The latest event of every node.
@@ -163,6 +183,30 @@ mod tests {
             ip: None,
             detail: String::new(),
         }
+    }
+
+    #[test]
+    fn a_failed_script_shows_its_name_exit_code_and_tail() {
+        let mut ok = ev(BootPhase::Script, "2026-01-01T10:00:01Z");
+        ok.detail = "mount: success, exit 0, 0.2 s; output tail:\nmounted".into();
+        let mut bad = ev(BootPhase::Script, "2026-01-01T10:00:03Z");
+        bad.detail = "join: failed, exit 3, 2.0 s; output tail:\nno scheduler\nbye".into();
+        let mut failed = ev(BootPhase::Failed, "2026-01-01T10:00:03Z");
+        failed.detail = "post-boot scripts failed (join): join exited 3".into();
+        let t = timeline_table(&[
+            ev(BootPhase::Scripts, "2026-01-01T10:00:00Z"),
+            ok,
+            bad,
+            failed,
+        ]);
+        assert!(t.contains("no scheduler") && t.contains("bye"), "{t}");
+        assert!(t.contains("post-boot scripts failed (join)"), "{t}");
+        assert!(
+            t.ends_with(
+                "c01: failing, 3s from scripts to failed\nscript failed: join: failed, exit 3, 2.0 s\n"
+            ),
+            "{t}"
+        );
     }
 
     #[test]

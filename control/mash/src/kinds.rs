@@ -71,6 +71,7 @@ pub(crate) static KINDS: &[KindInfo] = &[
             ("image", Ref),
             ("stateful", Bool),
             ("netboot", Bool),
+            ("run_request", Int),
             ("groups", IdList),
             ("scripts", IdList),
             ("nics", Json),
@@ -181,8 +182,20 @@ pub(crate) static KINDS: &[KindInfo] = &[
     },
     KindInfo {
         name: "scripts",
-        columns: &["id", "slug", "name", "script_type", "version", "depends_on"],
-        typed: &[("version", Int), ("depends_on", IdList)],
+        columns: &[
+            "id",
+            "slug",
+            "name",
+            "script_type",
+            "version",
+            "timeout_seconds",
+            "depends_on",
+        ],
+        typed: &[
+            ("version", Int),
+            ("timeout_seconds", Int),
+            ("depends_on", IdList),
+        ],
     },
     KindInfo {
         name: "jobservers",

@@ -124,8 +124,9 @@ pub struct Cli {
 /// The commands: one per kind, and `import`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Machines of the cluster (key: id or hostname)
-    Systems(KindArgs),
+    /// Machines of the cluster (key: id or hostname); run-scripts runs a
+    /// node's post-boot scripts again
+    Systems(SystemsArgs),
     /// Groups of systems sharing config layers (key: id or slug)
     Groups(KindArgs),
     /// Network interfaces of systems (key: id)
@@ -308,10 +309,15 @@ pub enum BootAction {
 
 impl Command {
     /// The kind a kind command is about, and its arguments.
-    fn kind(&self) -> Option<(&'static str, &KindArgs)> {
-        Some(match self {
+    fn kind(&self) -> Option<(&'static str, &Action)> {
+        let (name, args) = match self {
             Command::Jobs(_) => return None,
-            Command::Systems(a) => ("systems", a),
+            Command::Systems(SystemsArgs { action }) => {
+                return match action {
+                    SystemsAction::Kind(a) => Some(("systems", a)),
+                    SystemsAction::RunScripts { .. } => None,
+                };
+            }
             Command::Groups(a) => ("groups", a),
             Command::Nics(a) => ("nics", a),
             Command::Networks(a) => ("networks", a),
@@ -326,8 +332,44 @@ impl Command {
             Command::Apikeys(a) => ("apikeys", a),
             Command::Users(a) => ("users", a),
             Command::Import(_) | Command::Boot(_) => return None,
-        })
+        };
+        Some((name, &args.action))
     }
+}
+
+const SYSTEMS_AFTER_HELP: &str = "\
+Rows are named by id, or by their hostname.
+
+Values of add and edit: FIELD=VALUE, read as the field's type says: true/false,
+integers, comma-separated lists (groups=compute,gpu; groups= is the empty list),
+ids or slugs for references (image=rocky9), null for null, anything else as text.
+FIELD:=JSON sends any JSON as it is (nics:=[{...}], name:='\"null\"').
+--json '<object>' gives the whole body at once; FIELD=VALUE arguments override it.
+
+mash systems run-scripts HOST asks the node to run its post-boot scripts again,
+without a reboot; mash boot status HOST then shows each script as it ends.";
+
+/// The arguments of `mash systems`: the kind's actions and run-scripts.
+#[derive(Debug, Args)]
+#[command(after_help = SYSTEMS_AFTER_HELP)]
+pub struct SystemsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: SystemsAction,
+}
+
+/// What `mash systems` does.
+#[derive(Debug, Subcommand)]
+pub enum SystemsAction {
+    /// The actions of every kind.
+    #[command(flatten)]
+    Kind(Action),
+    /// Run the node's post-boot scripts again, without a reboot (its agent
+    /// picks the request up)
+    RunScripts {
+        /// The node's host name or id
+        host: String,
+    },
 }
 
 /// The arguments of a kind command.
@@ -435,10 +477,46 @@ async fn run_async(cli: Cli, out: &mut dyn Write) -> Result<()> {
     if let Command::Jobs(args) = &cli.command {
         return jobs_command(&cli, args, out).await;
     }
-    let Some((name, args)) = cli.command.kind() else {
+    if let Command::Systems(SystemsArgs {
+        action: SystemsAction::RunScripts { host },
+    }) = &cli.command
+    {
+        let client = connect(&cli.conn)?;
+        return run_scripts(&client, host, cli.output, out).await;
+    }
+    let Some((name, action)) = cli.command.kind() else {
         bail!("no such command");
     };
-    run_kind(&cli, name, &args.action, out).await
+    run_kind(&cli, name, action, out).await
+}
+
+/// `mash systems run-scripts HOST`: queues the run and says what happens
+/// next.
+async fn run_scripts(
+    client: &Client,
+    host: &str,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let requested = client
+        .run_scripts(host)
+        .await
+        .with_context(|| format!("could not ask {host} to run its scripts again"))?;
+    if format == Format::Json {
+        let v = serde_json::to_value(&requested)?;
+        write!(out, "{}", output::json(&v))?;
+        return Ok(());
+    }
+    let system = &requested.system;
+    writeln!(
+        out,
+        "{system}: a new run of its post-boot scripts is queued (run request {}).\n\
+         Its agent runs them when it next reads its plan: /etc/nologin is up while they run,\n\
+         each script shows on its boot timeline as it ends, and a failure leaves the node failed\n\
+         with the script's exit code and output. Follow it with: mash boot status {system}",
+        requested.run_request
+    )?;
+    Ok(())
 }
 
 /// `mash jobs`: its own list and show, the generic add, edit and delete.
@@ -786,14 +864,14 @@ mod tests {
         ])
         .expect("parse");
         match cli.command {
-            Command::Systems(KindArgs {
+            Command::Systems(SystemsArgs {
                 action:
-                    Action::List {
+                    SystemsAction::Kind(Action::List {
                         filters,
                         sort,
                         limit,
                         json,
-                    },
+                    }),
             }) => {
                 assert_eq!(filters, ["image=rocky9", "netboot=true"]);
                 assert_eq!(sort.as_deref(), Some("-hostname"));
@@ -822,6 +900,16 @@ mod tests {
         ));
         assert!(Cli::try_parse_from(["mash", "widgets", "list"]).is_err());
         assert!(Cli::try_parse_from(["mash", "systems", "show"]).is_err());
+        let cli = Cli::try_parse_from(["mash", "systems", "run-scripts", "c01"]).expect("parse");
+        assert!(matches!(
+            cli.command,
+            Command::Systems(SystemsArgs {
+                action: SystemsAction::RunScripts { ref host },
+            }) if host == "c01"
+        ));
+        assert!(cli.command.kind().is_none());
+        assert!(Cli::try_parse_from(["mash", "systems", "run-scripts"]).is_err());
+        assert!(Cli::try_parse_from(["mash", "groups", "run-scripts", "g"]).is_err());
     }
 
     #[test]

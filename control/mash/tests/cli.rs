@@ -699,3 +699,29 @@ fn jobservers_show_each_address_with_its_heartbeat() {
     }
     ctx.cleanup();
 }
+
+/// `mash systems run-scripts` bumps the node's run request each time, says
+/// what happens next, and names an unknown node; `mash systems show` keeps
+/// working after the systems command grew its own action.
+#[test]
+fn systems_run_scripts_queues_a_new_run() {
+    let ctx = TestContext::start().expect("server");
+    ctx.ok(&["systems", "add", "hostname=c01"]);
+    let first = ctx.ok(&["systems", "run-scripts", "c01"]);
+    assert!(
+        first.starts_with("c01: a new run of its post-boot scripts is queued (run request 1).")
+            && first.contains("mash boot status c01"),
+        "{first}"
+    );
+    let again = ctx.json(&["systems", "run-scripts", "c01", "-o", "json"]);
+    assert_eq!(again["run_request"], 2, "{again}");
+    assert_eq!(again["system"], "c01", "{again}");
+    let shown = ctx.json(&["systems", "show", "c01", "--json"]);
+    assert_eq!(shown["run_request"], 2, "{shown}");
+    let err = ctx.fails(ctx.mash().args(["systems", "run-scripts", "c09"]));
+    assert!(
+        err.contains("could not ask c09 to run its scripts again") && err.contains("c09"),
+        "{err}"
+    );
+    ctx.cleanup();
+}

@@ -489,6 +489,8 @@ pub const NET_TYPES: &[&str] = &["ethernet", "fiber-channel", "infiniband"];
 pub const ARCHES: &[&str] = &["aarch64", "ppc64le", "s390x", "x86_64"];
 /// What a script is for.
 pub const SCRIPT_TYPES: &[&str] = &["image-gen", "post-boot"];
+/// The longest timeout a script may set: a week.
+pub const MAX_SCRIPT_TIMEOUT_SECONDS: i64 = 7 * 86_400;
 /// A job's state.
 pub const JOB_STATUSES: &[&str] = &["failed", "pending", "running", "success"];
 
@@ -570,7 +572,7 @@ const SYSTEM_FIELDS: [Field; 7] = cat::<2, 5, 7>(
     ],
     layer_fields!(),
 );
-const SYSTEM_EXTRA: [Field; 2] = [
+const SYSTEM_EXTRA: [Field; 3] = [
     f(
         "stateful",
         Ty::Bool,
@@ -583,8 +585,18 @@ const SYSTEM_EXTRA: [Field; 2] = [
         "Boot from the network; false sends the local-boot script.",
     )
     .def(Default::Bool(true)),
+    f(
+        "run_request",
+        Ty::Int {
+            min: 0,
+            max: i64::MAX,
+        },
+        "Bumped by `POST /api/v1/systems/{key}/run-scripts`: the node's agent runs its post-boot scripts again when its plan shows a value above the one it last ran.",
+    )
+    .def(Default::Int(0))
+    .ro(),
 ];
-const SYSTEMS: [Field; 9] = cat::<7, 2, 9>(SYSTEM_FIELDS, SYSTEM_EXTRA);
+const SYSTEMS: [Field; 10] = cat::<7, 3, 10>(SYSTEM_FIELDS, SYSTEM_EXTRA);
 
 const GROUPS: [Field; 8] = cat::<3, 5, 8>(
     [
@@ -998,6 +1010,15 @@ pub static KINDS: &[Kind] = &[
             .def(Default::Int(1))
             .ro(),
             f("content", CONTENT, "The script itself.").def(Default::Str("")),
+            f(
+                "timeout_seconds",
+                Ty::Int {
+                    min: 1,
+                    max: MAX_SCRIPT_TIMEOUT_SECONDS,
+                },
+                "Seconds the script may run before it is killed with its process group and reported as timed out; null: the runner's default (600).",
+            )
+            .null(),
         ],
         m2m: &[ManyToMany {
             name: "depends_on",

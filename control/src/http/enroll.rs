@@ -42,7 +42,13 @@ pub async fn enroll_node(
     State(st): State<AppState>,
     Json(body): Json<NodeEnrollment>,
 ) -> Result<Json<Enrolled>, ApiError> {
-    let enrolled = enrollment::enroll_node(&st.db, st.signer.as_ref(), body).await?;
+    let enrolled = enrollment::enroll_node(
+        &st.db,
+        st.signer.as_ref(),
+        st.config.node_cert_seconds,
+        body,
+    )
+    .await?;
     Ok(Json(enrolled))
 }
 
@@ -62,6 +68,7 @@ pub async fn renew(
     let enrolled = enrollment::renew(
         &st.db,
         st.signer.as_ref(),
+        st.config.node_cert_seconds,
         st.config.jobserver_cert_seconds,
         machine,
         body.csr,

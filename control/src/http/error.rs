@@ -441,6 +441,31 @@ impl From<RegisterError> for ApiError {
     }
 }
 
+impl From<crate::scripts::ScriptsError> for ApiError {
+    fn from(err: crate::scripts::ScriptsError) -> Self {
+        use crate::scripts::ScriptsError as E;
+        match err {
+            E::Db(db) if is_unavailable(&db) => unavailable(&db),
+            E::Db(db) => ApiError::internal_in("scripts", db),
+            E::Effective(e) => ApiError::Conflict {
+                message: e.to_string(),
+                field: None,
+            },
+            E::NoImage(key) => ApiError::NotFound(format!("no image has id or name {key:?}")),
+            E::NoScript(slug) => ApiError::NotFound(format!("no script {slug:?}")),
+            E::NoSystem(key) => ApiError::NotFound(format!("no system has id or name {key:?}")),
+            E::NotInPlan { host, slug } => {
+                tracing::warn!(node = %host, script = %slug, "refused a script's content to a node whose plan does not have it");
+                ApiError::Forbidden(format!(
+                    "a node's certificate reaches only the scripts of its own post-boot plan; {slug:?} is not among {host}'s"
+                ))
+            }
+            E::Report { field, message } => ApiError::invalid(field, message),
+            E::Store(e) => e.into(),
+        }
+    }
+}
+
 impl From<ViewError> for ApiError {
     fn from(err: ViewError) -> Self {
         match &err {
@@ -501,6 +526,19 @@ impl From<AccessError> for ApiError {
             )),
             AccessError::PhaseNotReportedBy { by, phase } => {
                 ApiError::invalid("phase", format!("{by} does not report {}", phase.as_str()))
+            }
+            AccessError::PlanNamesNothing { param } => ApiError::invalid(
+                param,
+                match param {
+                    "image" => "name the image: ?mode=image-gen&image=<slug>",
+                    _ => "name the node: ?mode=post-boot&system=<host>",
+                },
+            ),
+            AccessError::ScriptsNotOwn { host } => ApiError::Forbidden(format!(
+                "a node's certificate reaches only its own post-boot scripts ({host}): its own plan, which it gets without naming a system, and the scripts in it"
+            )),
+            AccessError::ScriptsNotFor { by, what } => {
+                ApiError::Forbidden(format!("{by} does not get {what}"))
             }
             AccessError::RenewalNeedsCertificate => ApiError::Forbidden(
                 "renewal needs the client certificate being renewed".into(),

@@ -14,6 +14,7 @@ pub mod ipxe;
 pub mod jobs;
 pub mod openapi;
 pub mod outage;
+pub mod scripts;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -202,6 +203,12 @@ pub fn router(state: AppState) -> Router {
         .route(mprov_api::jobs::CLAIM_PATH, post(jobs::claim))
         .route(mprov_api::jobs::HOSTING_PATH, post(jobs::hosting))
         .route(mprov_api::jobs::REGISTER_PATH, post(boot::register))
+        .route(mprov_api::scripts::PLAN_PATH, get(scripts::plan))
+        .route(mprov_api::scripts::CONTENT_ROUTE, get(scripts::content))
+        .route(
+            mprov_api::scripts::RESULTS_PATH,
+            post(scripts::results).layer(DefaultBodyLimit::max(crate::scripts::MAX_REPORT_BYTES)),
+        )
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(from_fn_with_state(state.clone(), authenticated_layer));
     let mut inventory = Router::new()
@@ -215,6 +222,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
         .route("/api/v1/systems/{key}/config", get(api::effective_config))
+        .route(mprov_api::scripts::RUN_ROUTE, post(scripts::run_scripts))
         .route(mprov_api::jobs::IMAGE_FILES_ROUTE, get(jobs::image_files))
         .route(
             "/api/v1/images/{key}/hosts/{jobserver}",

@@ -380,7 +380,7 @@ fn build() -> Value {
             "prov_interface": {"type": "string"},
             "config_params": {"type": "object"},
             "disable_scripts": {"type": "array", "items": {"type": "string"}},
-            "scripts": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer"}, "slug": {"type": "string"}}, "required": ["id", "slug"], "additionalProperties": false}},
+            "scripts": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer"}, "slug": {"type": "string"}, "layer": {"type": "string", "description": "The first layer that listed it: distro, group:<slug>, image or system."}}, "required": ["id", "slug", "layer"], "additionalProperties": false}},
             "layers": {"type": "array", "items": {"type": "string"}}
         }, "required": ["kernel_cmdline", "initial_mods", "tmpfs_root_size", "prov_interface", "config_params", "disable_scripts", "scripts", "layers"], "additionalProperties": false}),
     );
@@ -634,6 +634,125 @@ fn enrollment_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Va
     );
     boot_paths(paths, schemas);
     jobs_paths(paths, schemas);
+    scripts_paths(paths, schemas);
+}
+
+/// The script-runner's calls: a plan, a script's content, a run's report,
+/// and asking a node to run its scripts again.
+fn scripts_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) {
+    use mprov_api::scripts::{
+        CONTENT_ROUTE, DEFAULT_TIMEOUT_SECONDS, MAX_OUTPUT_TAIL, PLAN_PATH, RESULTS_PATH, RUN_ROUTE,
+    };
+    let mode = json!({"type": "string", "enum": ["image-gen", "post-boot"]});
+    schemas.insert(
+        "PlannedScript".into(),
+        json!({"type": "object", "properties": {
+            "slug": {"type": "string"},
+            "version": {"type": "integer", "description": "Its content version."},
+            "sha256": {"type": "string", "description": "The hex SHA-256 of its content, which the runner checks before running anything."},
+            "depends_on": {"type": "array", "items": {"type": "string"}, "description": "Slugs of the scripts that must run before it."},
+            "timeout_seconds": {"type": ["integer", "null"], "minimum": 1, "description": format!("Its timeout; null: {DEFAULT_TIMEOUT_SECONDS} s.")},
+            "layer": {"type": "string", "description": "The layer that listed it: distro, group:<slug>, image or system."}
+        }, "required": ["slug", "version", "sha256", "depends_on", "timeout_seconds", "layer"], "additionalProperties": false}),
+    );
+    schemas.insert(
+        "ScriptPlan".into(),
+        json!({"type": "object", "properties": {
+            "mode": mode.clone(),
+            "host": {"type": ["string", "null"], "description": "The node's host name (post-boot)."},
+            "image": {"type": ["string", "null"], "description": "The image's slug."},
+            "groups": {"type": "array", "items": {"type": "string"}, "description": "The node's groups, in layer order (post-boot)."},
+            "params": {"type": "object", "description": "The effective config params of the node's (or the image's) own layers, without secrets: what each script gets on its standard input."},
+            "scripts": {"type": "array", "items": schema_ref("PlannedScript"), "description": "The scripts of this mode from every layer, in layer order, without the disabled ones. Unordered by dependencies: the runner orders them."},
+            "disabled": {"type": "array", "items": {"type": "string"}, "description": "disable_scripts of every layer, combined."},
+            "run_request": {"type": "integer", "description": "Bumped by each run-scripts request."}
+        }, "required": ["mode", "host", "image", "groups", "params", "scripts", "disabled", "run_request"], "additionalProperties": false}),
+    );
+    schemas.insert(
+        "ScriptResult".into(),
+        json!({"type": "object", "properties": {
+            "slug": {"type": "string", "minLength": 1},
+            "status": {"type": "string", "enum": ["success", "failed", "timed_out", "not_run"]},
+            "exit_code": {"type": ["integer", "null"]},
+            "duration_ms": {"type": "integer", "minimum": 0},
+            "output_tail": {"type": "string", "maxLength": MAX_OUTPUT_TAIL, "description": format!("The last {MAX_OUTPUT_TAIL} bytes (at most) of its output.")}
+        }, "required": ["slug", "status"], "additionalProperties": false}),
+    );
+    schemas.insert(
+        "RunReport".into(),
+        json!({"type": "object", "properties": {
+            "mode": mode,
+            "image": {"type": ["string", "null"], "description": "The image (image-gen only)."},
+            "run_request": {"type": "integer"},
+            "outcome": {"type": "string", "enum": ["success", "failed", "refused"]},
+            "detail": {"type": "string", "maxLength": MAX_OUTPUT_TAIL, "description": "Why it failed or was refused, naming the scripts."},
+            "results": {"type": "array", "items": schema_ref("ScriptResult"), "maxItems": crate::scripts::MAX_RESULTS}
+        }, "required": ["mode", "outcome", "results"], "additionalProperties": false}),
+    );
+    let mut plan = ok("200", "The plan.", schema_ref("ScriptPlan"));
+    plan.extend(error_responses(&["400", "401", "403", "404", "409", "426"]));
+    paths.insert(
+        PLAN_PATH.into(),
+        json!({"get": {"summary": "What the script-runner runs: with a node's certificate, its own system's post-boot plan (it names no system); with a job server's, an image's image-gen plan. Administrators and readers name the node (system) or the image",
+            "tags": ["scripts"],
+            "security": [{"clientCertificate": []}, {"apiKey": []}, {"basic": []}],
+            "parameters": [
+                {"name": "mode", "in": "query", "required": true, "schema": {"type": "string", "enum": ["image-gen", "post-boot"]}},
+                {"name": "image", "in": "query", "schema": {"type": "string"}, "description": "The image (image-gen)."},
+                {"name": "system", "in": "query", "schema": {"type": "string"}, "description": "The node, for administrators and readers (post-boot); a node's certificate names none."}
+            ],
+            "responses": plan}}),
+    );
+    let mut content = error_responses(&["401", "403", "404", "426"]);
+    content.insert(
+        "200".into(),
+        json!({"description": "The script, as stored.", "content": {"application/octet-stream": {"schema": {"type": "string"}}}}),
+    );
+    paths.insert(
+        CONTENT_ROUTE.into(),
+        json!({"parameters": [{"name": "slug", "in": "path", "required": true, "schema": {"type": "string"}}],
+            "get": {"summary": "A script's content: a node's certificate only for the scripts of its own post-boot plan (403 for any other, known or not); job servers, administrators and readers any",
+                "tags": ["scripts"],
+                "security": [{"clientCertificate": []}, {"apiKey": []}, {"basic": []}],
+                "responses": content}}),
+    );
+    let mut recorded = ok(
+        "201",
+        "Recorded: how many timeline events (post-boot) or scripts (image-gen).",
+        json!({"type": "object", "properties": {"recorded": {"type": "integer"}}, "required": ["recorded"], "additionalProperties": false}),
+    );
+    recorded.extend(error_responses(&["401", "403", "404", "415", "426", "429"]));
+    recorded["400"]["description"] = json!(
+        "Not a run report (malformed JSON, a field missing, unknown or of the wrong type), or one out of bounds; the message says which."
+    );
+    recorded.insert(
+        "413".into(),
+        json!({"description": format!("Body over {} bytes.", crate::scripts::MAX_REPORT_BYTES), "content": {"text/plain": {"schema": {"type": "string"}}}}),
+    );
+    paths.insert(
+        RESULTS_PATH.into(),
+        json!({"post": {"summary": "A script run's report: from a node's certificate, its own post-boot run, written on its own boot timeline (a script event per script, and failed when the run failed or was refused); from a job server's, an image-gen run, stored. A report names no node",
+            "tags": ["scripts"],
+            "security": [{"clientCertificate": []}],
+            "requestBody": body("RunReport"),
+            "responses": recorded}}),
+    );
+    let mut rerun = ok(
+        "200",
+        "The system's new run request.",
+        json!({"type": "object", "properties": {
+            "system": {"type": "string", "description": "Its host name."},
+            "run_request": {"type": "integer"}
+        }, "required": ["system", "run_request"], "additionalProperties": false}),
+    );
+    rerun.extend(error_responses(&["401", "403", "404", "426"]));
+    paths.insert(
+        RUN_ROUTE.into(),
+        json!({"parameters": [{"name": "key", "in": "path", "required": true, "schema": {"type": "string"}, "description": "The system's id or host name."}],
+            "post": {"summary": "Run the node's post-boot scripts again, without a reboot (administrators): bumps its run_request, which its agent sees in its plan",
+                "tags": ["systems"],
+                "responses": rerun}}),
+    );
 }
 
 /// The job server's own calls for the jobs queue: claiming and hosting, and

@@ -546,6 +546,7 @@ mod tests {
             system_id: 7,
             hostname: "c01".into(),
             netboot: true,
+            run_request: 0,
             network: Some(1),
             reserved_ip: None,
             image: Some(ImageView {

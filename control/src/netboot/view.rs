@@ -70,6 +70,9 @@ pub struct NodeView {
     pub hostname: String,
     /// Whether it boots from the network.
     pub netboot: bool,
+    /// How many times an administrator asked it to run its post-boot
+    /// scripts again (`POST /api/v1/systems/{key}/run-scripts`).
+    pub run_request: i64,
     /// The network of the NIC it was found by (its switch port's network
     /// first); `None` when that NIC names none.
     pub network: Option<i64>,
@@ -319,7 +322,7 @@ pub(crate) fn jobservers_of(
 pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
     // 1. The system and the NIC it is found by.
     let mut q = db.sql();
-    q.push("SELECT s.id, s.hostname, s.netboot, s.image_id, ")
+    q.push("SELECT s.id, s.hostname, s.netboot, s.run_request, s.image_id, ")
         .push(&layer_columns("s", ""))
         .push(", n.network_id, n.ipv4 AS nic_ipv4, p.network_id AS port_network_id FROM systems s LEFT JOIN network_interfaces n ON n.system_id = s.id LEFT JOIN switch_ports p ON p.id = n.switch_port_id WHERE ");
     match key {
@@ -353,6 +356,7 @@ pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
         .try_get::<Option<String>, _>("nic_ipv4")?
         .and_then(|a| a.parse().ok());
     let netboot = opt_bool(&row, "netboot")? != Some(false);
+    let run_request = opt_int(&row, "run_request")?.unwrap_or(0);
     let image_id = opt_int(&row, "image_id")?;
     let mut layers = NodeLayers {
         system: Layer::from_row(&row, "", system_id, hostname.clone())?,
@@ -454,6 +458,7 @@ pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
         system_id,
         hostname,
         netboot,
+        run_request,
         network,
         reserved_ip,
         image,

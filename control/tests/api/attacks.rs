@@ -797,6 +797,96 @@ async fn attack_3_a_node_cannot_change_who_it_is() {
     .await;
 }
 
+/// Attack 18 (issue 23): node c01, with its own certificate, reaches for
+/// c02's scripts through every script-runner endpoint and through the
+/// inventory: c02's plan (naming it with `system=`, by id, with `host=`),
+/// the content of a script only c02 runs, a run report naming c02, c02's
+/// effective config, and asking either node to run its scripts again. All
+/// are refused and nothing of c02's shows in any answer; c02's timeline
+/// stays empty while c01's own report lands on c01's. The job server's
+/// certificate cannot queue a run either; the admin can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack_18_a_node_reaches_only_its_own_scripts() {
+    use serde_json::json;
+    on_admin(Engine::Sqlite, |_, url, s, c| {
+        let image = hosted_image(c);
+        let mine = c.post("scripts", json!({"slug": "mine", "script_type": "post-boot", "content": "echo mine\n"}));
+        let theirs = c.post("scripts", json!({"slug": "theirs", "script_type": "post-boot", "content": "echo c02-script-body\n"}));
+        let mut ids = Vec::new();
+        for (host, mac, script, params) in [
+            ("c01", "aa:bb:cc:00:18:01", &mine, "site: c01\n"),
+            ("c02", "aa:bb:cc:00:18:02", &theirs, "c02_only: sekrit-c02\n"),
+        ] {
+            let v = c.post("systems", json!({"hostname": host, "image": image["id"], "scripts": [script["id"]],
+                "config_params": params, "nics": [{"mac": mac, "network": "lo"}]}));
+            ids.push(v["id"].as_i64().unwrap());
+        }
+        let nonce = c.nonce(url, "aa:bb:cc:00:18:01");
+        let me = As::Cert(c.enroll_node("c01", &nonce));
+        let js = As::Cert(c.enrolled_jobserver("jsx"));
+        let leaked = |v: &serde_json::Value| {
+            let t = v.to_string();
+            t.contains("sekrit-c02") || t.contains("c02-script-body")
+        };
+
+        // Its own plan works, and holds nothing of c02's.
+        let (code, plan) = c.call("GET", "/api/v1/scripts/plan?mode=post-boot", &me, None);
+        assert_eq!(code, 200, "{plan}");
+        assert_eq!(plan["host"], "c01");
+        assert_eq!(plan["scripts"][0]["slug"], "mine");
+        assert!(!leaked(&plan) && !plan.to_string().contains("theirs"), "{plan}");
+
+        let c02_id = ids[1].to_string();
+        let attacks: [(&str, String, Option<serde_json::Value>, u16); 9] = [
+            ("GET", "/api/v1/scripts/plan?mode=post-boot&system=c02".into(), None, 403),
+            ("GET", format!("/api/v1/scripts/plan?mode=post-boot&system={c02_id}"), None, 403),
+            ("GET", "/api/v1/scripts/plan?mode=post-boot&host=c02".into(), None, 400),
+            ("GET", "/api/v1/scripts/plan?system=c02&mode=post-boot&system=c01".into(), None, 403),
+            ("GET", "/api/v1/scripts/theirs/content".into(), None, 403),
+            ("GET", "/api/v1/systems/c02/config".into(), None, 403),
+            ("GET", format!("/api/v1/systems/{c02_id}/config"), None, 403),
+            ("POST", "/api/v1/systems/c02/run-scripts".into(), None, 403),
+            ("POST", "/api/v1/systems/c01/run-scripts".into(), None, 403),
+        ];
+        for (method, path, body, want) in attacks {
+            let (code, v) = c.call(method, &path, &me, body);
+            assert_eq!(code, want, "{method} {path}: {v}");
+            assert!(!leaked(&v), "{method} {path} leaked: {v}");
+        }
+        // A report naming another node is refused whole.
+        let report = json!({"mode": "post-boot", "outcome": "failed", "detail": "mine exited 1",
+            "results": [{"slug": "mine", "status": "failed", "exit_code": 1, "duration_ms": 10, "output_tail": "forged\n"}]});
+        for field in ["system", "host", "hostname"] {
+            let mut forged = report.clone();
+            forged[field] = json!("c02");
+            let (code, v) = c.call("POST", "/api/v1/scripts/results", &me, Some(forged));
+            assert_eq!(code, 400, "{field}: {v}");
+        }
+        let c02_events = c.ok("GET", "/api/v1/boot/events?system=c02", None);
+        assert_eq!(c02_events, json!([]), "nothing landed on c02's timeline");
+        // Its own report lands on its own timeline only.
+        let (code, v) = c.call("POST", "/api/v1/scripts/results", &me, Some(report));
+        assert_eq!(code, 201, "{v}");
+        let c01_events = c.ok("GET", "/api/v1/boot/events?system=c01", None);
+        let phases: Vec<&str> = c01_events.as_array().unwrap().iter().map(|e| e["phase"].as_str().unwrap()).collect();
+        assert!(phases.ends_with(&["script", "failed"]), "{c01_events}");
+        assert_eq!(c.ok("GET", "/api/v1/boot/events?system=c02", None), json!([]));
+
+        // Queuing a run: the job server no more than the node; the admin yes.
+        for who in [&js, &me] {
+            let (code, v) = c.call("POST", "/api/v1/systems/c02/run-scripts", who, None);
+            assert_eq!(code, 403, "{v}");
+        }
+        let (code, v) = c.call("POST", "/api/v1/systems/c02/run-scripts", &As::Admin, None);
+        assert_eq!((code, &v["run_request"]), (200, &json!(1)), "{v}");
+        let c02 = c.ok("GET", "/api/v1/systems/c02", None);
+        assert_eq!(c02["run_request"], 1);
+        assert_eq!(c.ok("GET", "/api/v1/systems/c01", None)["run_request"], 0);
+        s.stop();
+    })
+    .await;
+}
+
 /// Attack 4: a token made for new-js9 enrolls as the live js1: refused, and
 /// js1's certificate keeps working. A new-server token for a live name is
 /// refused too; a replace token for that name works (and revokes the old).

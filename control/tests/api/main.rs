@@ -12,6 +12,7 @@ mod logs;
 mod openapi;
 mod process;
 mod scopes;
+mod scripts;
 mod tls;
 
 use axum::body::Body;
@@ -788,7 +789,10 @@ async fn effective_config_layers(engine: Engine) {
         eff["config_params"]["ntp"],
         json!({"server": "a", "pool": "b"})
     );
-    assert_eq!(eff["scripts"], json!([{"id": s1["id"], "slug": "motd"}]));
+    assert_eq!(
+        eff["scripts"],
+        json!([{"id": s1["id"], "slug": "motd", "layer": "distro"}])
+    );
     assert_eq!(
         eff["layers"],
         json!([
@@ -1127,7 +1131,17 @@ async fn jobs_sweeps_with_a_controlled_clock(engine: Engine) {
     jobs::sweeps_with_a_controlled_clock(engine).await;
 }
 
+async fn scripts_plans_content_results_and_reruns(engine: Engine) {
+    scripts::plans_content_results_and_reruns(engine).await;
+}
+
+async fn scripts_disable_scripts_forms(engine: Engine) {
+    scripts::disable_scripts_forms(engine).await;
+}
+
 engine_tests!(
+    scripts_plans_content_results_and_reruns,
+    scripts_disable_scripts_forms,
     jobs_claim_race,
     jobs_claims_and_reports,
     jobs_claims_follow_registered_modules,

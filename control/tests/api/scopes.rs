@@ -246,6 +246,30 @@ fn expected(who: Who, mode: &str, method: &str, path: &str, ids: &Ids) -> bool {
     if path == mprov_api::jobs::CLAIM_PATH || path == mprov_api::jobs::HOSTING_PATH {
         return who == Who::JobServer;
     }
+    // The script-runner's calls (issue 23): a node its own post-boot plan
+    // (naming no system) and results; a job server image-gen plans and any
+    // content; admins read any plan and content and queue runs; nobody else
+    // reports results.
+    let runner = path.starts_with(mprov_api::scripts::PLAN_PATH)
+        || (path.starts_with("/api/v1/scripts/") && path.ends_with("/content"))
+        || path == mprov_api::scripts::RESULTS_PATH
+        || path.ends_with("/run-scripts");
+    if runner {
+        let admin = who == Who::Admin || (who == Who::Shared && mode == "all");
+        let node = matches!(who, Who::NodeA | Who::NodeB);
+        let js = who == Who::JobServer;
+        return if path.ends_with("/run-scripts") {
+            admin
+        } else if path == mprov_api::scripts::RESULTS_PATH {
+            node
+        } else if path.contains("mode=image-gen") || path.ends_with("/content") {
+            admin || js
+        } else if path.contains("system=") {
+            admin
+        } else {
+            admin || node
+        };
+    }
     // Renewal is for the holder of an agent certificate only.
     if path == "/enroll/renew/" {
         return matches!(who, Who::NodeA | Who::NodeB | Who::JobServer);
@@ -336,6 +360,31 @@ fn endpoints(ids: &Ids) -> Vec<(&'static str, String, Option<Value>)> {
         ),
         ("GET", mprov_api::jobs::image_files_path("compute"), None),
         ("GET", "/api/v1/nics/?system=c02".into(), None),
+        // The script-runner's: allowed requests answer 2xx or 400/404 and
+        // change nothing (an empty report writes no event; no such system
+        // has a run to queue).
+        ("GET", "/api/v1/scripts/plan?mode=post-boot".into(), None),
+        (
+            "GET",
+            "/api/v1/scripts/plan?mode=post-boot&system=c02".into(),
+            None,
+        ),
+        (
+            "GET",
+            "/api/v1/scripts/plan?mode=image-gen&image=compute".into(),
+            None,
+        ),
+        (
+            "GET",
+            mprov_api::scripts::content_path("no-such-script"),
+            None,
+        ),
+        (
+            "POST",
+            mprov_api::scripts::RESULTS_PATH.into(),
+            Some(json!({"mode": "post-boot", "outcome": "success", "results": []})),
+        ),
+        ("POST", mprov_api::scripts::run_path("no-such-system"), None),
         ("GET", format!("/api/v1/bmcs/?system={}", ids.a), None),
         ("PATCH", "/api/v1/jobservers/js1".into(), Some(bad.clone())),
         ("PATCH", "/api/v1/jobservers/js2".into(), Some(bad.clone())),
