@@ -293,27 +293,7 @@ impl Control {
 
     /// `GET MANIFEST_PATH`, checked.
     pub fn manifest(&self) -> Result<Checked, EnrollError> {
-        let url = format!("{}{MANIFEST_PATH}", self.url);
-        let http = |err| EnrollError::Http {
-            what: "reading the boot manifest",
-            url: url.clone(),
-            err,
-        };
-        let request = self
-            .client
-            .get(&url)
-            .header(mprov_api::VERSION_HEADER, mprov_api::api_version());
-        let response = self.client.send(request).map_err(http)?;
-        let status = response.status().as_u16();
-        let body = self.client.wait(response.bytes()).map_err(http)?;
-        if status != 200 {
-            return Err(EnrollError::Refused {
-                what: "reading the boot manifest",
-                url,
-                status,
-                body: String::from_utf8_lossy(&body).chars().take(300).collect(),
-            });
-        }
+        let body = self.get_bytes(MANIFEST_PATH, "reading the boot manifest")?;
         Ok(manifest::parse(&body)?)
     }
 

@@ -326,25 +326,18 @@ pub async fn enroll_jobserver(
             prefix
         }
     };
-    let (enrolled, serial) = issue_agent_certificate(
+    // Consume the token and record the certificate in one transaction.
+    let consume = Consume::Token {
+        prefix,
+        by: body.name.clone(),
+    };
+    let (enrolled, serial) = issue_jobserver(
+        db,
         signer,
-        Profile::Jobserver,
+        cert_seconds,
         &body.name,
         body.csr,
-        Validity::Seconds(cert_seconds),
-    )
-    .await?;
-    // Consume the token and record the certificate in one transaction.
-    commit_enrollment(
-        db,
-        Some(Consume::Token {
-            prefix,
-            by: body.name.clone(),
-        }),
-        Profile::Jobserver,
-        &body.name,
-        &serial,
-        &enrolled.not_after,
+        Some(consume),
     )
     .await?;
     tracing::info!(name = %body.name, %serial, "enrollment: job server enrolled");
@@ -372,25 +365,41 @@ pub async fn enroll_jobserver_by_admin(
         tracing::warn!(name = %body.name, %admin, "enrollment: an admin's enrollment was presented for a live job server");
         return Err(EnrollError::JobServerLive { name: body.name });
     }
+    let (enrolled, serial) =
+        issue_jobserver(db, signer, cert_seconds, &body.name, body.csr, None).await?;
+    tracing::info!(name = %body.name, %serial, %admin, "enrollment: job server enrolled on an admin's credentials");
+    Ok(enrolled)
+}
+
+/// Signs job server `name`'s CSR, valid `cert_seconds`, and records the
+/// certificate (consuming `consume` in the same transaction); the
+/// certificate and its serial.
+async fn issue_jobserver(
+    db: &Db,
+    signer: Option<&SignerClient>,
+    cert_seconds: u64,
+    name: &str,
+    csr: String,
+    consume: Option<Consume>,
+) -> Result<(Enrolled, String), EnrollError> {
     let (enrolled, serial) = issue_agent_certificate(
         signer,
         Profile::Jobserver,
-        &body.name,
-        body.csr,
+        name,
+        csr,
         Validity::Seconds(cert_seconds),
     )
     .await?;
     commit_enrollment(
         db,
-        None,
+        consume,
         Profile::Jobserver,
-        &body.name,
+        name,
         &serial,
         &enrolled.not_after,
     )
     .await?;
-    tracing::info!(name = %body.name, %serial, %admin, "enrollment: job server enrolled on an admin's credentials");
-    Ok(enrolled)
+    Ok((enrolled, serial))
 }
 
 /// Whether `identity` holds a certificate that is not revoked.

@@ -383,6 +383,15 @@ pub fn https_client(
     source: &str,
 ) -> Result<reqwest::Client> {
     let tls = crate::tls::client_config(ca_pem, me, source)?;
+    client_builder()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .context("building the HTTPS client")
+}
+
+/// What both clients share: who they are, bounded connect and idle times,
+/// no overall timeout (an image takes as long as it takes).
+fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .user_agent(concat!(
             "mprov-jobserver/",
@@ -391,9 +400,6 @@ pub fn https_client(
         ))
         .connect_timeout(Duration::from_secs(10))
         .read_timeout(Duration::from_secs(60))
-        .tls_backend_preconfigured(tls)
-        .build()
-        .context("building the HTTPS client")
 }
 
 /// An HTTP client for the image servers without TLS,
@@ -404,16 +410,7 @@ pub fn http_client() -> Result<reqwest::Client> {
         // Losing a race to another installer is fine.
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
-    reqwest::Client::builder()
-        .user_agent(concat!(
-            "mprov-jobserver/",
-            env!("CARGO_PKG_VERSION"),
-            " image-sync"
-        ))
-        .connect_timeout(Duration::from_secs(10))
-        .read_timeout(Duration::from_secs(60))
-        .build()
-        .context("building the HTTP client")
+    client_builder().build().context("building the HTTP client")
 }
 
 /// Copies `slug`'s `version` from the image servers at `sources` (tried in
