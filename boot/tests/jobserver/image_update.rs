@@ -209,3 +209,129 @@ async fn image_update_on_a_full_disk_fails_and_keeps_the_previous_version() -> R
     task.await?;
     Ok(())
 }
+
+/// A root with a static busybox as its shell and tools, for scripts run
+/// chrooted in it.
+fn busybox_root(dir: &Path) -> Result<()> {
+    fs::create_dir_all(dir.join("bin"))?;
+    fs::create_dir_all(dir.join("etc"))?;
+    fs::copy("/usr/bin/busybox", dir.join("bin/busybox"))
+        .map_err(|e| anyhow::anyhow!("/usr/bin/busybox ({e}): install busybox-static"))?;
+    for tool in ["sh", "echo", "cat"] {
+        std::os::unix::fs::symlink("busybox", dir.join("bin").join(tool))?;
+    }
+    Ok(())
+}
+
+/// The image-gen scripts of an inventory image run through the
+/// script-runner: the control service's plan (distro and image layers, one
+/// switched off with `disable_scripts` as a single string), in dependency
+/// layers (the image's two after the distro's one they depend on, side by
+/// side), inside the root; a cycle refuses the build before anything runs,
+/// naming its scripts, and builds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_gen_scripts_run_through_the_script_runner_and_a_cycle_builds_nothing() -> Result<()>
+{
+    let dir = tempfile::tempdir()?;
+    let (client, stop, task) = admin_control(dir.path()).await;
+    let src = dir.path().join("root");
+    busybox_root(&src)?;
+    let agent = dir.path().join("mprov-agent");
+    fs::write(&agent, "#!/bin/sh\n")?;
+    let ctx = UpdateContext {
+        export: dir.path().join("export"),
+        agent: Some(agent),
+        pack: PackOptions::default(),
+    };
+    let script = |slug: &str, deps: &[&str]| {
+        json!({"slug": slug, "script_type": "image-gen", "depends_on": deps,
+            "content": "echo \"$MPROV_SCRIPT\" >> /order\n"})
+    };
+    for (slug, deps) in [
+        ("g-base", &[][..]),
+        ("g-a", &["g-base"][..]),
+        ("g-b", &["g-base"][..]),
+        ("g-off", &[][..]),
+    ] {
+        client.create("scripts", &script(slug, deps)).await?;
+    }
+    client
+        .create(
+            "distros",
+            &json!({"slug": "deb", "vendor": "Debian", "version": "12", "scripts": ["g-base"],
+                "config_params": format!("image_kernel: none\nimage_source:\n  dir: {}\n", src.display())}),
+        )
+        .await?;
+    client
+        .create(
+            "images",
+            &json!({"slug": "gen", "distro": "deb", "scripts": ["g-a", "g-b", "g-off"],
+                "config_params": "disable_scripts: g-off\n"}),
+        )
+        .await?;
+
+    let (kept, sink) = lines();
+    // Built; publishing is refused to an API key (only a job server
+    // records what it hosts), as the disk-full test shows.
+    let _ = image_update(&ctx, &client, &json!({"image": "gen"}), &sink).await;
+    let lines = kept.lock().unwrap().clone();
+    ensure!(
+        lines
+            .iter()
+            .any(|l| l == "running image-gen scripts g-base")
+            && lines
+                .iter()
+                .any(|l| l == "running image-gen scripts g-a, g-b"),
+        "the layers: {lines:#?}"
+    );
+    let rootfs = ctx.images_dir().join("gen/1/rootfs.tar.zst");
+    let unpacked = dir.path().join("unpacked");
+    fs::create_dir_all(&unpacked)?;
+    let out = std::process::Command::new("tar")
+        .args(["--zstd", "-xf"])
+        .arg(&rootfs)
+        .arg("-C")
+        .arg(&unpacked)
+        .output()?;
+    ensure!(out.status.success(), "tar: {out:?}");
+    let order = fs::read_to_string(unpacked.join("order"))
+        .map_err(|e| anyhow::anyhow!("no /order in the image ({e}): {lines:#?}"))?;
+    let order: Vec<&str> = order.lines().collect();
+    ensure!(
+        order.len() == 3
+            && order[0] == "g-base"
+            && order[1..].contains(&"g-a")
+            && order[1..].contains(&"g-b"),
+        "what ran, in order (g-off is switched off): {order:?}"
+    );
+
+    // A cycle: refused before anything runs, naming the scripts; no new
+    // version.
+    client.create("scripts", &script("g-loop1", &[])).await?;
+    client
+        .create("scripts", &script("g-loop2", &["g-loop1"]))
+        .await?;
+    client
+        .update("scripts", "g-loop1", &json!({"depends_on": ["g-loop2"]}))
+        .await?;
+    client
+        .update(
+            "images",
+            "gen",
+            &json!({"scripts": ["g-a", "g-b", "g-loop1", "g-loop2"], "needs_rebuild": true}),
+        )
+        .await?;
+    let err = match image_update(&ctx, &client, &json!({"image": "gen"}), &sink).await {
+        Ok(()) => bail!("a cycle was built"),
+        Err(err) => format!("{err:#}"),
+    };
+    ensure!(
+        err.contains("cycle") && err.contains("g-loop1") && err.contains("g-loop2"),
+        "{err}"
+    );
+    ensure!(names(&ctx.images_dir().join("gen"))? == ["1"], "{err}");
+
+    stop.cancel();
+    task.await?;
+    Ok(())
+}

@@ -256,6 +256,12 @@ fn failing_rerun(stack: &Stack, node: &Node, bins: &mprov_tests::lab::Binaries) 
         script.detail.contains("failed, exit 3") && script.detail.contains("something went wrong"),
         "the exit code and the output's tail: {script:?}"
     );
+    let after = events
+        .iter()
+        .skip_while(|e| e.id != script.id)
+        .filter(|e| e.phase == BootPhase::Ready)
+        .count();
+    ensure!(after == 0, "ready after a failed script: {events:#?}");
     let (ok, text) = mash_run(&["boot", "status", "n01"])?;
     ensure!(ok, "mash boot status n01: {text}");
     ensure!(
