@@ -114,6 +114,23 @@ pub fn renew_backoff(failures: u32, left: i64) -> Duration {
     doubled.min(cap).max(Duration::from_secs(1))
 }
 
+/// When a certificate's validity really began: its `not_before`, or, since
+/// the control service backdates that (an hour, for clocks behind its own),
+/// when the node wrote it, if later. Renewal counts from there, so that a
+/// short-lived certificate is not renewed at once.
+pub fn issued(not_before: i64, written: Option<i64>) -> i64 {
+    written.map_or(not_before, |w| w.max(not_before))
+}
+
+/// When the certificate file under `root` was written, Unix seconds.
+fn written(root: &Path) -> Option<i64> {
+    let modified = std::fs::metadata(root.join(enroll::CERT_FILE))
+        .and_then(|m| m.modified())
+        .ok()?;
+    let secs = modified.duration_since(UNIX_EPOCH).ok()?.as_secs();
+    i64::try_from(secs).ok()
+}
+
 /// A certificate's validity, Unix seconds, from its PEM.
 pub fn validity(cert_pem: &str) -> Option<(i64, i64)> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()).ok()?;
@@ -235,7 +252,9 @@ pub fn run(settings: &Settings, stop: &Stop) {
             }
         };
         let mut wake = now() + i64::try_from(jittered(settings.poll).as_secs()).unwrap_or(60);
-        if let Some((nb, na)) = validity(&identity.cert_pem) {
+        let valid =
+            validity(&identity.cert_pem).map(|(nb, na)| (issued(nb, written(&settings.root)), na));
+        if let Some((nb, na)) = valid {
             let t = now();
             if t >= renew_at(nb, na) && renewing.next_try.is_none_or(|next| t >= next) {
                 match renew(&control, &settings.root) {
@@ -358,6 +377,12 @@ mod tests {
         assert_eq!(renew_at(0, 300), 200);
         assert_eq!(warn_at(0, 300), 250);
         assert_eq!(renew_at(1000, 1000 + 30 * 86400), 1000 + 20 * 86400);
+        // Backdated an hour, written at 5000, valid 300 s from then: the
+        // renewal counts from when it was written.
+        let nb = issued(5000 - 3600, Some(5000));
+        assert_eq!(renew_at(nb, 5300), 5200);
+        assert_eq!(issued(5000, None), 5000);
+        assert_eq!(issued(5000, Some(10)), 5000);
     }
 
     #[test]

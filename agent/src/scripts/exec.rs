@@ -40,8 +40,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mprov_api::scripts::{
-    DEFAULT_TIMEOUT_SECONDS, MAX_OUTPUT_TAIL, PlannedScript, RunOutcome, RunReport, ScriptPlan,
-    ScriptResult, ScriptStatus,
+    DEFAULT_TIMEOUT_SECONDS, MAX_OUTPUT_TAIL, PlannedScript, RunOutcome, RunReport, ScriptMode,
+    ScriptPlan, ScriptResult, ScriptStatus,
 };
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -180,11 +180,21 @@ pub fn is_file_name(slug: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
+/// The image a report names: an image-gen run's; a post-boot report names
+/// none (the node's certificate says whose it is, and the control service
+/// refuses one that names an image).
+fn report_image(plan: &ScriptPlan) -> Option<String> {
+    match plan.mode {
+        ScriptMode::ImageGen => plan.image.clone(),
+        ScriptMode::PostBoot => None,
+    }
+}
+
 /// A report for a plan that did not run: every script `not_run`.
 pub fn refused(plan: &ScriptPlan, detail: String) -> RunReport {
     RunReport {
         mode: plan.mode,
-        image: plan.image.clone(),
+        image: report_image(plan),
         run_request: plan.run_request,
         outcome: RunOutcome::Refused,
         detail,
@@ -302,7 +312,7 @@ pub fn execute(
     }
     Ok(RunReport {
         mode: plan.mode,
-        image: plan.image.clone(),
+        image: report_image(plan),
         run_request: plan.run_request,
         outcome: if stopped {
             RunOutcome::Failed

@@ -39,7 +39,7 @@ pub(crate) fn phases(events: &[BootEvent]) -> Vec<&'static str> {
 
 /// The node certificates' validity in the end-to-end stack: short, so that
 /// the booted node renews its own during the test.
-const NODE_CERT_SECONDS: u64 = 180;
+const NODE_CERT_SECONDS: u64 = 300;
 
 /// The post-boot scripts that run on n01: one per layer, and two in the
 /// group's layer that wait for each other's start (so they ran at once).
