@@ -70,10 +70,11 @@ fn post_boot_scripts(stack: &Stack, node: &Node) -> Result<()> {
             .api(method, path, Some(&body))
             .with_context(|| format!("{method} {path} {body}"))
     };
-    // Each waits (bounded) for the other's start before it ends.
+    // Each waits (bounded) for the other's start before it ends. The start
+    // file appears only once its time is in it (written aside, renamed).
     let together = |other: &str| {
         marker_script(&format!(
-            "date +%s.%N > $d/$MPROV_SCRIPT.start\ni=0\nwhile [ ! -e $d/{other}.start ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n"
+            "date +%s.%N > $d/$MPROV_SCRIPT.t\nmv $d/$MPROV_SCRIPT.t $d/$MPROV_SCRIPT.start\ni=0\nwhile [ ! -e $d/{other}.start ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n"
         ))
     };
     let scripts = [
