@@ -1063,7 +1063,19 @@ pub(crate) async fn waiting_ipxe_requests_run_no_statements(engine: Engine) {
         "only {} requests wait",
         c.state.lease_waiters.waiting()
     );
-    let before = db.statements();
+    // A request joins the waiters, then looks (so that no report is
+    // missed): under load the last looks may still be running. Once the
+    // count holds still for 300 ms (at most 1.5 s: they wait 5 s in all),
+    // nothing may run while they wait.
+    let mut before = db.statements();
+    for _ in 0..5 {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let now = db.statements();
+        if now == before {
+            break;
+        }
+        before = now;
+    }
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     assert_eq!(db.statements(), before, "waiting requests ran statements");
     assert_eq!(ended(), 0, "a flood request ended early");
