@@ -405,9 +405,9 @@ pub async fn record_hosting(
 /// The job servers a new version of an image is copied to: every one but
 /// `publisher` that registered `image-sync` and serves one of the networks
 /// the image's systems boot on (`used`, each by
-/// [`node_network`](crate::netboot::node_network); `None`: a system that
+/// [`node_network`]; `None`: a system that
 /// names no network, served on any), by the rule that sends a node to a
-/// job server ([`serves_network`](crate::netboot::serves_network)). Ids in
+/// job server ([`serves_network`]). Ids in
 /// the order given. Pure.
 pub fn sync_targets(
     publisher: i64,
