@@ -300,27 +300,8 @@ impl Control {
     /// `GET path`: the body of a `200`.
     pub fn get_bytes(&self, path: &str, what: &'static str) -> Result<Vec<u8>, EnrollError> {
         let url = format!("{}{path}", self.url);
-        let http = |err| EnrollError::Http {
-            what,
-            url: url.clone(),
-            err,
-        };
-        let request = self
-            .client
-            .get(&url)
-            .header(mprov_api::VERSION_HEADER, mprov_api::api_version());
-        let response = self.client.send(request).map_err(http)?;
-        let status = response.status().as_u16();
-        let body = self.client.wait(response.bytes()).map_err(http)?;
-        if status != 200 {
-            return Err(EnrollError::Refused {
-                what,
-                url,
-                status,
-                body: String::from_utf8_lossy(&body).chars().take(300).collect(),
-            });
-        }
-        Ok(body.to_vec())
+        let request = self.client.get(&url);
+        self.exchange(request, url, what, |status| status == 200)
     }
 
     /// `POST path` with `body` as JSON: the reply's body on any `2xx`.
@@ -331,20 +312,42 @@ impl Control {
         what: &'static str,
     ) -> Result<Vec<u8>, EnrollError> {
         let url = format!("{}{path}", self.url);
+        let request = self.client.post(&url).json(body);
+        self.exchange(request, url, what, |status| (200..300).contains(&status))
+    }
+
+    /// `POST EVENTS_PATH`: one step of this node's boot.
+    pub fn report(&self, phase: BootPhase, detail: &str) -> Result<(), EnrollError> {
+        let report = BootEventReport {
+            phase,
+            mac: None,
+            system: None,
+            ip: None,
+            detail: detail.to_owned(),
+        };
+        self.post_json(EVENTS_PATH, &report, "reporting a boot event")
+            .map(drop)
+    }
+
+    /// Sends `request` (to `url`) with the version header: the reply's body
+    /// when `ok` accepts its status, else the refusal with the body's start.
+    fn exchange(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: String,
+        what: &'static str,
+        ok: fn(u16) -> bool,
+    ) -> Result<Vec<u8>, EnrollError> {
         let http = |err| EnrollError::Http {
             what,
             url: url.clone(),
             err,
         };
-        let request = self
-            .client
-            .post(&url)
-            .header(mprov_api::VERSION_HEADER, mprov_api::api_version())
-            .json(body);
+        let request = request.header(mprov_api::VERSION_HEADER, mprov_api::api_version());
         let response = self.client.send(request).map_err(http)?;
         let status = response.status().as_u16();
         let body = self.client.wait(response.bytes()).map_err(http)?;
-        if !(200..300).contains(&status) {
+        if !ok(status) {
             return Err(EnrollError::Refused {
                 what,
                 url,
@@ -353,39 +356,6 @@ impl Control {
             });
         }
         Ok(body.to_vec())
-    }
-
-    /// `POST EVENTS_PATH`: one step of this node's boot.
-    pub fn report(&self, phase: BootPhase, detail: &str) -> Result<(), EnrollError> {
-        let url = format!("{}{EVENTS_PATH}", self.url);
-        let http = |err| EnrollError::Http {
-            what: "reporting a boot event",
-            url: url.clone(),
-            err,
-        };
-        let request = self
-            .client
-            .post(&url)
-            .header(mprov_api::VERSION_HEADER, mprov_api::api_version())
-            .json(&BootEventReport {
-                phase,
-                mac: None,
-                system: None,
-                ip: None,
-                detail: detail.to_owned(),
-            });
-        let response = self.client.send(request).map_err(http)?;
-        let status = response.status().as_u16();
-        if !(200..300).contains(&status) {
-            let body = self.client.wait(response.text()).map_err(http)?;
-            return Err(EnrollError::Refused {
-                what: "reporting a boot event",
-                url,
-                status,
-                body: body.chars().take(300).collect(),
-            });
-        }
-        Ok(())
     }
 }
 
