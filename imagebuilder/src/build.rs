@@ -299,10 +299,14 @@ fn build_in(
     let out_dir = staging.path().join("out");
     fs::create_dir(&out_dir).map_err(io_err("creating", &out_dir))?;
 
+    let from_recipe;
     let run = match &options.scripts {
         Some(_) if !scripts.is_empty() => return Err(BuildError::TwoScriptLists),
-        Some(run) => run.clone(),
-        None => recipe_run(scripts, &recipe.slug),
+        Some(run) => run,
+        None => {
+            from_recipe = recipe_run(scripts, &recipe.slug);
+            &from_recipe
+        }
     };
     let changes = !run.plan.scripts.is_empty() || options.agent.is_some();
     let (root, source) = match &recipe.source {
@@ -361,7 +365,7 @@ fn build_in(
     let scripts = if run.plan.scripts.is_empty() {
         None
     } else {
-        Some(run_scripts(&root, &run, &recipe.slug, version, &step)?)
+        Some(run_scripts(&root, run, &recipe.slug, version, &step)?)
     };
     if let Some(agent) = &options.agent {
         step(&format!("installing the agent {}", agent.display()));
