@@ -349,6 +349,36 @@ async fn pages_show_read_only_users_as_such(engine: Engine) {
     let dash = get(&c, "/admin/", Some(&cookie)).await;
     assert_eq!(dash.status, StatusCode::OK);
     assert!(dash.body.contains("read-only"), "{}", dash.body);
+    // Read-only users see the identities, with no form to change them, and
+    // a forged post (with the session's own token) is refused by the
+    // access rules, not by the page's looks.
+    let ids = get(&c, "/admin/identities/", Some(&cookie)).await;
+    assert_eq!(ids.status, StatusCode::OK);
+    assert!(
+        !ids.body.contains("/admin/identities/tokens"),
+        "no form to read-only users"
+    );
+    let csrf = dash.hidden("csrf");
+    for (path, form) in [
+        (
+            "/admin/identities/tokens",
+            vec![("csrf", csrf.as_str()), ("name", "js9")],
+        ),
+        (
+            "/admin/identities/apikeys",
+            vec![("csrf", csrf.as_str()), ("name", "mine")],
+        ),
+    ] {
+        let forged = post(&c, path, Some(&cookie), &[], &form).await;
+        assert_eq!(
+            forged.status,
+            StatusCode::FORBIDDEN,
+            "{path}: {}",
+            forged.body
+        );
+    }
+    let keys = c.ok("GET", "/api/v1/apikeys/", None).await;
+    assert_eq!(keys["total"], 1, "only the test's own key: {keys}");
     // Unknown pages are HTML 404s, static files are served with a type.
     let missing = get(&c, "/admin/no-such-page", Some(&cookie)).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);

@@ -108,6 +108,41 @@ fn pages_sign_in_out_expire_and_refuse_cross_site_posts_in_chromium() -> Result<
             "still signed in after the attack"
         );
 
+        // A job server enrollment token and an API key, each shown once;
+        // the key works on the API.
+        b.open(&format!("{base}/admin/identities/")).await?;
+        b.assert_accessible("identities").await?;
+        b.fill("#token-name", "js-browser").await?;
+        b.click("#make-token").await?;
+        let token = b.text("#shown-secret").await?;
+        ensure!(token.contains('.'), "a token <prefix>.<secret>: {token:?}");
+        b.fill("#key-name", "made in the browser").await?;
+        b.click("#make-key").await?;
+        let key = b.text("#shown-secret").await?;
+        b.open(&format!("{base}/admin/identities/")).await?;
+        let again = b.source().await?;
+        ensure!(
+            !again.contains(&token) && !again.contains(&key),
+            "a secret is shown once only"
+        );
+        ensure!(again.contains("made in the browser"));
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H"])
+            .arg(format!("Authorization: Api-Key {key}"))
+            .arg("-H")
+            .arg(format!(
+                "{}: {}",
+                mprov_api::VERSION_HEADER,
+                mprov_api::api_version()
+            ))
+            .arg(format!("{base}/api/v1/systems/"))
+            .output()?;
+        ensure!(
+            String::from_utf8_lossy(&out.stdout) == "200",
+            "the key made in the page works on the API: {:?}",
+            out
+        );
+
         // Signing out ends the session.
         b.click("form[action='/admin/signout'] button").await?;
         ensure!(b.text("#main [role=status]").await? == "You signed out.");

@@ -16,6 +16,7 @@
 
 pub mod assets;
 pub mod dashboard;
+pub mod identities;
 pub mod page;
 pub mod signin;
 
@@ -37,6 +38,17 @@ pub fn router(state: AppState) -> Router<AppState> {
     let signed_in = Router::new()
         .route("/admin/", get(dashboard::show))
         .route("/admin/signout", post(signin::sign_out))
+        .route("/admin/identities/", get(identities::show))
+        .route("/admin/identities/tokens", post(identities::new_token))
+        .route("/admin/identities/apikeys", post(identities::new_apikey))
+        .route(
+            "/admin/identities/apikeys/{id}/revoke",
+            post(identities::revoke_apikey),
+        )
+        .route(
+            "/admin/identities/credentials/{id}/revoke",
+            post(identities::revoke_credential),
+        )
         .route(
             "/admin/{*rest}",
             get(|| async { PageError::not_found("no such page").into_response() }),

@@ -336,6 +336,29 @@ impl<S: Send + Sync> FromRequestParts<S> for Session {
     }
 }
 
+/// Whether `session` may do `method` to what the API names
+/// `/api/v1/<kind>[/<key>[/<rest>]]`: the API's own access rule
+/// ([`crate::access::check`]), so a page allows exactly what the API does.
+pub async fn allow(
+    state: &AppState,
+    session: &Session,
+    method: crate::access::Method,
+    kind: &str,
+    key: Option<&str>,
+    rest: Option<&str>,
+) -> Result<(), PageError> {
+    crate::access::check(
+        &state.db,
+        state.config.shared_key_mode,
+        &session.principal(),
+        method,
+        crate::access::Target::Inventory { kind, key, rest },
+        None,
+    )
+    .await
+    .map_err(PageError::from)
+}
+
 /// A posted form's fields, in order (a name may repeat).
 #[derive(Debug, Clone, Default)]
 pub struct Fields(pub Vec<(String, String)>);
