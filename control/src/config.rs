@@ -226,7 +226,7 @@ pub struct LdapSettings {
     /// directory too; the LDAP_* variables then say how.
     #[arg(long = "ldap-enabled", env = "LDAP_ENABLED", default_value = "0", value_parser = parse_switch, action = clap::ArgAction::Set)]
     pub enabled: bool,
-    /// The directory's URI: ldap://host[:port] or ldaps://host[:port].
+    /// The directory's URI: `ldap://host[:port]` or `ldaps://host[:port]`.
     #[arg(long = "ldap-uri", env = "LDAP_URI", default_value = "")]
     pub uri: String,
     /// `1` upgrades an ldap:// connection with StartTLS before anything is
@@ -1327,6 +1327,26 @@ mod tests {
         assert!(ldap(&[]).unwrap().is_none());
         assert!(ldap(&["--ldap-uri", "ldap://x"]).unwrap().is_none());
         assert!(config(&[]).ldap.is_none());
+        // The original's names, without a prefix.
+        let cmd = <Cli as clap::CommandFactory>::command();
+        for (id, var) in [
+            ("enabled", "LDAP_ENABLED"),
+            ("uri", "LDAP_URI"),
+            ("start_tls", "LDAP_START_TLS"),
+            ("bind_dn", "LDAP_BIND_DN"),
+            ("bind_password", "LDAP_BIND_PASSWORD"),
+            ("user_dn_template", "LDAP_USER_DN_TEMPLATE"),
+            ("user_search_base", "LDAP_USER_SEARCH_BASE"),
+            ("admin_group", "LDAP_ADMIN_GROUP"),
+            ("staff_group", "LDAP_STAFF_GROUP"),
+        ] {
+            let env = cmd
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .and_then(|a| a.get_env())
+                .map(|e| e.to_string_lossy().into_owned());
+            assert_eq!(env.as_deref(), Some(var), "{id}");
+        }
     }
 
     #[test]
