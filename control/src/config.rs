@@ -217,6 +217,369 @@ pub struct Settings {
     /// server's default 15 s heartbeats).
     #[arg(long, env = "MPROV_JOBSERVER_STALE_SECONDS", default_value_t = DEFAULT_JOBSERVER_STALE_SECONDS, value_parser = clap::value_parser!(u64).range(1..))]
     pub jobserver_stale_seconds: u64,
+    /// LDAP sign-in for the admin pages.
+    #[command(flatten)]
+    pub ldap: LdapSettings,
+}
+
+/// The LDAP knobs, with the original's names (`LDAP_ENABLED`, `LDAP_URI`,
+/// `LDAP_USER_DN_TEMPLATE`, ...). Checked together by
+/// [`LdapConfig::from_settings`]; see `crate::ldap` for how a sign-in uses
+/// them.
+#[derive(Clone, clap::Args)]
+pub struct LdapSettings {
+    /// `1` (or true, yes, on) signs admin-page users in against an LDAP
+    /// directory too; the LDAP_* variables then say how.
+    #[arg(long = "ldap-enabled", env = "LDAP_ENABLED", default_value = "0", value_parser = parse_switch, action = clap::ArgAction::Set)]
+    pub enabled: bool,
+    /// The directory's URI: `ldap://host[:port]` or `ldaps://host[:port]`.
+    #[arg(long = "ldap-uri", env = "LDAP_URI", default_value = "")]
+    pub uri: String,
+    /// `1` upgrades an ldap:// connection with StartTLS before anything is
+    /// sent (without it, an ldap:// URI sends passwords in clear).
+    #[arg(long = "ldap-start-tls", env = "LDAP_START_TLS", default_value = "0", value_parser = parse_switch, action = clap::ArgAction::Set)]
+    pub start_tls: bool,
+    /// A PEM file of the CA certificates the directory's certificate is
+    /// checked against (default: the system's roots).
+    #[arg(long = "ldap-ca-file", env = "LDAP_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// The service account's DN, bound to search for the user and read the
+    /// groups (unset: the search is anonymous and the groups are read as
+    /// the user).
+    #[arg(long = "ldap-bind-dn", env = "LDAP_BIND_DN", default_value = "")]
+    pub bind_dn: String,
+    /// The service account's password.
+    #[arg(
+        long = "ldap-bind-password",
+        env = "LDAP_BIND_PASSWORD",
+        hide_env_values = true
+    )]
+    pub bind_password: Option<SecretString>,
+    /// A file holding the service account's password (one trailing newline
+    /// is dropped), instead of LDAP_BIND_PASSWORD.
+    #[arg(long = "ldap-bind-password-file", env = "LDAP_BIND_PASSWORD_FILE")]
+    pub bind_password_file: Option<PathBuf>,
+    /// Where users are searched (subtree), e.g. ou=people,dc=example,dc=org.
+    #[arg(
+        long = "ldap-user-search-base",
+        env = "LDAP_USER_SEARCH_BASE",
+        default_value = ""
+    )]
+    pub user_search_base: String,
+    /// The filter that finds a user; `%(user)s` stands for the name typed
+    /// (escaped). Exactly one entry must match.
+    #[arg(long = "ldap-user-filter", env = "LDAP_USER_FILTER", default_value = DEFAULT_LDAP_USER_FILTER)]
+    pub user_filter: String,
+    /// A user's DN with `%(user)s` for the name typed (escaped), e.g.
+    /// uid=%(user)s,ou=people,dc=example,dc=org; when set, used instead of
+    /// the search.
+    #[arg(
+        long = "ldap-user-dn-template",
+        env = "LDAP_USER_DN_TEMPLATE",
+        default_value = ""
+    )]
+    pub user_dn_template: String,
+    /// The DN of the group whose members are admins.
+    #[arg(
+        long = "ldap-admin-group",
+        env = "LDAP_ADMIN_GROUP",
+        default_value = ""
+    )]
+    pub admin_group: String,
+    /// The DN of the group whose members may read everything and change
+    /// nothing (LDAP_STAFF_GROUP, its old name, is read when it is unset).
+    #[arg(
+        long = "ldap-readonly-group",
+        env = "LDAP_READONLY_GROUP",
+        default_value = ""
+    )]
+    pub readonly_group: String,
+    /// The old name of LDAP_READONLY_GROUP.
+    #[arg(
+        long = "ldap-staff-group",
+        env = "LDAP_STAFF_GROUP",
+        default_value = "",
+        hide = true
+    )]
+    pub staff_group: String,
+}
+
+impl std::fmt::Debug for LdapSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Everything but the password, which `SecretString` hides.
+        f.debug_struct("LdapSettings")
+            .field("enabled", &self.enabled)
+            .field("uri", &self.uri)
+            .field("start_tls", &self.start_tls)
+            .field("bind_dn", &self.bind_dn)
+            .field("bind_password", &self.bind_password)
+            .field("user_search_base", &self.user_search_base)
+            .field("user_dn_template", &self.user_dn_template)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default `LDAP_USER_FILTER`.
+pub const DEFAULT_LDAP_USER_FILTER: &str = "(uid=%(user)s)";
+/// What stands for the user name in `LDAP_USER_FILTER` and
+/// `LDAP_USER_DN_TEMPLATE` (the original's Python `%` placeholder).
+pub const LDAP_USER_PLACEHOLDER: &str = "%(user)s";
+/// How long one LDAP exchange (connecting with TLS, one bind, one search)
+/// may take.
+pub const DEFAULT_LDAP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A secret (a password) whose `Debug` shows only that it is there, so no
+/// log of a configuration carries it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretString(String);
+
+impl SecretString {
+    /// Wraps a secret.
+    pub fn new(secret: impl Into<String>) -> SecretString {
+        SecretString(secret.into())
+    }
+
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretString(..)")
+    }
+}
+
+impl std::str::FromStr for SecretString {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(SecretString(s.to_owned()))
+    }
+}
+
+/// The validated LDAP configuration: where the directory is, how a user's
+/// entry is found, and which groups give which role.
+#[derive(Debug, Clone)]
+pub struct LdapConfig {
+    /// `ldap://` or `ldaps://` URI.
+    pub uri: String,
+    /// Upgrade an `ldap://` connection with StartTLS.
+    pub start_tls: bool,
+    /// The CA certificates (PEM) to check the server against; `None`: the
+    /// system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// The service account, if any.
+    pub service: Option<LdapServiceAccount>,
+    /// How a user name becomes a DN.
+    pub lookup: LdapUserLookup,
+    /// The admins' group DN.
+    pub admin_group: Option<String>,
+    /// The read-only users' group DN.
+    pub readonly_group: Option<String>,
+    /// The bound on each exchange with the server ([`DEFAULT_LDAP_TIMEOUT`]).
+    pub timeout: std::time::Duration,
+}
+
+/// The service account that searches for users and reads groups.
+#[derive(Debug, Clone)]
+pub struct LdapServiceAccount {
+    /// `LDAP_BIND_DN`.
+    pub dn: String,
+    /// `LDAP_BIND_PASSWORD` (or the content of `LDAP_BIND_PASSWORD_FILE`).
+    pub password: SecretString,
+}
+
+/// How the DN of the user signing in is found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LdapUserLookup {
+    /// `LDAP_USER_DN_TEMPLATE`: the DN is the template with the name put in.
+    DnTemplate(String),
+    /// `LDAP_USER_SEARCH_BASE` and `LDAP_USER_FILTER`: the one entry the
+    /// filter finds under the base (subtree).
+    Search {
+        /// The search base.
+        base: String,
+        /// The filter, with the placeholder.
+        filter: String,
+    },
+}
+
+impl LdapConfig {
+    /// Checks the LDAP knobs: `None` when LDAP is off; an error naming what
+    /// to set when it is on and cannot work. Reads the password file and
+    /// the CA file once, so a missing one stops the start.
+    pub fn from_settings(s: &LdapSettings) -> Result<Option<LdapConfig>, ConfigError> {
+        if !s.enabled {
+            return Ok(None);
+        }
+        let err = |var: &'static str, reason: String| ConfigError::Ldap { var, reason };
+        let uri = s.uri.trim();
+        if uri.is_empty() {
+            return Err(err(
+                "LDAP_URI",
+                "LDAP_ENABLED is on but LDAP_URI is unset: set it to ldap://host or ldaps://host"
+                    .into(),
+            ));
+        }
+        let parsed = url::Url::parse(uri)
+            .map_err(|e| err("LDAP_URI", format!("{uri:?} is not a URI ({e})")))?;
+        if !matches!(parsed.scheme(), "ldap" | "ldaps")
+            || parsed.host_str().is_none_or(str::is_empty)
+        {
+            return Err(err(
+                "LDAP_URI",
+                format!("{uri:?} is not ldap://host[:port] or ldaps://host[:port]"),
+            ));
+        }
+        if s.start_tls && parsed.scheme() == "ldaps" {
+            return Err(err(
+                "LDAP_START_TLS",
+                format!("{uri:?} is TLS already (ldaps://); StartTLS is for ldap:// URIs"),
+            ));
+        }
+        if parsed.scheme() == "ldap" && !s.start_tls {
+            tracing::warn!(
+                "LDAP_URI={uri:?} without LDAP_START_TLS: passwords cross the network in clear"
+            );
+        }
+        let ca_file = s.ca_file.clone().filter(|p| !p.as_os_str().is_empty());
+        if let Some(path) = &ca_file {
+            check_ca_file(path).map_err(|reason| err("LDAP_CA_FILE", reason))?;
+        }
+
+        let password = match (&s.bind_password, &s.bind_password_file) {
+            (Some(_), Some(_)) => {
+                return Err(err(
+                    "LDAP_BIND_PASSWORD_FILE",
+                    "set either LDAP_BIND_PASSWORD or LDAP_BIND_PASSWORD_FILE, not both".into(),
+                ));
+            }
+            (Some(p), None) => Some(p.clone()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    err(
+                        "LDAP_BIND_PASSWORD_FILE",
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                let one_line = text
+                    .strip_suffix('\n')
+                    .map(|t| t.strip_suffix('\r').unwrap_or(t))
+                    .unwrap_or(&text);
+                Some(SecretString::new(one_line))
+            }
+            (None, None) => None,
+        }
+        .filter(|p| !p.expose().is_empty());
+        let bind_dn = s.bind_dn.trim();
+        let service = match (bind_dn.is_empty(), password) {
+            (true, None) => None,
+            (false, Some(password)) => Some(LdapServiceAccount {
+                dn: bind_dn.to_owned(),
+                password,
+            }),
+            // An empty password would make the bind an unauthenticated one,
+            // which servers answer with success and no rights.
+            (false, None) => {
+                return Err(err(
+                    "LDAP_BIND_PASSWORD",
+                    "LDAP_BIND_DN is set but its password is not: set LDAP_BIND_PASSWORD or LDAP_BIND_PASSWORD_FILE"
+                        .into(),
+                ));
+            }
+            (true, Some(_)) => {
+                return Err(err(
+                    "LDAP_BIND_DN",
+                    "a bind password is set but LDAP_BIND_DN is not: set the service account's DN"
+                        .into(),
+                ));
+            }
+        };
+
+        let template = s.user_dn_template.trim();
+        let base = s.user_search_base.trim();
+        let lookup = if !template.is_empty() {
+            if !template.contains(LDAP_USER_PLACEHOLDER) {
+                return Err(err(
+                    "LDAP_USER_DN_TEMPLATE",
+                    format!("{template:?} has no {LDAP_USER_PLACEHOLDER} for the user name"),
+                ));
+            }
+            LdapUserLookup::DnTemplate(template.to_owned())
+        } else if !base.is_empty() {
+            let filter = s.user_filter.trim();
+            if !filter.contains(LDAP_USER_PLACEHOLDER) {
+                return Err(err(
+                    "LDAP_USER_FILTER",
+                    format!(
+                        "{filter:?} has no {LDAP_USER_PLACEHOLDER}: every user would match the same entries"
+                    ),
+                ));
+            }
+            if ldap3::parse_filter(filter.replace(LDAP_USER_PLACEHOLDER, "x")).is_err() {
+                return Err(err(
+                    "LDAP_USER_FILTER",
+                    format!("{filter:?} is not an LDAP filter (RFC 4515), e.g. (uid=%(user)s)"),
+                ));
+            }
+            LdapUserLookup::Search {
+                base: base.to_owned(),
+                filter: filter.to_owned(),
+            }
+        } else {
+            return Err(err(
+                "LDAP_USER_SEARCH_BASE",
+                "set LDAP_USER_SEARCH_BASE (with LDAP_USER_FILTER, default (uid=%(user)s)) or LDAP_USER_DN_TEMPLATE: otherwise no user can be found"
+                    .into(),
+            ));
+        };
+
+        let group = |v: &str| Some(v.trim().to_owned()).filter(|g| !g.is_empty());
+        let admin_group = group(&s.admin_group);
+        let readonly_group = group(&s.readonly_group).or_else(|| group(&s.staff_group));
+        if admin_group.is_none() && readonly_group.is_none() {
+            return Err(err(
+                "LDAP_ADMIN_GROUP",
+                "set LDAP_ADMIN_GROUP and/or LDAP_READONLY_GROUP (group DNs): a user in neither is refused, so without them nobody could sign in"
+                    .into(),
+            ));
+        }
+        Ok(Some(LdapConfig {
+            uri: uri.to_owned(),
+            start_tls: s.start_tls,
+            ca_file,
+            service,
+            lookup,
+            admin_group,
+            readonly_group,
+            timeout: DEFAULT_LDAP_TIMEOUT,
+        }))
+    }
+}
+
+/// Parses a boolean knob: 1, true, yes, on or 0, false, no, off, empty.
+fn parse_switch(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        other => Err(format!(
+            "{other:?} is not 1 or 0 (true, yes, on; false, no, off)"
+        )),
+    }
+}
+
+/// Checks that `path` holds at least one PEM certificate.
+fn check_ca_file(path: &std::path::Path) -> Result<(), String> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: not PEM certificates ({e})", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(())
 }
 
 /// A knob has a value we cannot use.
@@ -239,6 +602,14 @@ pub enum ConfigError {
     /// A proxy entry that does not parse.
     #[error("TRUSTED_PROXIES: {0:?} is not an IP address or CIDR range")]
     Proxy(String),
+    /// An LDAP knob that cannot work, with what to set.
+    #[error("{var}: {reason}")]
+    Ldap {
+        /// The variable to set or fix.
+        var: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// A public URL that cannot go into an iPXE script.
     #[error(
         "MPROV_PUBLIC_URL: {0:?} cannot go into an iPXE script (nodes chain to it): no spaces, quotes, `$`, `#`, `\\`, `;`, `&` or `|`"
@@ -355,6 +726,8 @@ pub struct Config {
     pub backup_dir: PathBuf,
     /// Further folders served to the network (see `backup::served_dirs`).
     pub served_dirs: Vec<PathBuf>,
+    /// LDAP sign-in for the admin pages; `None`: off.
+    pub ldap: Option<LdapConfig>,
 }
 
 fn list(s: &str) -> impl Iterator<Item = &str> {
@@ -482,6 +855,7 @@ impl Config {
         let nonempty = |p: Option<PathBuf>| p.filter(|p| !p.as_os_str().is_empty());
         let backup_dir =
             nonempty(s.backup_dir.clone()).unwrap_or_else(|| s.state_dir.join(BACKUP_DIR_NAME));
+        let ldap = LdapConfig::from_settings(&s.ldap)?;
         let served_dirs = s
             .served_dirs
             .split(',')
@@ -538,6 +912,7 @@ impl Config {
             secret_key: s.secret_key.filter(|k| !k.is_empty()),
             backup_dir,
             served_dirs,
+            ldap,
             jobserver_cert_seconds: s.jobserver_cert_seconds.unwrap_or(JOBSERVER_MAX_SECONDS),
             node_cert_seconds: s.node_cert_seconds.unwrap_or(NODE_MAX_SECONDS),
             jobserver_stale: std::time::Duration::from_secs(s.jobserver_stale_seconds.max(1)),
@@ -942,6 +1317,191 @@ mod tests {
             "UTC"
         );
         assert_eq!(pick_time_zone(None, None).0, "UTC");
+    }
+
+    fn ldap(args: &[&str]) -> Result<Option<LdapConfig>, ConfigError> {
+        let mut argv = vec!["x"];
+        argv.extend_from_slice(args);
+        LdapConfig::from_settings(&Cli::try_parse_from(argv).unwrap().s.ldap)
+    }
+
+    fn ldap_refusal(args: &[&str]) -> (&'static str, String) {
+        match ldap(args) {
+            Err(ConfigError::Ldap { var, reason }) => (var, reason),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    const LDAP_BASICS: [&str; 8] = [
+        "--ldap-enabled",
+        "1",
+        "--ldap-uri",
+        "ldap://dir.example:389",
+        "--ldap-user-search-base",
+        "ou=people,dc=example,dc=org",
+        "--ldap-admin-group",
+        "cn=admins,dc=example,dc=org",
+    ];
+
+    #[test]
+    fn ldap_is_off_unless_enabled() {
+        assert!(ldap(&[]).unwrap().is_none());
+        assert!(ldap(&["--ldap-uri", "ldap://x"]).unwrap().is_none());
+        assert!(config(&[]).ldap.is_none());
+        // The original's names, without a prefix.
+        let cmd = <Cli as clap::CommandFactory>::command();
+        for (id, var) in [
+            ("enabled", "LDAP_ENABLED"),
+            ("uri", "LDAP_URI"),
+            ("start_tls", "LDAP_START_TLS"),
+            ("bind_dn", "LDAP_BIND_DN"),
+            ("bind_password", "LDAP_BIND_PASSWORD"),
+            ("user_dn_template", "LDAP_USER_DN_TEMPLATE"),
+            ("user_search_base", "LDAP_USER_SEARCH_BASE"),
+            ("admin_group", "LDAP_ADMIN_GROUP"),
+            ("staff_group", "LDAP_STAFF_GROUP"),
+        ] {
+            let env = cmd
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .and_then(|a| a.get_env())
+                .map(|e| e.to_string_lossy().into_owned());
+            assert_eq!(env.as_deref(), Some(var), "{id}");
+        }
+    }
+
+    #[test]
+    fn ldap_knobs_make_a_config() {
+        let c = ldap(&LDAP_BASICS).unwrap().unwrap();
+        assert_eq!(c.uri, "ldap://dir.example:389");
+        assert_eq!(
+            c.lookup,
+            LdapUserLookup::Search {
+                base: "ou=people,dc=example,dc=org".into(),
+                filter: DEFAULT_LDAP_USER_FILTER.into()
+            }
+        );
+        assert_eq!(
+            c.admin_group.as_deref(),
+            Some("cn=admins,dc=example,dc=org")
+        );
+        assert_eq!(c.readonly_group, None);
+        assert!(c.service.is_none());
+        assert_eq!(c.timeout, DEFAULT_LDAP_TIMEOUT);
+
+        // A template wins over the search; the old staff group name is
+        // the read-only group's; the password comes from its file.
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret\n").unwrap();
+        let mut args = LDAP_BASICS.to_vec();
+        let pw_path = pw.to_str().unwrap();
+        args.extend([
+            "--ldap-user-dn-template",
+            "uid=%(user)s,ou=people,dc=example,dc=org",
+            "--ldap-staff-group",
+            "cn=staff,dc=example,dc=org",
+            "--ldap-bind-dn",
+            "cn=svc,dc=example,dc=org",
+            "--ldap-bind-password-file",
+            pw_path,
+            "--ldap-start-tls",
+            "true",
+        ]);
+        let c = ldap(&args).unwrap().unwrap();
+        assert_eq!(
+            c.lookup,
+            LdapUserLookup::DnTemplate("uid=%(user)s,ou=people,dc=example,dc=org".into())
+        );
+        assert_eq!(
+            c.readonly_group.as_deref(),
+            Some("cn=staff,dc=example,dc=org")
+        );
+        let service = c.service.as_ref().unwrap();
+        assert_eq!(service.password.expose(), "s3cret");
+        assert!(c.start_tls);
+        assert!(!format!("{c:?}").contains("s3cret"));
+
+        // LDAP_READONLY_GROUP wins over its old name.
+        let mut args = LDAP_BASICS.to_vec();
+        args.extend([
+            "--ldap-staff-group",
+            "cn=old",
+            "--ldap-readonly-group",
+            "cn=new",
+        ]);
+        assert_eq!(
+            ldap(&args).unwrap().unwrap().readonly_group.as_deref(),
+            Some("cn=new")
+        );
+    }
+
+    #[test]
+    fn ldap_refusals_say_what_to_set() {
+        let without = |flag: &str| -> Vec<&str> {
+            let mut args = Vec::new();
+            for pair in LDAP_BASICS.chunks(2) {
+                if pair[0] != flag {
+                    args.extend_from_slice(pair);
+                }
+            }
+            args
+        };
+        let (var, reason) = ldap_refusal(&without("--ldap-uri"));
+        assert_eq!(var, "LDAP_URI");
+        assert!(reason.contains("set it"), "{reason}");
+        let (var, reason) = ldap_refusal(&without("--ldap-user-search-base"));
+        assert_eq!(var, "LDAP_USER_SEARCH_BASE");
+        assert!(reason.contains("LDAP_USER_DN_TEMPLATE"), "{reason}");
+        let (var, reason) = ldap_refusal(&without("--ldap-admin-group"));
+        assert_eq!(var, "LDAP_ADMIN_GROUP");
+        assert!(reason.contains("LDAP_READONLY_GROUP"), "{reason}");
+
+        for (extra, expected) in [
+            (&["--ldap-uri", "http://dir.example"][..], "LDAP_URI"),
+            (&["--ldap-uri", "ldap://"], "LDAP_URI"),
+            (
+                &["--ldap-uri", "ldaps://dir.example", "--ldap-start-tls", "1"],
+                "LDAP_START_TLS",
+            ),
+            (&["--ldap-bind-dn", "cn=svc"], "LDAP_BIND_PASSWORD"),
+            (&["--ldap-bind-password", "pw"], "LDAP_BIND_DN"),
+            (&["--ldap-user-filter", "(uid=alice)"], "LDAP_USER_FILTER"),
+            (
+                &["--ldap-user-filter", "uid=%(user)s)("],
+                "LDAP_USER_FILTER",
+            ),
+            (
+                &["--ldap-user-dn-template", "uid=alice,dc=x"],
+                "LDAP_USER_DN_TEMPLATE",
+            ),
+            (&["--ldap-ca-file", "/nonexistent/ca.pem"], "LDAP_CA_FILE"),
+            (
+                &[
+                    "--ldap-bind-dn",
+                    "cn=svc",
+                    "--ldap-bind-password-file",
+                    "/nonexistent/pw",
+                ],
+                "LDAP_BIND_PASSWORD_FILE",
+            ),
+        ] {
+            // The basics, with what `extra` sets instead.
+            let mut args: Vec<&str> = LDAP_BASICS
+                .chunks(2)
+                .filter(|pair| !extra.contains(&pair[0]))
+                .flatten()
+                .copied()
+                .collect();
+            args.extend_from_slice(extra);
+            let (var, reason) = ldap_refusal(&args);
+            assert_eq!(var, expected, "{extra:?}: {reason}");
+            assert!(!reason.contains("pw\""), "{reason}");
+        }
+        // A switch that is neither on nor off is clap's error.
+        let mut argv = vec!["x"];
+        argv.extend(["--ldap-enabled", "maybe"]);
+        assert!(Cli::try_parse_from(argv).is_err());
     }
 
     #[test]

@@ -22,7 +22,8 @@
 //!    [`netboot`] (the node view, the bootability rule and the pure
 //!    `/ipxe/` decision), [`scripts`] (the script-runner's plans, content
 //!    and run reports), [`first_start`] (what a new install makes once),
-//!    [`backup`];
+//!    [`backup`], [`ldap`] (LDAP sign-in: a user's password and role
+//!    checked against a directory);
 //! 4. [`access`]: what each principal may reach;
 //! 5. [`http`]: router, middleware, thin handlers, the one `ApiError`;
 //!    `fuzz`: the fuzz targets' entry points, built only for tests and
@@ -50,6 +51,7 @@ pub mod http;
 pub mod identity;
 pub mod jobs;
 pub mod jobservers;
+pub mod ldap;
 pub mod netboot;
 pub mod pki;
 pub mod privileges;

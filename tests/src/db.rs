@@ -342,7 +342,7 @@ impl DbServer<Pg> {
 ///
 /// No `Drop` here: the fields drop in order, so the process stops before the
 /// folder is removed.
-struct Server {
+pub(crate) struct Server {
     name: &'static str,
     port: u16,
     /// `None` while shut down for an outage test.
@@ -375,7 +375,7 @@ enum Startup {
 impl Server {
     /// Starts the command that `command(port)` builds on a free port, and waits
     /// until `ready(port)` holds. Retries on a new port when the port was taken.
-    fn launch(
+    pub(crate) fn launch(
         name: &'static str,
         dir: TempDir,
         command: impl Fn(u16) -> Command + Send + Sync + 'static,
@@ -432,8 +432,13 @@ impl Server {
         bail!("{name}: every port we picked was taken ({PORT_TRIES} tries)")
     }
 
-    fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The loopback port it listens on.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
     }
 
     fn pid(&self) -> Option<u32> {
@@ -509,7 +514,7 @@ impl Server {
 
     /// Stops the process, then removes the folder. Tries both even if the first
     /// fails.
-    fn stop(self) -> Result<()> {
+    pub(crate) fn stop(self) -> Result<()> {
         let Self { process, dir, .. } = self;
         // SIGTERM is a clean shutdown for both servers, which then exit 0.
         let Some(process) = process else {
@@ -551,14 +556,14 @@ fn wait_ready(process: &mut Process, ready: impl Fn() -> bool) -> Result<Startup
 
 /// Who runs the server's programs.
 #[derive(Debug, Clone)]
-struct RunAs {
+pub(crate) struct RunAs {
     /// `None` when we are not root: the programs then run as us.
     user: Option<User>,
 }
 
 impl RunAs {
     /// As root, the system user `name`, or a dedicated one when it is missing.
-    fn service_user(name: &str) -> Result<Self> {
+    pub(crate) fn service_user(name: &str) -> Result<Self> {
         if !geteuid().is_root() {
             return Ok(Self { user: None });
         }
@@ -593,7 +598,7 @@ impl RunAs {
     /// two seconds and SIGKILLs the server whether it has finished or not. With
     /// `setpriv` the PID we spawn is the server's, so stopping it is a plain
     /// SIGTERM and wait.
-    fn command(&self, program: &Path) -> Command {
+    pub(crate) fn command(&self, program: &Path) -> Command {
         match &self.user {
             None => Command::new(program),
             Some(user) => {
@@ -608,7 +613,7 @@ impl RunAs {
     }
 
     /// A new temporary folder that this user owns.
-    fn temp_dir(&self, prefix: &str) -> Result<TempDir> {
+    pub(crate) fn temp_dir(&self, prefix: &str) -> Result<TempDir> {
         let dir = tempfile::Builder::new()
             .prefix(prefix)
             .tempdir()
@@ -618,7 +623,7 @@ impl RunAs {
     }
 
     /// Makes `path` owned by this user, so the server can use it.
-    fn give(&self, path: &Path) -> Result<()> {
+    pub(crate) fn give(&self, path: &Path) -> Result<()> {
         if let Some(user) = &self.user {
             chown(path, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
                 .with_context(|| format!("giving {} to {}", path.display(), user.name))?;
@@ -633,7 +638,7 @@ fn lookup_user(name: &str) -> Result<Option<User>> {
 
 /// Runs a one-shot setup program with its output in the folder's log, and fails
 /// with the log's tail when it fails.
-fn run_logged(mut cmd: Command, dir: &Path, what: &str) -> Result<()> {
+pub(crate) fn run_logged(mut cmd: Command, dir: &Path, what: &str) -> Result<()> {
     let log_path = dir.join(format!("{what}.log"));
     let log =
         File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
@@ -677,7 +682,7 @@ fn free_port() -> Result<u16> {
 }
 
 /// Returns `path` if it is a file, else an error naming the Debian package.
-fn require(path: &Path, package: &str) -> Result<PathBuf> {
+pub(crate) fn require(path: &Path, package: &str) -> Result<PathBuf> {
     if path.is_file() {
         Ok(path.to_path_buf())
     } else {

@@ -129,6 +129,7 @@ pub const CONTROL: Spec = Spec {
                 "identity",
                 "jobs",
                 "jobservers",
+                "ldap",
                 "netboot",
                 "scripts",
                 "sessions",

@@ -46,6 +46,9 @@ pub const PACKAGES: &[&str] = &[
     "linux-perf",
     // TLS: the CA and HTTPS checked from outside
     "openssl",
+    // LDAP sign-in: a real directory server and its clients (tests/src/ldap.rs)
+    "slapd",
+    "ldap-utils",
     // netbooting VMs
     "qemu-system-x86",
     "ipxe",
