@@ -15,6 +15,7 @@ use super::page::{self, PageError, Posted, SESSION_COOKIE, SIGNIN_COOKIE};
 use crate::http::AppState;
 use crate::http::auth::client_ip;
 use crate::identity::{self, IdentityError, Principal};
+use crate::ldap::{self, LdapError, LdapRole};
 use crate::sessions::{self, Method, Session};
 
 /// Where the sign-in cookie is sent.
@@ -146,29 +147,48 @@ pub async fn submit(State(state): State<AppState>, req: Request) -> Response {
         client,
     )
     .await;
-    let (name, admin) = match checked {
-        Ok(Principal::User { username, is_admin }) => (username, is_admin),
+    let (name, admin, method) = match checked {
+        Ok(Principal::User { username, is_admin }) => (username, is_admin, Method::Password),
         Ok(_) => {
             return again(
                 StatusCode::UNAUTHORIZED,
                 "wrong user name or password".into(),
             );
         }
-        Err(IdentityError::Refused(m)) => return again(StatusCode::UNAUTHORIZED, m),
+        // Not a local user (or not its password): the directory, when one
+        // is configured. The attempt went through the password throttle
+        // above first, so directory guesses are limited the same way.
+        Err(IdentityError::Refused(m)) => match &state.config.ldap {
+            None => return again(StatusCode::UNAUTHORIZED, m),
+            Some(cfg) => match ldap::authenticate(cfg, &username, password).await {
+                Ok(user) => (user.name, user.role == LdapRole::Admin, Method::Ldap),
+                Err(
+                    e @ (LdapError::BadCredentials
+                    | LdapError::EmptyPassword
+                    | LdapError::InvalidUserName(_)),
+                ) => {
+                    return again(StatusCode::UNAUTHORIZED, e.to_string());
+                }
+                Err(e @ LdapError::NotInGroup { .. }) => {
+                    return again(StatusCode::FORBIDDEN, e.to_string());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin sign-in: the LDAP directory could not be asked");
+                    return again(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!(
+                            "the directory could not be asked ({e}); local accounts still sign in"
+                        ),
+                    );
+                }
+            },
+        },
         Err(IdentityError::Throttled { message, .. }) => {
             return again(StatusCode::TOO_MANY_REQUESTS, message);
         }
         Err(e) => return PageError::from(e).into_response(),
     };
-    match sessions::start(
-        &state.db,
-        &name,
-        admin,
-        Method::Password,
-        jiff::Timestamp::now(),
-    )
-    .await
-    {
+    match sessions::start(&state.db, &name, admin, method, jiff::Timestamp::now()).await {
         Ok(started) => signed_in(&started.token, &next, secure),
         Err(e) => PageError::from(e).into_response(),
     }
