@@ -3,6 +3,7 @@
 
 mod attacks;
 mod backup;
+mod board;
 mod boot;
 mod common;
 mod flood;
@@ -1139,7 +1140,22 @@ async fn scripts_disable_scripts_forms(engine: Engine) {
     scripts::disable_scripts_forms(engine).await;
 }
 
+async fn board_states_snapshot_feed_and_timeline(engine: Engine) {
+    board::states_snapshot_feed_and_timeline(engine).await;
+}
+
+async fn board_statements_do_not_grow_with_systems(engine: Engine) {
+    board::statements_do_not_grow_with_systems(engine).await;
+}
+
+async fn board_migration_backfill_maps_phases_as_the_code_does(engine: Engine) {
+    board::migration_backfill_maps_phases_as_the_code_does(engine).await;
+}
+
 engine_tests!(
+    board_states_snapshot_feed_and_timeline,
+    board_statements_do_not_grow_with_systems,
+    board_migration_backfill_maps_phases_as_the_code_does,
     scripts_plans_content_results_and_reruns,
     scripts_disable_scripts_forms,
     jobs_claim_race,
