@@ -40,7 +40,7 @@ use crate::db::{Db, Sql, Val, int, opt_int};
 
 /// How long a node still booting may go without an event before the board
 /// flags it stuck, unless `MPROV_BOARD_STUCK_SECONDS` says otherwise.
-pub const DEFAULT_STUCK_SECONDS: u64 = 600;
+pub const DEFAULT_STUCK_SECONDS: u64 = crate::config::DEFAULT_BOARD_STUCK_SECONDS;
 /// How many of the slowest nodes the board flags.
 pub const SLOWEST: usize = 10;
 /// The most changed cells one read of the feed returns; a reader further

@@ -477,7 +477,7 @@ pub(crate) async fn migration_backfill_maps_phases_as_the_code_does(engine: Engi
                 Val::Text(Some("control".into())),
                 Val::Int(None),
                 Val::Text(None),
-                Val::Text(Some(format!("{}", p.as_str()))),
+                Val::Text(Some(p.as_str().to_owned())),
             ]);
         }
         ins.query().execute(db.pool()).await.unwrap();
