@@ -11,6 +11,7 @@ mod jobs;
 mod limits;
 mod logs;
 mod openapi;
+mod pages;
 mod process;
 mod scopes;
 mod scripts;
