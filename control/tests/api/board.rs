@@ -520,3 +520,330 @@ pub(crate) async fn migration_backfill_maps_phases_as_the_code_does(engine: Engi
     }
     c.cleanup().await;
 }
+
+/// A signed-in admin's session cookie, started on the database itself.
+async fn session_cookie(db: &Db) -> String {
+    let started = mprov_control::sessions::start(
+        db,
+        "admin",
+        true,
+        mprov_control::sessions::Method::Password,
+        Timestamp::now(),
+    )
+    .await
+    .unwrap();
+    format!("mprov_session={}", started.token)
+}
+
+/// The board and a node's timeline as pages, through the router: every
+/// cell a link with its letter and its state in words, the legend, the
+/// grouping refused when unknown, a timeline's errors and script output.
+pub(crate) async fn pages_show_the_board_and_a_timeline(engine: Engine) {
+    use axum::body::Body;
+    use axum::http::{Request, header};
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+
+    let c = Ctx::new(engine).await;
+    let c01 = c
+        .post(
+            "systems",
+            json!({"hostname": "c01", "rack": "r7", "rack_unit": 2}),
+        )
+        .await;
+    c.post("systems", json!({"hostname": "c02"})).await;
+    let id = c01["id"].as_i64().unwrap();
+    let db = &c.state.db;
+    let t = |s: u32| format!("2026-03-01T10:00:{s:02}Z");
+    event(db, Some(id), BootPhase::DhcpOffered, &t(0), "").await;
+    event(db, Some(id), BootPhase::ImageStarted, &t(10), "").await;
+    event(
+        db,
+        Some(id),
+        BootPhase::Progress,
+        &t(20),
+        "1 of 2 MiB (50%)",
+    )
+    .await;
+    event(db, Some(id), BootPhase::Failed, &t(30), "js1: <refused>").await;
+    event(
+        db,
+        Some(id),
+        BootPhase::Script,
+        &t(40),
+        "a: ok\nhello & bye",
+    )
+    .await;
+    let cookie = session_cookie(db).await;
+    let get = |path: &str| {
+        let req = Request::get(path)
+            .header(header::COOKIE, &cookie)
+            .body(Body::empty())
+            .unwrap();
+        let app = c.app.clone();
+        async move {
+            let resp = app.oneshot(req).await.unwrap();
+            let status = resp.status();
+            let csp = resp
+                .headers()
+                .get(header::CONTENT_SECURITY_POLICY)
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, csp, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    let (status, csp, html) = get("/admin/board/?by=rack").await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(csp.starts_with("default-src 'self'"), "{csp}");
+    assert!(
+        !html.contains("<script>") && !html.contains("style="),
+        "no inline script or style"
+    );
+    assert!(html.contains("/admin/static/board.js"), "{html}");
+    assert!(
+        html.contains(&format!(
+            "<a id=\"n{id}\" class=\"cell s-scripts slow stuck\" href=\"/admin/systems/{id}/timeline\""
+        )),
+        "{html}"
+    );
+    assert!(html.contains("aria-label=\"c01: scripts"), "{html}");
+    assert!(html.contains("aria-label=\"c02: no boot seen\""), "{html}");
+    assert!(html.contains("r7") && html.contains("(no rack)"), "{html}");
+    for state in BoardState::ALL {
+        assert!(
+            html.contains(&format!("{}: {}</li>", state.letter(), state.label())),
+            "legend of {state:?}"
+        );
+    }
+    let (status, _, html) = get("/admin/board/?by=row").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{html}");
+    assert!(html.contains("group, switch or rack"), "{html}");
+    let (status, _, html) = get("/admin/systems/c01/timeline").await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(
+        html.contains("js1: &#60;refused&#62;"),
+        "the error, escaped: {html}"
+    );
+    assert!(
+        html.contains("<pre class=\"out\">a: ok\nhello &#38; bye</pre>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<td>10 s</td>"),
+        "each step's duration: {html}"
+    );
+    let (status, _, _) = get("/admin/systems/nope/timeline").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Without a session, the sign-in form.
+    let resp = c
+        .app
+        .clone()
+        .oneshot(Request::get("/admin/board/").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SEE_OTHER);
+    c.cleanup().await;
+}
+
+/// One server-sent event.
+#[derive(Debug)]
+struct Sent {
+    name: String,
+    id: String,
+    data: serde_json::Value,
+    at: std::time::Instant,
+}
+
+/// Reads server-sent events from a response, one at a time.
+struct EventReader {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl EventReader {
+    async fn next(&mut self) -> Sent {
+        let deadline = std::time::Duration::from_secs(20);
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let (mut name, mut id, mut data) = (String::new(), String::new(), String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if name.is_empty() {
+                    continue; // a keep-alive comment
+                }
+                return Sent {
+                    name,
+                    id,
+                    data: serde_json::from_str(&data).unwrap_or_else(|e| panic!("{e}: {data}")),
+                    at: std::time::Instant::now(),
+                };
+            }
+            let chunk = tokio::time::timeout(deadline, self.resp.chunk())
+                .await
+                .expect("an event within 20 s")
+                .expect("the stream")
+                .expect("the stream still open");
+            self.buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+/// The cell of `host` in a message, as (letter, sub).
+fn cell_of(msg: &serde_json::Value, host: &str) -> Option<(String, String)> {
+    msg["cells"]
+        .as_array()?
+        .iter()
+        .find(|c| c["host"] == host)
+        .map(|c| {
+            (
+                c["letter"].as_str().unwrap_or_default().to_owned(),
+                c["sub"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+}
+
+/// The live feed of a real `mprov-control serve`, read with reqwest while
+/// boot events are posted to it: a snapshot first, coalesced updates at
+/// most one a second, a snapshot again on a reconnect with
+/// `Last-Event-ID`, and a snapshot when the inventory changes.
+pub(crate) fn feed_on_a_real_service(dir: &std::path::Path, url: &str) {
+    use crate::attacks::ADMIN_PASSWORD;
+    use crate::process::Server;
+
+    let mut s = Server::start(dir, url, 1, &[("MPROV_SUPERUSER_PASSWORD", ADMIN_PASSWORD)]);
+    let base = format!("http://127.0.0.1:{}", s.port);
+    let url = url.to_owned();
+    tokio::runtime::Handle::current().block_on(async move {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::new();
+        let api = |method: reqwest::Method, path: &str, body: serde_json::Value| {
+            http.request(method, format!("{base}{path}"))
+                .basic_auth("admin", Some(ADMIN_PASSWORD))
+                .header(mprov_api::VERSION_HEADER, mprov_api::api_version())
+                .json(&body)
+                .send()
+        };
+        for host in ["c01", "c02"] {
+            let r = api(
+                reqwest::Method::POST,
+                "/api/v1/systems/",
+                json!({"hostname": host}),
+            )
+            .await
+            .unwrap();
+            assert!(r.status().is_success(), "{:?}", r.text().await);
+        }
+        let db = Db::connect(&url).await.unwrap();
+        let cookie = session_cookie(&db).await;
+        let open = |last: Option<String>| {
+            let mut req = http
+                .get(format!("{base}/admin/board/events?by=group"))
+                .header("cookie", &cookie);
+            if let Some(id) = last {
+                req = req.header("last-event-id", id);
+            }
+            async move {
+                let resp = req.send().await.unwrap();
+                assert_eq!(resp.status(), reqwest::StatusCode::OK);
+                let ty = resp.headers()["content-type"].to_str().unwrap().to_owned();
+                assert!(ty.starts_with("text/event-stream"), "{ty}");
+                EventReader {
+                    resp,
+                    buf: String::new(),
+                }
+            }
+        };
+        let mut feed = open(None).await;
+        let first = feed.next().await;
+        assert_eq!(first.name, "snapshot");
+        // (First start made the control host's own system too.)
+        let systems = first.data["cells"].as_array().unwrap().len();
+        assert!(systems >= 2, "{first:?}");
+        assert_eq!(
+            cell_of(&first.data, "c01"),
+            Some(("-".into(), String::new()))
+        );
+
+        // Five events in a burst: they arrive as coalesced updates, at
+        // least a second apart.
+        let post = |host: &str, phase: &str, detail: &str| {
+            api(
+                reqwest::Method::POST,
+                "/api/v1/boot/events",
+                json!({"system": host, "phase": phase, "detail": detail}),
+            )
+        };
+        for (host, phase, detail) in [
+            ("c01", "dhcp_offered", ""),
+            ("c01", "kernel_fetched", ""),
+            ("c01", "image_started", ""),
+            ("c01", "progress", "40 of 100 MiB (40%)"),
+            ("c02", "dhcp_offered", ""),
+        ] {
+            let r = post(host, phase, detail).await.unwrap();
+            assert!(r.status().is_success(), "{:?}", r.text().await);
+        }
+        let mut updates = Vec::new();
+        let mut seen = std::collections::HashMap::new();
+        while seen.get("c01") != Some(&("M".to_owned(), "40%".to_owned()))
+            || seen.get("c02") != Some(&("D".to_owned(), String::new()))
+        {
+            let ev = feed.next().await;
+            assert_eq!(ev.name, "update", "{ev:?}");
+            for host in ["c01", "c02"] {
+                if let Some(cell) = cell_of(&ev.data, host) {
+                    seen.insert(host, cell);
+                }
+            }
+            updates.push(ev);
+            assert!(
+                updates.len() <= 3,
+                "five events, {} updates: {updates:?}",
+                updates.len()
+            );
+        }
+        for pair in updates.windows(2) {
+            let gap = pair[1].at - pair[0].at;
+            assert!(
+                gap >= std::time::Duration::from_millis(900),
+                "updates {gap:?} apart"
+            );
+        }
+        let last_id = updates.last().unwrap().id.clone();
+        assert!(last_id.parse::<i64>().unwrap() > first.id.parse::<i64>().unwrap());
+
+        // A reconnect naming the last event it saw gets a snapshot.
+        drop(feed);
+        let mut again = open(Some(last_id)).await;
+        let snap = again.next().await;
+        assert_eq!(snap.name, "snapshot");
+        assert_eq!(cell_of(&snap.data, "c01"), Some(("M".into(), "40%".into())));
+        assert_eq!(
+            cell_of(&snap.data, "c02"),
+            Some(("D".into(), String::new()))
+        );
+        // An inventory change: a snapshot with the new system.
+        let r = api(
+            reqwest::Method::POST,
+            "/api/v1/systems/",
+            json!({"hostname": "c03"}),
+        )
+        .await
+        .unwrap();
+        assert!(r.status().is_success());
+        let next = again.next().await;
+        assert_eq!(next.name, "snapshot", "{next:?}");
+        assert_eq!(next.data["cells"].as_array().unwrap().len(), systems + 1);
+        db.close().await;
+    });
+    s.stop();
+}

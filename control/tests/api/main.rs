@@ -1153,7 +1153,17 @@ async fn board_migration_backfill_maps_phases_as_the_code_does(engine: Engine) {
     board::migration_backfill_maps_phases_as_the_code_does(engine).await;
 }
 
+async fn board_pages_show_the_board_and_a_timeline(engine: Engine) {
+    board::pages_show_the_board_and_a_timeline(engine).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn board_feed_on_a_real_service() {
+    common::on_sqlite(board::feed_on_a_real_service).await;
+}
+
 engine_tests!(
+    board_pages_show_the_board_and_a_timeline,
     board_states_snapshot_feed_and_timeline,
     board_statements_do_not_grow_with_systems,
     board_migration_backfill_maps_phases_as_the_code_does,
