@@ -37,7 +37,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use mprov_api::boot::{BootEvent, BootPhase};
+use mprov_api::boot::{BoardState, BootEvent, BootPhase};
 use sqlx::Row as _;
 use sqlx::any::AnyRow;
 
@@ -219,6 +219,9 @@ async fn try_record(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<BootEv
         ins.push(" RETURNING id");
         int(&ins.query().fetch_one(&mut *tx).await?, "id")?
     };
+    if let Some(sid) = ev.system_id {
+        keep_node_state(db, &mut tx, sid, boot_id, &ev, &now).await?;
+    }
     let hostname = match ev.system_id {
         Some(sid) => {
             let mut q = db.sql();
@@ -244,6 +247,187 @@ async fn try_record(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<BootEv
         ip: ev.ip,
         detail: ev.detail,
     })
+}
+
+/// A node's current state on the boot board, as `node_states` keeps it:
+/// one row per system that has reported, written with each of its events
+/// ([`next_state`]), so the board reads it without scanning `boot_events`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeState {
+    /// The boot the latest event belongs to.
+    pub boot_id: i64,
+    /// Where the node stands.
+    pub state: BoardState,
+    /// The latest event's phase.
+    pub phase: BootPhase,
+    /// How much of the image has streamed, while in [`BoardState::Image`].
+    pub percent: Option<u8>,
+    /// When this boot's first event came (stored form).
+    pub boot_started: String,
+    /// When the node entered `state`.
+    pub state_since: String,
+    /// When the latest event came.
+    pub last_at: String,
+    /// The latest event's detail.
+    pub detail: String,
+    /// The latest failure's detail in this boot (`failed`,
+    /// `checksum_mismatch`); empty without one.
+    pub last_error: String,
+}
+
+/// The percentage an agent's `progress` detail ends with (`"120 of 800
+/// MiB (15%)"`), at most 100.
+pub fn progress_percent(detail: &str) -> Option<u8> {
+    let (_, tail) = detail.rsplit_once('(')?;
+    let n: u8 = tail.trim_end().strip_suffix("%)")?.trim().parse().ok()?;
+    Some(n.min(100))
+}
+
+/// A node's state after an event of `phase` in boot `boot_id` at `at`,
+/// given its state before (`None`: the node's first event). `None` when
+/// the event changes nothing: a lease renewal (`dhcp_acked` without an
+/// offer before it) of a node whose boot has ended, which a running node
+/// sends every half lease and which is no new boot for the board. Pure.
+///
+/// An event of another boot resets the row: the boot, the state and the
+/// error start over. Within a boot the state follows the latest phase
+/// ([`BootPhase::board_state`]); `image_started` starts the percentage at
+/// 0, `progress` sets it from its detail, `verified` and `switch_root` at
+/// 100, any other state clears it.
+pub fn next_state(
+    prev: Option<&NodeState>,
+    boot_id: i64,
+    phase: BootPhase,
+    at: &str,
+    detail: &str,
+) -> Option<NodeState> {
+    let state = phase.board_state();
+    let same_boot = prev.filter(|p| p.boot_id == boot_id);
+    if let Some(p) = prev
+        && p.state.is_final()
+        && phase == BootPhase::DhcpAcked
+    {
+        return None;
+    }
+    let since = match same_boot {
+        Some(p) if p.state == state => p.state_since.clone(),
+        _ => at.to_owned(),
+    };
+    let percent = match phase {
+        BootPhase::ImageStarted => Some(0),
+        BootPhase::Progress => progress_percent(detail)
+            .or(same_boot.and_then(|p| p.percent))
+            .or(Some(0)),
+        BootPhase::Verified | BootPhase::SwitchRoot => Some(100),
+        _ if state == BoardState::Image => same_boot.and_then(|p| p.percent),
+        _ => None,
+    };
+    let last_error = if state == BoardState::Failed {
+        detail.to_owned()
+    } else {
+        same_boot.map(|p| p.last_error.clone()).unwrap_or_default()
+    };
+    Some(NodeState {
+        boot_id,
+        state,
+        phase,
+        percent,
+        boot_started: same_boot.map_or_else(|| at.to_owned(), |p| p.boot_started.clone()),
+        state_since: since,
+        last_at: at.to_owned(),
+        detail: detail.to_owned(),
+        last_error,
+    })
+}
+
+/// The columns of `node_states` a [`NodeState`] is read from.
+pub const NODE_STATE_COLUMNS: &str =
+    "boot_id, state, phase, percent, boot_started, state_since, last_at, detail, last_error";
+
+/// Reads a [`NodeState`] from a row holding [`NODE_STATE_COLUMNS`] (with
+/// any prefix the query gave them: none here). `None` when the row has
+/// none (a system that never reported, in a `LEFT JOIN`).
+pub fn node_state_of(r: &AnyRow) -> Result<Option<NodeState>, sqlx::Error> {
+    let Some(boot_id) = opt_int(r, "boot_id")? else {
+        return Ok(None);
+    };
+    let state = text(r, "state")
+        .and_then(|s| BoardState::from_wire(&s))
+        .unwrap_or(BoardState::Failed);
+    Ok(Some(NodeState {
+        boot_id,
+        state,
+        phase: text(r, "phase")
+            .and_then(|p| phase_of(&p))
+            .unwrap_or(BootPhase::Failed),
+        percent: opt_int(r, "percent")?.and_then(|p| u8::try_from(p.clamp(0, 100)).ok()),
+        boot_started: text(r, "boot_started").unwrap_or_default(),
+        state_since: text(r, "state_since").unwrap_or_default(),
+        last_at: text(r, "last_at").unwrap_or_default(),
+        detail: text(r, "detail").unwrap_or_default(),
+        last_error: text(r, "last_error").unwrap_or_default(),
+    }))
+}
+
+/// Keeps system `sid`'s row of `node_states` after its event `ev` of boot
+/// `boot_id` at `at`, inside the event's transaction: reads the row
+/// (locking it where the engine can), decides ([`next_state`]), and
+/// writes it with the next `seq` from `board_seq`. Bumping that one row
+/// last makes every writer wait for the one before it to commit, so `seq`
+/// order is commit order and the board's change feed
+/// (`board::changes`) never skips a row committed late.
+async fn keep_node_state(
+    db: &Db,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    sid: i64,
+    boot_id: i64,
+    ev: &NewEvent,
+    at: &str,
+) -> Result<(), sqlx::Error> {
+    let mut read = db.sql();
+    read.push(&format!(
+        "SELECT {NODE_STATE_COLUMNS} FROM node_states WHERE system_id = "
+    ))
+    .bind(Val::Int(Some(sid)));
+    if db.engine() != Engine::Sqlite {
+        read.push(" FOR UPDATE");
+    }
+    let prev = match read.query().fetch_optional(&mut **tx).await? {
+        Some(r) => node_state_of(&r)?,
+        None => None,
+    };
+    let Some(next) = next_state(prev.as_ref(), boot_id, ev.phase, at, &ev.detail) else {
+        return Ok(());
+    };
+    sqlx::query("UPDATE board_seq SET seq = seq + 1 WHERE id = 1")
+        .execute(&mut **tx)
+        .await?;
+    let seq = int(
+        &sqlx::query("SELECT seq FROM board_seq WHERE id = 1")
+            .fetch_one(&mut **tx)
+            .await?,
+        "seq",
+    )?;
+    let text = |s: &str| Val::Text(Some(s.to_owned()));
+    let up = Sql::upsert(
+        db.engine(),
+        "node_states",
+        ("system_id", Val::Int(Some(sid))),
+        vec![
+            ("seq", Val::Int(Some(seq))),
+            ("boot_id", Val::Int(Some(next.boot_id))),
+            ("state", text(next.state.as_str())),
+            ("phase", text(next.phase.as_str())),
+            ("percent", Val::Int(next.percent.map(i64::from))),
+            ("boot_started", text(&next.boot_started)),
+            ("state_since", text(&next.state_since)),
+            ("last_at", text(&next.last_at)),
+            ("detail", text(&next.detail)),
+            ("last_error", text(&next.last_error)),
+        ],
+    );
+    up.query().execute(&mut **tx).await?;
+    Ok(())
 }
 
 /// The time before which boot events are removed at `now`, keeping
@@ -676,6 +860,30 @@ pub async fn events(
     Ok(rows.iter().map(event_of).collect::<Result<Vec<_>, _>>()?)
 }
 
+/// The events of system `id`'s latest `boots` boots, oldest first (the
+/// newest [`MAX_EVENTS`] of them), in one statement (counted, see
+/// [`Db::statements`]).
+pub async fn latest_boots(db: &Db, id: i64, boots: u32) -> Result<Vec<BootEvent>, BootError> {
+    let mut sql = db.sql();
+    sql.push(EVENT_COLUMNS)
+        .push("e.system_id = ")
+        .bind(Val::Int(Some(id)))
+        .push(" AND e.boot_id >= (SELECT COALESCE(MIN(b.boot_id), 0) FROM (SELECT DISTINCT boot_id FROM boot_events WHERE system_id = ")
+        .bind(Val::Int(Some(id)))
+        .push(&format!(
+            " ORDER BY boot_id DESC LIMIT {}) b) ORDER BY e.id DESC LIMIT {MAX_EVENTS}",
+            boots.max(1)
+        ));
+    let mut out = db
+        .fetch_all(&sql)
+        .await?
+        .iter()
+        .map(event_of)
+        .collect::<Result<Vec<_>, _>>()?;
+    out.reverse();
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -716,6 +924,86 @@ mod tests {
             BootPhase::ScriptServed,
             gap
         ));
+    }
+
+    #[test]
+    fn a_nodes_state_follows_its_boot() {
+        let step = |prev: Option<&NodeState>, boot, phase, at: &str, detail: &str| {
+            next_state(prev, boot, phase, at, detail).expect("a change")
+        };
+        let s = step(None, 7, BootPhase::DhcpOffered, "T01", "");
+        assert_eq!(
+            (s.state, s.boot_started.as_str(), s.state_since.as_str()),
+            (BoardState::Dhcp, "T01", "T01")
+        );
+        // Same state: it keeps when it entered it.
+        let s = step(Some(&s), 7, BootPhase::DhcpAcked, "T02", "");
+        assert_eq!((s.state_since.as_str(), s.last_at.as_str()), ("T01", "T02"));
+        let s = step(Some(&s), 7, BootPhase::ScriptServed, "T03", "");
+        assert_eq!((s.state, s.state_since.as_str()), (BoardState::Ipxe, "T03"));
+        let s = step(Some(&s), 7, BootPhase::ImageStarted, "T04", "");
+        assert_eq!(s.percent, Some(0));
+        let s = step(
+            Some(&s),
+            7,
+            BootPhase::Progress,
+            "T05",
+            "80 of 800 MiB (10%)",
+        );
+        assert_eq!((s.percent, s.state_since.as_str()), (Some(10), "T04"));
+        // A detail without a percentage keeps the last one.
+        let s = step(Some(&s), 7, BootPhase::Progress, "T06", "halfway");
+        assert_eq!(s.percent, Some(10));
+        let s = step(
+            Some(&s),
+            7,
+            BootPhase::ChecksumMismatch,
+            "T07",
+            "js1: sha256 differs",
+        );
+        assert_eq!(
+            (s.state, s.percent, s.last_error.as_str()),
+            (BoardState::Failed, None, "js1: sha256 differs")
+        );
+        // The agent goes on with the next job server: the same boot, the
+        // error kept.
+        let s = step(Some(&s), 7, BootPhase::ImageStarted, "T08", "streaming js2");
+        assert_eq!(
+            (s.state, s.boot_started.as_str(), s.last_error.as_str()),
+            (BoardState::Image, "T01", "js1: sha256 differs")
+        );
+        let s = step(Some(&s), 7, BootPhase::Verified, "T09", "");
+        assert_eq!(s.percent, Some(100));
+        let s = step(Some(&s), 7, BootPhase::Scripts, "T10", "a, b");
+        assert_eq!((s.state, s.percent), (BoardState::Scripts, None));
+        let ready = step(Some(&s), 7, BootPhase::Ready, "T11", "");
+        assert!(ready.state.is_final());
+        // A running node renewing its lease is no new boot.
+        assert_eq!(
+            next_state(Some(&ready), 9, BootPhase::DhcpAcked, "T12", ""),
+            None
+        );
+        // A reboot is: everything starts over.
+        let s = step(Some(&ready), 9, BootPhase::DhcpOffered, "T13", "");
+        assert_eq!(
+            (
+                s.boot_id,
+                s.state,
+                s.boot_started.as_str(),
+                s.last_error.as_str()
+            ),
+            (9, BoardState::Dhcp, "T13", "")
+        );
+    }
+
+    #[test]
+    fn progress_details_give_their_percentage() {
+        assert_eq!(progress_percent("120 of 800 MiB (15%)"), Some(15));
+        assert_eq!(progress_percent("0 of 0 MiB (100%)"), Some(100));
+        assert_eq!(progress_percent("x (250%)"), Some(100));
+        assert_eq!(progress_percent("120 of 800 MiB"), None);
+        assert_eq!(progress_percent("(abc%)"), None);
+        assert_eq!(progress_percent("(-5%)"), None);
     }
 
     #[test]

@@ -163,6 +163,10 @@ pub struct Settings {
     /// once in weeks); beyond it, 429.
     #[arg(long, env = "MPROV_RENEWALS_PER_HOUR", default_value_t = 6)]
     pub renewals_per_hour: u32,
+    /// Seconds a node still booting may go without a boot event before the
+    /// boot board flags it stuck.
+    #[arg(long, env = "MPROV_BOARD_STUCK_SECONDS", default_value_t = DEFAULT_BOARD_STUCK_SECONDS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub board_stuck_seconds: u64,
     /// Days boot events are kept; older ones are removed hourly.
     #[arg(long, env = "MPROV_BOOT_EVENTS_KEEP_DAYS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
     pub boot_events_keep_days: u32,
@@ -617,6 +621,10 @@ pub enum ConfigError {
     PublicUrl(String),
 }
 
+/// How long a node still booting may be quiet before the boot board flags
+/// it stuck, unless `MPROV_BOARD_STUCK_SECONDS` says otherwise.
+pub const DEFAULT_BOARD_STUCK_SECONDS: u64 = 600;
+
 /// What one identity (a node's or a job server's certificate) may write,
 /// and how long boot events are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -718,6 +726,9 @@ pub struct Config {
     pub writes: WriteLimits,
     /// When silent job servers' jobs are failed and their rows deleted.
     pub silence: JobServerSilence,
+    /// `MPROV_BOARD_STUCK_SECONDS`: how long a node still booting may be
+    /// quiet before the boot board flags it stuck.
+    pub board_stuck_seconds: u64,
     /// The first-start admin password, if given.
     pub superuser_password: Option<String>,
     /// The secret key, if given in the environment.
@@ -904,6 +915,7 @@ impl Config {
                 renewals_per_hour: s.renewals_per_hour.max(1),
                 boot_events_keep_days: s.boot_events_keep_days.max(1),
             },
+            board_stuck_seconds: s.board_stuck_seconds,
             silence: JobServerSilence {
                 fail_jobs_after_minutes: s.jobserver_fail_jobs_after_minutes,
                 delete_after_days: s.jobserver_delete_after_days,
@@ -1154,6 +1166,25 @@ mod tests {
         let mut argv = vec!["x"];
         argv.extend_from_slice(args);
         Config::from_settings(Cli::try_parse_from(argv).unwrap().s).unwrap()
+    }
+
+    #[test]
+    fn the_board_flags_stuck_nodes_after_the_knobs_seconds() {
+        assert_eq!(config(&[]).board_stuck_seconds, 600);
+        assert_eq!(
+            config(&["--board-stuck-seconds", "90"]).board_stuck_seconds,
+            90
+        );
+        assert!(Cli::try_parse_from(["x", "--board-stuck-seconds", "0"]).is_err());
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "board_stuck_seconds")
+            .unwrap();
+        assert_eq!(
+            arg.get_env().and_then(|e| e.to_str()),
+            Some("MPROV_BOARD_STUCK_SECONDS")
+        );
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //!    signing helper that alone reads the CA key, and its client);
 //! 3. the domain: [`identity`] (principals; certificate, API key and
 //!    password checks), [`enrollment`] (tokens, nonces, credentials),
-//!    [`boot`] (the boot timeline), [`jobs`] (the jobs queue),
+//!    [`boot`] (the boot timeline), [`board`] (the boot board: cells,
+//!    flags, change feed, a node's timeline), [`jobs`] (the jobs queue),
 //!    [`jobservers`] (a job server's registration and heartbeats) and
 //!    [`netboot`] (the node view, the bootability rule and the pure
 //!    `/ipxe/` decision), [`scripts`] (the script-runner's plans, content
@@ -37,6 +38,7 @@
 
 pub mod access;
 pub mod backup;
+pub mod board;
 pub mod boot;
 pub mod bootconfig;
 pub mod cli;

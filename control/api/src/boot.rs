@@ -369,6 +369,126 @@ impl BootPhase {
     }
 }
 
+impl BootPhase {
+    /// The cell of the boot board this phase puts a node in. Every phase
+    /// has one: the `match` is exhaustive, so a new phase must be placed.
+    pub fn board_state(self) -> BoardState {
+        match self {
+            BootPhase::DhcpOffered | BootPhase::DhcpAcked | BootPhase::ProxyAnswered => {
+                BoardState::Dhcp
+            }
+            BootPhase::BootFileSent | BootPhase::ScriptServed => BoardState::Ipxe,
+            BootPhase::KernelFetched | BootPhase::InitramfsFetched | BootPhase::AgentDhcp => {
+                BoardState::Kernel
+            }
+            BootPhase::Enrolled => BoardState::Enrolled,
+            BootPhase::ImageStarted
+            | BootPhase::Progress
+            | BootPhase::Verified
+            | BootPhase::SwitchRoot => BoardState::Image,
+            BootPhase::Scripts | BootPhase::Script => BoardState::Scripts,
+            BootPhase::Ready => BoardState::Ready,
+            BootPhase::Failed | BootPhase::ChecksumMismatch => BoardState::Failed,
+        }
+    }
+}
+
+/// Where a node stands on the boot board: the phases of a boot folded into
+/// the eight steps an admin watches ([`BootPhase::board_state`]). Each has
+/// a wire name and a letter, so a cell never says its state by colour
+/// alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BoardState {
+    /// DHCP: the firmware got (or is getting) its address.
+    Dhcp,
+    /// iPXE: the boot file and the boot script went out.
+    Ipxe,
+    /// The kernel and the agent initramfs were fetched; the agent's own
+    /// DHCP.
+    Kernel,
+    /// The agent enrolled and holds its certificate.
+    Enrolled,
+    /// The image is streaming (with a percentage), verified, switching
+    /// root.
+    Image,
+    /// The post-boot scripts run.
+    Scripts,
+    /// Up, scripts run: the boot ended well.
+    Ready,
+    /// A failure (or a checksum mismatch): the boot ended badly, unless a
+    /// later step shows it went on.
+    Failed,
+}
+
+impl BoardState {
+    /// Every state, in boot order (`ready` and `failed` last).
+    pub const ALL: [BoardState; 8] = [
+        BoardState::Dhcp,
+        BoardState::Ipxe,
+        BoardState::Kernel,
+        BoardState::Enrolled,
+        BoardState::Image,
+        BoardState::Scripts,
+        BoardState::Ready,
+        BoardState::Failed,
+    ];
+
+    /// The wire name, e.g. `enrolled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BoardState::Dhcp => "dhcp",
+            BoardState::Ipxe => "ipxe",
+            BoardState::Kernel => "kernel",
+            BoardState::Enrolled => "enrolled",
+            BoardState::Image => "image",
+            BoardState::Scripts => "scripts",
+            BoardState::Ready => "ready",
+            BoardState::Failed => "failed",
+        }
+    }
+
+    /// The state of a wire name.
+    pub fn from_wire(name: &str) -> Option<BoardState> {
+        BoardState::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// The one letter a cell shows (all distinct): D, I, K, E, M (iMage),
+    /// S, R, F.
+    pub fn letter(self) -> char {
+        match self {
+            BoardState::Dhcp => 'D',
+            BoardState::Ipxe => 'I',
+            BoardState::Kernel => 'K',
+            BoardState::Enrolled => 'E',
+            BoardState::Image => 'M',
+            BoardState::Scripts => 'S',
+            BoardState::Ready => 'R',
+            BoardState::Failed => 'F',
+        }
+    }
+
+    /// A name for a person, e.g. `iPXE`.
+    pub fn label(self) -> &'static str {
+        match self {
+            BoardState::Dhcp => "DHCP",
+            BoardState::Ipxe => "iPXE",
+            BoardState::Kernel => "kernel",
+            BoardState::Enrolled => "enrolled",
+            BoardState::Image => "image",
+            BoardState::Scripts => "scripts",
+            BoardState::Ready => "ready",
+            BoardState::Failed => "failed",
+        }
+    }
+
+    /// Whether the state ends a boot (`ready`, `failed`): a node there is
+    /// neither slow nor stuck.
+    pub fn is_final(self) -> bool {
+        matches!(self, BoardState::Ready | BoardState::Failed)
+    }
+}
+
 /// `POST /api/v1/boot/events`: one event. A node writes events for itself
 /// only (its certificate names the system, so it sends neither `mac` nor
 /// `system`); a job server names the node by `mac` (or `system`) and may
@@ -446,6 +566,62 @@ mod contract_tests {
         assert!(
             ipxe_chain_url("http://c:8080/").starts_with("http://c:8080/ipxe/?mac=${net0/mac}")
         );
+    }
+
+    #[test]
+    fn every_phase_has_its_board_state() {
+        use BoardState::*;
+        let want = [
+            (BootPhase::DhcpOffered, Dhcp),
+            (BootPhase::DhcpAcked, Dhcp),
+            (BootPhase::ProxyAnswered, Dhcp),
+            (BootPhase::BootFileSent, Ipxe),
+            (BootPhase::ScriptServed, Ipxe),
+            (BootPhase::KernelFetched, Kernel),
+            (BootPhase::InitramfsFetched, Kernel),
+            (BootPhase::AgentDhcp, Kernel),
+            (BootPhase::Enrolled, Enrolled),
+            (BootPhase::ImageStarted, Image),
+            (BootPhase::Progress, Image),
+            (BootPhase::Verified, Image),
+            (BootPhase::ChecksumMismatch, Failed),
+            (BootPhase::SwitchRoot, Image),
+            (BootPhase::Scripts, Scripts),
+            (BootPhase::Script, Scripts),
+            (BootPhase::Failed, Failed),
+            (BootPhase::Ready, Ready),
+        ];
+        assert_eq!(want.len(), BootPhase::ALL.len());
+        for (&phase, (listed, state)) in BootPhase::ALL.iter().zip(want) {
+            assert_eq!(phase, listed);
+            assert_eq!(phase.board_state(), state, "{phase:?}");
+        }
+        // Every board state is reached by some phase.
+        for state in BoardState::ALL {
+            assert!(
+                BootPhase::ALL.iter().any(|p| p.board_state() == state),
+                "{state:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn board_states_have_distinct_letters_and_round_trip() {
+        let letters: std::collections::BTreeSet<char> =
+            BoardState::ALL.iter().map(|s| s.letter()).collect();
+        assert_eq!(letters.len(), BoardState::ALL.len());
+        for state in BoardState::ALL {
+            let json = serde_json::to_string(&state).unwrap();
+            assert_eq!(json, format!("\"{}\"", state.as_str()));
+            assert_eq!(BoardState::from_wire(state.as_str()), Some(state));
+            assert!(state.letter().is_ascii_uppercase());
+        }
+        assert_eq!(BoardState::from_wire("booting"), None);
+        let finals: Vec<BoardState> = BoardState::ALL
+            .into_iter()
+            .filter(|s| s.is_final())
+            .collect();
+        assert_eq!(finals, [BoardState::Ready, BoardState::Failed]);
     }
 
     #[test]

@@ -72,6 +72,7 @@ pub(crate) static KINDS: &[KindInfo] = &[
             ("stateful", Bool),
             ("netboot", Bool),
             ("run_request", Int),
+            ("rack_unit", Int),
             ("groups", IdList),
             ("scripts", IdList),
             ("nics", Json),

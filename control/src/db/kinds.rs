@@ -572,7 +572,7 @@ const SYSTEM_FIELDS: [Field; 7] = cat::<2, 5, 7>(
     ],
     layer_fields!(),
 );
-const SYSTEM_EXTRA: [Field; 3] = [
+const SYSTEM_EXTRA: [Field; 5] = [
     f(
         "stateful",
         Ty::Bool,
@@ -595,8 +595,26 @@ const SYSTEM_EXTRA: [Field; 3] = [
     )
     .def(Default::Int(0))
     .ro(),
+    f(
+        "rack",
+        Ty::Text { max: 64 },
+        "The rack it stands in, e.g. r12: the boot board groups by it.",
+    )
+    .null(),
+    f(
+        "rack_unit",
+        Ty::Int {
+            min: 1,
+            max: MAX_RACK_UNIT,
+        },
+        "Its unit in the rack, as the rack's labels count: the boot board orders a rack by it.",
+    )
+    .null(),
 ];
-const SYSTEMS: [Field; 10] = cat::<7, 3, 10>(SYSTEM_FIELDS, SYSTEM_EXTRA);
+const SYSTEMS: [Field; 12] = cat::<7, 5, 12>(SYSTEM_FIELDS, SYSTEM_EXTRA);
+
+/// The highest rack unit a system may name: racks stop well below it.
+pub const MAX_RACK_UNIT: i64 = 100;
 
 const GROUPS: [Field; 8] = cat::<3, 5, 8>(
     [

@@ -107,6 +107,37 @@ impl Sql {
         self
     }
 
+    /// `INSERT INTO <table> (<key>, <cols>) VALUES (...)`, or when a row
+    /// with that `key` exists, an update of its `cols` instead: `ON
+    /// CONFLICT (<key>) DO UPDATE` on SQLite and PostgreSQL, `ON DUPLICATE
+    /// KEY UPDATE` on MariaDB. Table and column names are trusted text.
+    pub fn upsert(engine: Engine, table: &str, key: (&str, Val), cols: Vec<(&str, Val)>) -> Sql {
+        let mut sql = Sql::new(engine);
+        let names: Vec<&str> = std::iter::once(key.0)
+            .chain(cols.iter().map(|(c, _)| *c))
+            .collect();
+        sql.push(&format!(
+            "INSERT INTO {table} ({}) VALUES ",
+            names.join(", ")
+        ))
+        .bind_list(std::iter::once(key.1).chain(cols.iter().map(|(_, v)| v.clone())));
+        let set: Vec<String> = cols
+            .iter()
+            .map(|(c, _)| match engine {
+                Engine::Mysql => format!("{c} = VALUES({c})"),
+                Engine::Postgres | Engine::Sqlite => format!("{c} = excluded.{c}"),
+            })
+            .collect();
+        match engine {
+            Engine::Mysql => sql.push(" ON DUPLICATE KEY UPDATE "),
+            Engine::Postgres | Engine::Sqlite => {
+                sql.push(&format!(" ON CONFLICT ({}) DO UPDATE SET ", key.0))
+            }
+        };
+        sql.push(&set.join(", "));
+        sql
+    }
+
     /// The statement's text, with the engine's placeholders.
     pub fn text(&self) -> String {
         let mut out = String::new();
@@ -478,6 +509,31 @@ mod tests {
             };
             assert_eq!(joined.text(), shifted);
         }
+    }
+
+    #[test]
+    fn upserts_follow_the_engine() {
+        let sql = |engine| {
+            Sql::upsert(
+                engine,
+                "t",
+                ("k", Val::Int(Some(1))),
+                vec![("a", Val::Text(None)), ("b", Val::Int(Some(2)))],
+            )
+            .text()
+        };
+        assert_eq!(
+            sql(Engine::Sqlite),
+            "INSERT INTO t (k, a, b) VALUES (?, ?, ?) ON CONFLICT (k) DO UPDATE SET a = excluded.a, b = excluded.b"
+        );
+        assert_eq!(
+            sql(Engine::Postgres),
+            "INSERT INTO t (k, a, b) VALUES ($1, $2, $3) ON CONFLICT (k) DO UPDATE SET a = excluded.a, b = excluded.b"
+        );
+        assert_eq!(
+            sql(Engine::Mysql),
+            "INSERT INTO t (k, a, b) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE a = VALUES(a), b = VALUES(b)"
+        );
     }
 
     #[test]

@@ -420,6 +420,15 @@ impl From<BootError> for ApiError {
     }
 }
 
+impl From<crate::board::BoardError> for ApiError {
+    fn from(err: crate::board::BoardError) -> Self {
+        match err {
+            crate::board::BoardError::Db(db) => BootError::Db(db).into(),
+            crate::board::BoardError::Boot(e) => e.into(),
+        }
+    }
+}
+
 impl From<RegisterError> for ApiError {
     fn from(err: RegisterError) -> Self {
         match &err {

@@ -3,6 +3,7 @@
 
 mod attacks;
 mod backup;
+mod board;
 mod boot;
 mod common;
 mod flood;
@@ -1140,7 +1141,32 @@ async fn scripts_disable_scripts_forms(engine: Engine) {
     scripts::disable_scripts_forms(engine).await;
 }
 
+async fn board_states_snapshot_feed_and_timeline(engine: Engine) {
+    board::states_snapshot_feed_and_timeline(engine).await;
+}
+
+async fn board_statements_do_not_grow_with_systems(engine: Engine) {
+    board::statements_do_not_grow_with_systems(engine).await;
+}
+
+async fn board_migration_backfill_maps_phases_as_the_code_does(engine: Engine) {
+    board::migration_backfill_maps_phases_as_the_code_does(engine).await;
+}
+
+async fn board_pages_show_the_board_and_a_timeline(engine: Engine) {
+    board::pages_show_the_board_and_a_timeline(engine).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn board_feed_on_a_real_service() {
+    common::on_sqlite(board::feed_on_a_real_service).await;
+}
+
 engine_tests!(
+    board_pages_show_the_board_and_a_timeline,
+    board_states_snapshot_feed_and_timeline,
+    board_statements_do_not_grow_with_systems,
+    board_migration_backfill_maps_phases_as_the_code_does,
     scripts_plans_content_results_and_reruns,
     scripts_disable_scripts_forms,
     jobs_claim_race,

@@ -123,6 +123,7 @@ pub const CONTROL: Spec = Spec {
             name: "3 identity, enrollment, boot domain",
             modules: &[
                 "backup",
+                "board",
                 "boot",
                 "enrollment",
                 "first_start",

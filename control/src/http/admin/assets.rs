@@ -16,6 +16,16 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         include_bytes!("../../../static/admin/mprov.css"),
     ),
     (
+        "board.css",
+        "text/css; charset=utf-8",
+        include_bytes!("../../../static/admin/board.css"),
+    ),
+    (
+        "board.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../static/admin/board.js"),
+    ),
+    (
         "mprov.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../../static/admin/mprov.js"),

@@ -15,6 +15,7 @@
 //! site is refused before it reaches a handler ([`page::session_layer`]).
 
 pub mod assets;
+pub mod board;
 pub mod dashboard;
 pub mod identities;
 pub mod page;
@@ -37,6 +38,9 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/admin/static/{name}", get(assets::serve));
     let signed_in = Router::new()
         .route("/admin/", get(dashboard::show))
+        .route("/admin/board/", get(board::show))
+        .route("/admin/board/events", get(board::events))
+        .route("/admin/systems/{key}/timeline", get(board::timeline))
         .route("/admin/signout", post(signin::sign_out))
         .route("/admin/identities/", get(identities::show))
         .route("/admin/identities/tokens", post(identities::new_token))
