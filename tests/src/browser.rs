@@ -371,3 +371,25 @@ impl fantoccini::wd::WebDriverCompatibleCommand for VirtualAuthenticator {
         )
     }
 }
+
+/// Runs `work` on a thread of its own inside the network namespace `ns`
+/// (its name under `/run/netns/`), with a current-thread tokio runtime:
+/// a browser started there (ChromeDriver and Chromium are its children)
+/// reaches the lab's servers, and every socket it opens stays there.
+pub fn in_netns<T, F, Fut>(ns: &str, work: F) -> std::thread::JoinHandle<Result<T>>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let path = PathBuf::from("/run/netns").join(ns);
+    std::thread::spawn(move || -> Result<T> {
+        let file =
+            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).context("setns")?;
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(work())
+    })
+}

@@ -416,10 +416,26 @@ fn job_servers_register_build_sync_and_serve_their_own_network() -> Result<()> {
         "lab: js1 and js3:\n{on_lab}"
     );
 
-    // A VM on lab2 boots from js2.
+    // A VM on lab2 boots from js2, watched on the admin pages' boot board
+    // in Chromium (inside the lab namespace) as it happens.
+    let board = crate::pages::watch_board(
+        stack.net.name(),
+        control.url(),
+        control.password.clone(),
+        node.hostname.clone(),
+        Duration::from_secs(600),
+    );
     let vm = stack.power_on_at(&node, Machine::BiosIpxe, BRIDGE2)?;
     let booted = stack.until_ready(&node, vm, |_| {})?;
     ensure!(booted.console.contains(lab::READY_MARKER), "ready");
+    let seen = board
+        .join()
+        .map_err(|_| anyhow::anyhow!("the board watcher panicked"))??;
+    eprintln!("boot board: {} went {:?}", node.hostname, seen.letters);
+    ensure!(
+        seen.letters.last().map(String::as_str) == Some("R") && seen.live_changes >= 2,
+        "the board followed the boot live to ready: {seen:?}"
+    );
     let events = stack.timeline(&node)?;
     for phase in [
         BootPhase::DhcpAcked,

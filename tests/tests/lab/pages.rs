@@ -272,3 +272,80 @@ fn pages_sign_in_through_a_real_ldap_directory_in_chromium() -> Result<()> {
         Ok(())
     })
 }
+
+/// What [`watch_board`] saw of one node on the boot board.
+#[derive(Debug)]
+pub(crate) struct BoardSeen {
+    /// The node's cell's letters, in the order seen, each once.
+    pub letters: Vec<String>,
+    /// How many of those changes arrived while the page stayed loaded (live,
+    /// over server-sent events, not by reloading).
+    pub live_changes: usize,
+}
+
+/// Watches the boot board in Chromium inside the lab namespace `ns` while
+/// `hostname` boots, until its cell shows ready (R) or `limit` passes;
+/// saves screenshots of the board mid-boot and of the node's timeline,
+/// and audits both pages.
+pub(crate) fn watch_board(
+    ns: &str,
+    base: String,
+    password: String,
+    hostname: String,
+    limit: Duration,
+) -> std::thread::JoinHandle<Result<BoardSeen>> {
+    mprov_tests::browser::in_netns(ns, move || async move {
+        let b = Browser::start().await?;
+        b.sign_in(&base, ADMIN, &password).await?;
+        b.open(&format!("{base}/admin/board/?by=group")).await?;
+        b.assert_accessible("boot board").await?;
+        // A mark on the loaded page: gone if the page reloads.
+        b.client
+            .execute("window.mprovMark = true; return null;", vec![])
+            .await?;
+        let read = format!(
+            "const h = {host:?};\
+             const a = [...document.querySelectorAll('#board a')].find(x => x.querySelector('.h') && x.querySelector('.h').textContent === h);\
+             return [a ? a.querySelector('.l').textContent : '', window.mprovMark === true];",
+            host = hostname
+        );
+        let deadline = std::time::Instant::now() + limit;
+        let (mut letters, mut live_changes, mut shot) = (Vec::<String>::new(), 0, false);
+        loop {
+            let v = b.client.execute(&read, vec![]).await?;
+            let letter = v[0].as_str().unwrap_or_default().to_owned();
+            let marked = v[1].as_bool().unwrap_or(false);
+            if !letter.is_empty() && letters.last() != Some(&letter) {
+                if !letters.is_empty() && marked {
+                    live_changes += 1;
+                }
+                letters.push(letter.clone());
+            }
+            if !shot && ["K", "E", "M", "S"].contains(&letter.as_str()) {
+                b.screenshot("board-mid-boot").await?;
+                shot = true;
+            }
+            if letter == "R" || std::time::Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        ensure!(
+            shot,
+            "{hostname} never showed mid-boot on the board: {letters:?}"
+        );
+        let cell = format!(
+            "return [...document.querySelectorAll('#board a')].find(x => x.querySelector('.h').textContent === {hostname:?}).getAttribute('href');"
+        );
+        let href = b.client.execute(&cell, vec![]).await?;
+        b.open(&format!("{base}{}", href.as_str().unwrap_or_default()))
+            .await?;
+        b.assert_accessible("timeline").await?;
+        b.screenshot("timeline").await?;
+        b.close().await?;
+        Ok(BoardSeen {
+            letters,
+            live_changes,
+        })
+    })
+}
