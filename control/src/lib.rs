@@ -21,7 +21,8 @@
 //!    [`jobservers`] (a job server's registration and heartbeats) and
 //!    [`netboot`] (the node view, the bootability rule and the pure
 //!    `/ipxe/` decision), [`scripts`] (the script-runner's plans, content
-//!    and run reports), [`first_start`] (what a new install makes once),
+//!    and run reports), [`passkeys`] (WebAuthn registration and sign-in,
+//!    checked with ring), [`first_start`] (what a new install makes once),
 //!    [`backup`];
 //! 4. [`access`]: what each principal may reach;
 //! 5. [`http`]: router, middleware, thin handlers, the one `ApiError`;
@@ -51,6 +52,7 @@ pub mod identity;
 pub mod jobs;
 pub mod jobservers;
 pub mod netboot;
+pub mod passkeys;
 pub mod pki;
 pub mod privileges;
 pub mod ratelimit;

@@ -130,6 +130,7 @@ pub const CONTROL: Spec = Spec {
                 "jobs",
                 "jobservers",
                 "netboot",
+                "passkeys",
                 "scripts",
             ],
             http: false,
