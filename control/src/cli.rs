@@ -617,8 +617,9 @@ async fn run_servers(
     }
     let (db, stop) = (state.db.clone(), shutdown.clone());
     let keep_days = state.config.writes.boot_events_keep_days;
+    let session_idle = state.config.pages.session_idle;
     servers.spawn(async move {
-        boot_events_retention(&db, keep_days, &stop).await;
+        boot_events_retention(&db, keep_days, session_idle, &stop).await;
         Ok(())
     });
     let (db, stop) = (state.db.clone(), shutdown.clone());
@@ -656,9 +657,14 @@ async fn run_servers(
 const RETENTION_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Removes boot events older than `keep_days` at start and every
-/// [`RETENTION_EVERY`] until `stop`; a failure is logged and tried again
-/// at the next round.
-async fn boot_events_retention(db: &Db, keep_days: u32, stop: &CancellationToken) {
+/// [`RETENTION_EVERY`] until `stop`, and the admin sessions idle for longer
+/// than `session_idle`; a failure is logged and tried again at the next round.
+async fn boot_events_retention(
+    db: &Db,
+    keep_days: u32,
+    session_idle: std::time::Duration,
+    stop: &CancellationToken,
+) {
     loop {
         match crate::boot::prune(db, jiff::Timestamp::now(), keep_days).await {
             Ok(0) => {}
@@ -670,6 +676,9 @@ async fn boot_events_retention(db: &Db, keep_days: u32, stop: &CancellationToken
             Err(e) => {
                 tracing::warn!(error = %e, "boot events: the retention failed; trying again in an hour")
             }
+        }
+        if let Err(e) = crate::sessions::prune(db, session_idle, jiff::Timestamp::now()).await {
+            tracing::warn!(error = %e, "admin sessions: removing idle ones failed; trying again in an hour");
         }
         tokio::select! {
             () = stop.cancelled() => return,

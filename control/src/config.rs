@@ -113,6 +113,12 @@ pub struct Settings {
     /// Time zone name, e.g. America/New_York (default: TZ, else UTC).
     #[arg(long, env = "TIME_ZONE")]
     pub time_zone: Option<String>,
+    /// Seconds without a request after which an admin page session ends.
+    #[arg(long, env = "SESSION_EXPIRE_SECONDS", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    pub session_expire_seconds: u64,
+    /// The most fields one posted admin page form may have.
+    #[arg(long, env = "DATA_UPLOAD_MAX_NUMBER_FIELDS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub data_upload_max_number_fields: u64,
     /// Comma-separated addresses or CIDR ranges of reverse proxies whose
     /// X-Forwarded-For header is trusted.
     #[arg(long, env = "TRUSTED_PROXIES", default_value = "")]
@@ -264,6 +270,15 @@ pub struct JobServerSilence {
     pub delete_after_days: u32,
 }
 
+/// The admin pages' knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pages {
+    /// How long a session lasts without a request (`SESSION_EXPIRE_SECONDS`).
+    pub session_idle: std::time::Duration,
+    /// The most fields one posted form may have (`DATA_UPLOAD_MAX_NUMBER_FIELDS`).
+    pub max_fields: usize,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -310,6 +325,8 @@ pub struct Config {
     pub allowed_hosts: Option<Vec<String>>,
     /// The time zone, and its name.
     pub time_zone: (String, jiff::tz::TimeZone),
+    /// The admin pages' knobs.
+    pub pages: Pages,
     /// Proxies whose X-Forwarded-For is trusted.
     pub trusted_proxies: Vec<IpNet>,
     /// The version check is off.
@@ -491,6 +508,10 @@ impl Config {
             domain: s.domain,
             allowed_hosts,
             time_zone: pick_time_zone(s.time_zone.as_deref(), tz_env.as_deref()),
+            pages: Pages {
+                session_idle: std::time::Duration::from_secs(s.session_expire_seconds),
+                max_fields: usize::try_from(s.data_upload_max_number_fields).unwrap_or(usize::MAX),
+            },
             trusted_proxies,
             skip_version_check: mprov_api::skip_version_check(s.skip_version_check.as_deref()),
             version_exempt,

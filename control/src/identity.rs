@@ -388,6 +388,20 @@ pub async fn check_password(
     let decoded = STANDARD.decode(cred).map_err(|_| bad())?;
     let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
     let (username, password) = decoded.split_once(':').ok_or_else(bad)?;
+    check_user_password(db, cache, throttle, username, password, client).await
+}
+
+/// Checks a user name and password against the `users` table, within the
+/// throttle: the API's HTTP Basic and the admin pages' sign-in form.
+pub async fn check_user_password(
+    db: &Db,
+    cache: &PasswordCache,
+    throttle: &PasswordThrottle,
+    username: &str,
+    password: &str,
+    client: Option<IpAddr>,
+) -> Result<Principal, IdentityError> {
+    let bad = || refused("wrong user name or password");
     let select = "SELECT password, is_admin FROM users WHERE username = ";
     let row = db.row_where(select, &username.to_ascii_lowercase()).await?;
     let Some(row) = row else {

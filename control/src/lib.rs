@@ -58,4 +58,5 @@ pub mod privileges;
 pub mod ratelimit;
 pub mod scripts;
 pub mod secrets;
+pub mod sessions;
 pub mod time;

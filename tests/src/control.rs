@@ -14,7 +14,7 @@ use crate::xtask::{target_dir, workspace_root};
 
 /// Builds `packages` with the `release` profile, or `dev` for a smoke run;
 /// the folder holding the binaries.
-pub(crate) fn build(packages: &[&str], smoke: bool) -> Result<PathBuf> {
+pub fn build(packages: &[&str], smoke: bool) -> Result<PathBuf> {
     let root = workspace_root();
     let profile = if smoke { "dev" } else { "release" };
     let mut cmd = Command::new(env!("CARGO"));
@@ -31,26 +31,36 @@ pub(crate) fn build(packages: &[&str], smoke: bool) -> Result<PathBuf> {
 }
 
 /// The admin's password in the control service [`Control::start`] starts.
-pub(crate) const SUPERUSER_PASSWORD: &str = "bench-password";
+pub const SUPERUSER_PASSWORD: &str = "bench-password";
 
 /// A running control service.
 #[derive(Debug)]
-pub(crate) struct Control {
+pub struct Control {
     process: Process,
     /// Its process id.
-    pub(crate) pid: u32,
+    pub pid: u32,
     /// `http://127.0.0.1:<port>`.
-    pub(crate) http: String,
+    pub http: String,
     /// `https://127.0.0.1:<port>`.
-    pub(crate) https: String,
+    pub https: String,
     /// Its folder (etc/, var/, serve.log).
-    pub(crate) home: PathBuf,
+    pub home: PathBuf,
 }
 
 impl Control {
     /// Starts `bin/mprov-control serve` in `home` on `database_url` (SQLite
     /// in `home` when `None`).
-    pub(crate) fn start(bin: &Path, home: &Path, database_url: Option<&str>) -> Result<Control> {
+    pub fn start(bin: &Path, home: &Path, database_url: Option<&str>) -> Result<Control> {
+        Control::start_with(bin, home, database_url, &[])
+    }
+
+    /// [`Control::start`] with further environment variables `env`.
+    pub fn start_with(
+        bin: &Path,
+        home: &Path,
+        database_url: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Result<Control> {
         std::fs::create_dir_all(home)?;
         let (http_file, https_file) = (home.join("listen"), home.join("listen-https"));
         let mut cmd = Command::new(bin.join("mprov-control"));
@@ -73,6 +83,7 @@ impl Control {
         if let Some(url) = database_url {
             cmd.env("MPROV_DATABASE_URL", url);
         }
+        cmd.envs(env.iter().copied());
         let child = cmd.spawn().context("starting mprov-control")?;
         let pid = child.id();
         let mut process = Process::new("mprov-control", child, Duration::from_secs(20));
@@ -109,7 +120,7 @@ impl Control {
     }
 
     /// The API key of the local job server, from the config folder.
-    pub(crate) fn api_key(&self) -> Result<String> {
+    pub fn api_key(&self) -> Result<String> {
         let text = std::fs::read_to_string(self.home.join("etc/apikey"))?;
         Ok(text
             .trim()
@@ -118,12 +129,12 @@ impl Control {
     }
 
     /// The CA certificate, PEM.
-    pub(crate) fn ca_pem(&self) -> Result<String> {
+    pub fn ca_pem(&self) -> Result<String> {
         Ok(std::fs::read_to_string(self.home.join("var/tls/ca.crt"))?)
     }
 
     /// CPU time of the service and of its children (the signing helper).
-    pub(crate) fn cpu(&self) -> Result<Duration> {
+    pub fn cpu(&self) -> Result<Duration> {
         let mut total = cpu_time(self.pid)?;
         for task in std::fs::read_dir(format!("/proc/{}/task", self.pid))? {
             let children =
@@ -139,20 +150,20 @@ impl Control {
     }
 
     /// Stops it with SIGTERM and waits.
-    pub(crate) fn stop(self) -> Result<()> {
+    pub fn stop(self) -> Result<()> {
         self.process.stop()?;
         Ok(())
     }
 }
 
 /// User plus system CPU time of a process, from `/proc/<pid>/stat`.
-pub(crate) fn cpu_time(pid: u32) -> Result<Duration> {
+pub fn cpu_time(pid: u32) -> Result<Duration> {
     Ok(stat_cpu(&pid.to_string())?.0)
 }
 
 /// From `/proc/<pid>/stat` (`pid` may be `self`): the user plus system CPU
 /// time of the process, and that of its children it has waited for.
-pub(crate) fn stat_cpu(pid: &str) -> Result<(Duration, Duration)> {
+pub fn stat_cpu(pid: &str) -> Result<(Duration, Duration)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = stat
@@ -177,7 +188,7 @@ pub(crate) fn stat_cpu(pid: &str) -> Result<(Duration, Duration)> {
 
 /// A benchmark's figures as a Markdown table under a title line, as
 /// `tests/bench/RESULTS.md` keeps them.
-pub(crate) fn markdown_table(title: &str, head: &[&str], rows: &[Vec<String>]) -> String {
+pub fn markdown_table(title: &str, head: &[&str], rows: &[Vec<String>]) -> String {
     let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
     let mut out = format!("{title}\n");
     out.push_str(&line(

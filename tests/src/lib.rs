@@ -16,7 +16,8 @@
 
 pub mod agent;
 pub mod backup_bench;
-mod control;
+pub mod browser;
+pub mod control;
 pub mod db;
 pub mod enroll_bench;
 pub mod flood;

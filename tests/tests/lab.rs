@@ -19,6 +19,8 @@ mod e2e;
 mod jobservers;
 #[path = "lab/netboot.rs"]
 mod netboot;
+#[path = "lab/pages.rs"]
+mod pages;
 #[path = "lab/seam.rs"]
 mod seam;
 #[path = "lab/uefi.rs"]

@@ -126,7 +126,8 @@ impl ApiError {
         }
     }
 
-    fn parts(&self) -> (StatusCode, &'static str, String, Option<String>) {
+    /// The status, the stable code, the message and the field at fault.
+    pub fn parts(&self) -> (StatusCode, &'static str, String, Option<String>) {
         match self {
             ApiError::BadRequest {
                 code,
@@ -275,6 +276,12 @@ impl IntoResponse for ApiError {
             );
         }
         resp
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        database(err)
     }
 }
 

@@ -5,6 +5,7 @@
 //! Servers take a bound listener and a shutdown token ([`serve`]), so tests run
 //! them on port 0; [`router`] alone serves in-process tests (`oneshot`).
 
+pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod boot;
@@ -236,6 +237,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(from_fn_with_state(state.clone(), inventory_layer));
     public
+        .merge(admin::router(state.clone()))
         .merge(own)
         .merge(inventory)
         .layer(from_fn_with_state(state.clone(), auth::edge_layer))

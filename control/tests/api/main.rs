@@ -10,6 +10,7 @@ mod jobs;
 mod limits;
 mod logs;
 mod openapi;
+mod pages;
 mod passkeys;
 mod process;
 mod scopes;

@@ -132,6 +132,7 @@ pub const CONTROL: Spec = Spec {
                 "netboot",
                 "passkeys",
                 "scripts",
+                "sessions",
             ],
             http: false,
         },
@@ -154,10 +155,18 @@ pub const CONTROL: Spec = Spec {
     http_crates: HTTP_CRATES,
     // `error` is the one error type, `auth` and `outage` the middleware; the
     // router and `AppState` are `http` itself.
-    handler_folders: &[HandlerFolder {
-        folder: &["http"],
-        shared: &["auth", "error", "outage"],
-    }],
+    // In `http/admin/`, `page` is the pages' shared plumbing (the session
+    // layer, the chrome, forms, the error page).
+    handler_folders: &[
+        HandlerFolder {
+            folder: &["http"],
+            shared: &["auth", "error", "outage"],
+        },
+        HandlerFolder {
+            folder: &["http", "admin"],
+            shared: &["page"],
+        },
+    ],
     pathless: &["access"],
 };
 

@@ -65,6 +65,9 @@ pub const PACKAGES: &[&str] = &[
     "attr",
     "umoci",
     "mmdebstrap",
+    // the admin pages' browser tests: headless Chromium over WebDriver
+    "chromium",
+    "chromium-driver",
 ];
 
 /// The rustup components that the checks need.
@@ -336,6 +339,8 @@ pub(super) fn install() -> Result<()> {
         }
     }
 
+    install_axe()?;
+
     let mut rustup = Command::new("rustup");
     rustup.args(["component", "add"]).args(RUSTUP_COMPONENTS);
     match rustup.status() {
@@ -350,6 +355,48 @@ pub(super) fn install() -> Result<()> {
             Ok(())
         }
         Err(err) => Err(err).with_context(|| format!("running {}", describe(&rustup))),
+    }
+}
+
+/// Installs axe-core (pinned, [`crate::browser::AXE_VERSION`]) under the
+/// build folder with the machine's npm, for the pages' accessibility audit.
+fn install_axe() -> Result<()> {
+    let js = crate::browser::axe_js();
+    let dir = crate::browser::npm_dir();
+    let wanted = crate::browser::AXE_VERSION;
+    let manifest = dir.join("node_modules/axe-core/package.json");
+    let installed = std::fs::read_to_string(&manifest)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["version"].as_str().map(str::to_owned));
+    if js.is_file() && installed.as_deref() == Some(wanted) {
+        eprintln!("axe-core {wanted} installed in {}", dir.display());
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir)?;
+    let mut npm = Command::new("npm");
+    npm.args([
+        "install",
+        "--no-audit",
+        "--no-fund",
+        "--save-exact",
+        "--prefix",
+    ])
+    .arg(&dir)
+    .arg(format!("axe-core@{wanted}"));
+    match npm.status() {
+        Ok(status) if status.success() && js.is_file() => Ok(()),
+        Ok(status) => bail!(
+            "{} failed ({status}) or left no {}",
+            describe(&npm),
+            js.display()
+        ),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            bail!(
+                "npm is missing: install Node.js with npm (the pages' accessibility audit runs axe-core from the npm registry)"
+            )
+        }
+        Err(err) => Err(err).with_context(|| format!("running {}", describe(&npm))),
     }
 }
 

@@ -1,0 +1,47 @@
+//! The admin pages under `/admin/`, where most admins meet mProv.
+//!
+//! Server-rendered HTML from askama templates (`control/templates/admin/`,
+//! checked when the crate compiles), a little JavaScript from
+//! `/admin/static/` and nothing from any other origin
+//! (`Content-Security-Policy: default-src 'self'`); every form works
+//! without JavaScript. A page reads the domain (the kinds, the node view,
+//! the access rules) like an API handler does and adds no rule of its own.
+//!
+//! Who is signed in is a session ([`crate::sessions`]): a cookie
+//! (HttpOnly, SameSite=Strict, Secure over HTTPS) whose session becomes the
+//! same [`crate::identity::Principal::User`] a password on the API would,
+//! so read-only users read everything and change nothing by the same rules.
+//! Every post carries the session's CSRF token, and a post from another
+//! site is refused before it reaches a handler ([`page::session_layer`]).
+
+pub mod assets;
+pub mod dashboard;
+pub mod page;
+pub mod signin;
+
+use axum::Router;
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::response::{IntoResponse, Redirect};
+use axum::routing::{get, post};
+
+use super::AppState;
+use page::PageError;
+
+/// The pages' routes: the sign-in form and the static files for anyone,
+/// everything else for a session.
+pub fn router(state: AppState) -> Router<AppState> {
+    let open = Router::new()
+        .route("/admin", get(|| async { Redirect::permanent("/admin/") }))
+        .route("/admin/signin", get(signin::form).post(signin::submit))
+        .route("/admin/static/{name}", get(assets::serve));
+    let signed_in = Router::new()
+        .route("/admin/", get(dashboard::show))
+        .route("/admin/signout", post(signin::sign_out))
+        .route(
+            "/admin/{*rest}",
+            get(|| async { PageError::not_found("no such page").into_response() }),
+        )
+        .route_layer(from_fn(page::require_session));
+    open.merge(signed_in)
+        .layer(from_fn_with_state(state, page::session_layer))
+}
