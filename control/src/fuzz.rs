@@ -32,6 +32,10 @@
 //! * [`backup_archive`]: a selector byte, then a backup archive as
 //!   `mprov-control restore` reads it from an untrusted file, or the inside
 //!   of one table part, which the harness wraps in a well-formed archive.
+//! * [`passkey_responses`]: a selector byte, then a WebAuthn attestation
+//!   object, authenticatorData, clientDataJSON, a COSE key, or a whole
+//!   registration or sign-in response as JSON, checked for the site
+//!   `https://mpcc.cluster`.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -47,6 +51,7 @@ use crate::db::crud::{
 };
 use crate::db::kinds::{self, KINDS, Kind};
 use crate::effective::{EffectiveConfig, Layers, effective, validate_config_params, yaml_to_json};
+use crate::passkeys::{self, CoseKey, Site};
 use crate::secrets::{SecretBox, split_api_key};
 
 /// A fuzzing entry point: takes any bytes, panics only on a bug.
@@ -59,6 +64,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("config_params", config_params),
     ("effective_layers", effective_layers),
     ("forwarded", forwarded),
+    ("passkey_responses", passkey_responses),
     ("request_body", request_body),
     ("scalars", scalars),
 ];
@@ -738,6 +744,85 @@ fn one_table_archive(part: &[u8], raw: usize, rows: usize) -> Vec<u8> {
     .unwrap_or_default()
 }
 
+/// The parsers and checks of WebAuthn responses (`passkeys`). The first
+/// byte picks what the rest is: 0 an attestation object, 1
+/// authenticatorData, 2 clientDataJSON, 3 a COSE key, 4 a registration
+/// response (JSON), 5 a sign-in response (JSON); the JSON ones are checked
+/// for the site `https://mpcc.cluster`.
+pub fn passkey_responses(data: &[u8]) {
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    // The fixed site: failing here is a bug in this harness.
+    #[allow(clippy::expect_used)]
+    let site = Site::new(&CONFIG, true, "mpcc.cluster").expect("the fuzz site is allowed");
+    match selector % 6 {
+        0 => {
+            if let Ok(att) = passkeys::parse_attestation_object(rest) {
+                passkey_auth_data(&att.auth_data);
+            }
+        }
+        1 => passkey_auth_data(rest),
+        2 => {
+            let _ = passkeys::parse_client_data(rest);
+        }
+        3 => {
+            if let Ok(key) = CoseKey::parse(rest) {
+                passkey_key(&key);
+            }
+        }
+        4 => {
+            let Ok(response) = serde_json::from_slice(rest) else {
+                return;
+            };
+            if let Ok(checked) = passkeys::check_registration(&site, &response) {
+                assert!(checked.credential_id.len() <= passkeys::MAX_CREDENTIAL_ID);
+                match CoseKey::parse(&checked.key_cbor) {
+                    Ok(key) => passkey_key(&key),
+                    Err(err) => panic!("a registered key does not parse again: {err}"),
+                }
+            }
+        }
+        _ => {
+            let Ok(response) = serde_json::from_slice(rest) else {
+                return;
+            };
+            if let Ok(a) = passkeys::check_assertion(&site, &response) {
+                // What was signed is the authenticator data and a hash.
+                assert!(a.signed.len() >= 37 + 32);
+            }
+        }
+    }
+}
+
+/// authenticatorData: what parses keeps its fixed fields where §6.1 puts
+/// them, and an attested key parses again from its own bytes.
+fn passkey_auth_data(bytes: &[u8]) {
+    let Ok(auth) = passkeys::parse_authenticator_data(bytes) else {
+        return;
+    };
+    assert_eq!(auth.rp_id_hash[..], bytes[..32]);
+    assert_eq!(auth.flags, bytes[32]);
+    assert_eq!(auth.sign_count.to_be_bytes()[..], bytes[33..37]);
+    if auth.flags & 0xc0 == 0 {
+        assert_eq!(bytes.len(), 37, "bytes beyond what the flags announce");
+    }
+    if let Some(cred) = &auth.credential {
+        assert!(!cred.id.is_empty() && cred.id.len() <= passkeys::MAX_CREDENTIAL_ID);
+        match CoseKey::parse(&cred.key_cbor) {
+            Ok(key) => assert_eq!(key, cred.key),
+            Err(err) => panic!("an attested key does not parse from its own bytes: {err}"),
+        }
+        passkey_key(&cred.key);
+    }
+}
+
+/// A key is of an algorithm we offer, and never takes an empty signature.
+fn passkey_key(key: &CoseKey) {
+    assert!(passkeys::ALGORITHMS.contains(&key.alg()));
+    assert!(!key.verify(b"message", b""));
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -832,6 +917,117 @@ mod tests {
                 entry(input);
             }
         }
+    }
+
+    /// The seeds of `passkey_responses`, made with a P-256 key of ring as an
+    /// authenticator makes them: one of each selector, the whole responses
+    /// valid for the fuzz site, each run through the target;
+    /// `UPDATE_CORPUS=1` writes them into the corpus as `seed-*`.
+    #[test]
+    fn passkey_responses_seeds() {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+        use ciborium::Value;
+        use ring::rand::SystemRandom;
+        use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair};
+        use sha2::{Digest, Sha256};
+
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).unwrap();
+        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        let point = key.public_key().as_ref();
+        let cbor = |v: &Value| {
+            let mut out = Vec::new();
+            ciborium::into_writer(v, &mut out).unwrap();
+            out
+        };
+        let cose = cbor(&Value::Map(vec![
+            (1.into(), 2.into()),
+            (3.into(), (-7).into()),
+            ((-1).into(), 1.into()),
+            ((-2).into(), Value::Bytes(point[1..33].to_vec())),
+            ((-3).into(), Value::Bytes(point[33..65].to_vec())),
+        ]));
+        let ed = cbor(&Value::Map(vec![
+            (1.into(), 1.into()),
+            (3.into(), (-8).into()),
+            ((-1).into(), 6.into()),
+            ((-2).into(), Value::Bytes(vec![5; 32])),
+        ]));
+        let id = [7u8; 16];
+        let rp_hash = Sha256::digest(b"mpcc.cluster");
+        let head = |flags: u8, count: u32| [&rp_hash[..], &[flags], &count.to_be_bytes()].concat();
+        let attested = [&head(0x45, 0)[..], &[0; 16], &[0, 16], &id, &cose].concat();
+        let asserted = head(0x05, 1);
+        let att = cbor(&Value::Map(vec![
+            ("fmt".into(), "none".into()),
+            ("attStmt".into(), Value::Map(vec![])),
+            ("authData".into(), Value::Bytes(attested.clone())),
+        ]));
+        let client = |kind: &str| {
+            serde_json::json!({"type": kind, "challenge": B64.encode([1u8; 32]), "origin": "https://mpcc.cluster", "crossOrigin": false})
+                .to_string()
+        };
+        let registration = serde_json::json!({
+            "id": B64.encode(id),
+            "type": "public-key",
+            "response": {
+                "clientDataJSON": B64.encode(client("webauthn.create")),
+                "attestationObject": B64.encode(&att),
+            },
+        })
+        .to_string();
+        let get = client("webauthn.get");
+        let signed = [&asserted[..], &Sha256::digest(get.as_bytes())].concat();
+        let sig = key.sign(&rng, &signed).unwrap();
+        let assertion = serde_json::json!({
+            "id": B64.encode(id),
+            "type": "public-key",
+            "response": {
+                "clientDataJSON": B64.encode(&get),
+                "authenticatorData": B64.encode(&asserted),
+                "signature": B64.encode(sig.as_ref()),
+                "userHandle": B64.encode(passkeys::user_handle("root")),
+            },
+        })
+        .to_string();
+        let seeds: Vec<(&str, Vec<u8>)> = vec![
+            ("seed-attestation-none", [&[0u8][..], &att].concat()),
+            ("seed-auth-data-attested", [&[1u8][..], &attested].concat()),
+            ("seed-auth-data-asserted", [&[1u8][..], &asserted].concat()),
+            ("seed-client-data", [&[2u8][..], get.as_bytes()].concat()),
+            ("seed-cose-es256", [&[3u8][..], &cose].concat()),
+            ("seed-cose-ed25519", [&[3u8][..], &ed].concat()),
+            (
+                "seed-registration",
+                [&[4u8][..], registration.as_bytes()].concat(),
+            ),
+            (
+                "seed-assertion",
+                [&[5u8][..], assertion.as_bytes()].concat(),
+            ),
+        ];
+        let update = std::env::var_os("UPDATE_CORPUS").is_some();
+        let dir = fuzz_dir().join("corpus/passkey_responses");
+        for (name, data) in &seeds {
+            passkey_responses(data);
+            if update {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join(name), data).unwrap();
+            }
+        }
+        // The whole responses reach the end of their checks.
+        let site = Site::new(&CONFIG, true, "mpcc.cluster").unwrap();
+        let reg = serde_json::from_str(&registration).unwrap();
+        assert!(passkeys::check_registration(&site, &reg).is_ok());
+        let a: passkeys::AuthenticationResponse = serde_json::from_str(&assertion).unwrap();
+        let a = passkeys::check_assertion(&site, &a).unwrap();
+        assert!(
+            CoseKey::parse(&cose)
+                .unwrap()
+                .verify(&a.signed, &a.signature)
+        );
     }
 
     /// The hand-written seeds of `backup_archive` (a real small archive with

@@ -22,7 +22,8 @@
 //!    [`jobservers`] (a job server's registration and heartbeats) and
 //!    [`netboot`] (the node view, the bootability rule and the pure
 //!    `/ipxe/` decision), [`scripts`] (the script-runner's plans, content
-//!    and run reports), [`first_start`] (what a new install makes once),
+//!    and run reports), [`passkeys`] (WebAuthn registration and sign-in,
+//!    checked with ring), [`first_start`] (what a new install makes once),
 //!    [`backup`], [`ldap`] (LDAP sign-in: a user's password and role
 //!    checked against a directory);
 //! 4. [`access`]: what each principal may reach;
@@ -55,6 +56,7 @@ pub mod jobs;
 pub mod jobservers;
 pub mod ldap;
 pub mod netboot;
+pub mod passkeys;
 pub mod pki;
 pub mod privileges;
 pub mod ratelimit;

@@ -21,6 +21,8 @@ mod jobservers;
 mod netboot;
 #[path = "lab/pages.rs"]
 mod pages;
+#[path = "lab/passkeys.rs"]
+mod passkeys;
 #[path = "lab/seam.rs"]
 mod seam;
 #[path = "lab/uefi.rs"]

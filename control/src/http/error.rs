@@ -23,6 +23,7 @@ use crate::enrollment::EnrollError;
 use crate::identity::IdentityError;
 use crate::jobservers::RegisterError;
 use crate::netboot::{NotBootable, ViewError};
+use crate::passkeys::PasskeyError;
 
 /// What went wrong with a request.
 #[derive(Debug)]
@@ -385,6 +386,66 @@ impl From<EnrollError> for ApiError {
             EnrollError::Db(ref db) if is_unavailable(db) => unavailable(db),
             e @ (EnrollError::Db(_) | EnrollError::NoSigner | EnrollError::Time(_)) => {
                 ApiError::internal(e)
+            }
+        }
+    }
+}
+
+impl From<PasskeyError> for ApiError {
+    fn from(err: PasskeyError) -> Self {
+        let again = "start again from the page";
+        match err {
+            PasskeyError::Db(e) => database(e),
+            PasskeyError::TimeOutOfRange => ApiError::internal_in("passkey challenge", err),
+            PasskeyError::TooManyPending => ApiError::TooManyRequests {
+                message: err.to_string(),
+                retry_after: 60,
+            },
+            PasskeyError::NameInvalid => ApiError::invalid("name", err.to_string()),
+            PasskeyError::PasskeyNotFound | PasskeyError::UserUnknown(_) => {
+                ApiError::NotFound(err.to_string())
+            }
+            PasskeyError::CredentialRegistered => ApiError::Conflict {
+                message: "this passkey is registered already (to you or another user)".into(),
+                field: None,
+            },
+            PasskeyError::HostIsAddress(_) | PasskeyError::HostNotAllowed(_) => {
+                ApiError::bad_request(
+                    "passkey_host",
+                    format!("{err}; open the pages by the control host's name"),
+                )
+            }
+            // A response that does not pass: the browser's or the
+            // authenticator's fault, or an attack; the same answer.
+            e @ (PasskeyError::ChallengeExpired
+            | PasskeyError::ChallengeUsed
+            | PasskeyError::ChallengeUnknown
+            | PasskeyError::ChallengeOtherCeremony
+            | PasskeyError::ChallengeOtherUser) => {
+                ApiError::Unauthorized(format!("passkey refused: {e}; {again}"))
+            }
+            e @ (PasskeyError::CounterNotIncreased { .. }
+            | PasskeyError::CredentialUnknown
+            | PasskeyError::SignatureInvalid
+            | PasskeyError::UserHandleMismatch
+            | PasskeyError::UserNotPresent
+            | PasskeyError::UserNotVerified
+            | PasskeyError::OriginMismatch { .. }
+            | PasskeyError::RpIdMismatch
+            | PasskeyError::CrossOrigin
+            | PasskeyError::TypeMismatch { .. }) => {
+                ApiError::Unauthorized(format!("passkey refused: {e}"))
+            }
+            e @ (PasskeyError::AlgorithmUnsupported(_)
+            | PasskeyError::AttestationFormat(_)
+            | PasskeyError::AttestationMalformed(_)
+            | PasskeyError::AttestationSignature
+            | PasskeyError::AuthenticatorDataMalformed(_)
+            | PasskeyError::Base64(_)
+            | PasskeyError::ClientDataMalformed(_)
+            | PasskeyError::CoseKeyMalformed(_)
+            | PasskeyError::CredentialIdMismatch) => {
+                ApiError::bad_request("passkey_response", format!("passkey refused: {e}"))
             }
         }
     }

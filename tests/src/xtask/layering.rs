@@ -132,6 +132,7 @@ pub const CONTROL: Spec = Spec {
                 "jobservers",
                 "ldap",
                 "netboot",
+                "passkeys",
                 "scripts",
                 "sessions",
             ],

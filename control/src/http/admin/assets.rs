@@ -30,6 +30,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         "text/javascript; charset=utf-8",
         include_bytes!("../../../static/admin/mprov.js"),
     ),
+    (
+        "passkeys.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../../static/admin/passkeys.js"),
+    ),
 ];
 
 /// `GET /admin/static/{name}`; URLs carry the release (`?v=`), so an asset

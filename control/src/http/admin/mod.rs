@@ -14,6 +14,7 @@
 //! Every post carries the session's CSRF token, and a post from another
 //! site is refused before it reaches a handler ([`page::session_layer`]).
 
+pub mod account;
 pub mod assets;
 pub mod board;
 pub mod dashboard;
@@ -35,6 +36,11 @@ pub fn router(state: AppState) -> Router<AppState> {
     let open = Router::new()
         .route("/admin", get(|| async { Redirect::permanent("/admin/") }))
         .route("/admin/signin", get(signin::form).post(signin::submit))
+        .route("/admin/signin/passkey", post(signin::passkey_submit))
+        .route(
+            "/admin/signin/passkey/options",
+            post(signin::passkey_options),
+        )
         .route("/admin/static/{name}", get(assets::serve));
     let signed_in = Router::new()
         .route("/admin/", get(dashboard::show))
@@ -53,6 +59,10 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/admin/identities/credentials/{id}/revoke",
             post(identities::revoke_credential),
         )
+        .route("/admin/account/", get(account::show))
+        .route("/admin/account/passkeys", post(account::register))
+        .route("/admin/account/passkeys/options", post(account::options))
+        .route("/admin/account/passkeys/{id}/delete", post(account::delete))
         .route(
             "/admin/{*rest}",
             get(|| async { PageError::not_found("no such page").into_response() }),

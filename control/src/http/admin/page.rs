@@ -214,6 +214,25 @@ pub fn over_https(extensions: &axum::http::Extensions) -> bool {
     extensions.get::<Arc<axum_server::tls::TlsInfo>>().is_some()
 }
 
+/// The passkey site of a request: the host it was sent to (`Host`) and
+/// whether over HTTPS; a host the service does not answer to, or an
+/// address, is refused by `crate::passkeys::Site::new`.
+pub fn passkey_site(
+    state: &AppState,
+    headers: &HeaderMap,
+    extensions: &axum::http::Extensions,
+) -> Result<crate::passkeys::Site, PageError> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    Ok(crate::passkeys::Site::new(
+        &state.config,
+        over_https(extensions),
+        host,
+    )?)
+}
+
 /// Whether a request comes from another site: its `Sec-Fetch-Site` says
 /// so, or its `Origin` names a host other than the one it was sent to.
 /// Browsers send both with every cross-site form post.

@@ -14,8 +14,10 @@ use serde::Deserialize;
 use super::page::{self, PageError, Posted, SESSION_COOKIE, SIGNIN_COOKIE};
 use crate::http::AppState;
 use crate::http::auth::client_ip;
+use crate::http::error::ApiError;
 use crate::identity::{self, IdentityError, Principal};
 use crate::ldap::{self, LdapError, LdapRole};
+use crate::passkeys::{self, AuthenticationResponse};
 use crate::sessions::{self, Method, Session};
 
 /// Where the sign-in cookie is sent.
@@ -112,11 +114,7 @@ pub async fn submit(State(state): State<AppState>, req: Request) -> Response {
         Ok(f) => f,
         Err(e) => return e.into_response(),
     };
-    let matches = match (cookie, fields.get("csrf")) {
-        (Some(c), Some(f)) => crate::secrets::hashes_equal(&c, f),
-        _ => false,
-    };
-    if !matches {
+    if !form_token_matches(cookie.as_deref(), &fields) {
         return page::stale().into_response();
     }
     let next = safe_next(fields.get("next"));
@@ -189,6 +187,102 @@ pub async fn submit(State(state): State<AppState>, req: Request) -> Response {
         Err(e) => return PageError::from(e).into_response(),
     };
     match sessions::start(&state.db, &name, admin, method, jiff::Timestamp::now()).await {
+        Ok(started) => signed_in(&started.token, &next, secure),
+        Err(e) => PageError::from(e).into_response(),
+    }
+}
+
+/// Whether the sign-in form's `csrf` field is the value of its cookie.
+fn form_token_matches(cookie: Option<&str>, fields: &page::Fields) -> bool {
+    match (cookie, fields.get("csrf")) {
+        (Some(c), Some(f)) => crate::secrets::hashes_equal(c, f),
+        _ => false,
+    }
+}
+
+/// `POST /admin/signin/passkey/options`: the options for
+/// `navigator.credentials.get` (JSON), for the sign-in form's token.
+pub async fn passkey_options(State(state): State<AppState>, req: Request) -> Response {
+    let cookie = page::cookie(req.headers(), SIGNIN_COOKIE);
+    let site = page::passkey_site(&state, req.headers(), req.extensions());
+    let fields = match page::read_form(req, &state).await {
+        Ok(f) => f,
+        Err(e) => return e.into_response(),
+    };
+    if !form_token_matches(cookie.as_deref(), &fields) {
+        return page::stale().into_response();
+    }
+    let site = match site {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    match passkeys::sign_in_options(&state.db, &site).await {
+        Ok(opts) => axum::Json(opts).into_response(),
+        Err(e) => PageError::from(e).into_response(),
+    }
+}
+
+/// `POST /admin/signin/passkey`: checks the passkey's answer in the form's
+/// `response` and starts the same session a password does, with the role
+/// the user's row gives now.
+pub async fn passkey_submit(State(state): State<AppState>, req: Request) -> Response {
+    let secure = page::over_https(req.extensions());
+    let cookie = page::cookie(req.headers(), SIGNIN_COOKIE);
+    let site = page::passkey_site(&state, req.headers(), req.extensions());
+    let fields = match page::read_form(req, &state).await {
+        Ok(f) => f,
+        Err(e) => return e.into_response(),
+    };
+    if !form_token_matches(cookie.as_deref(), &fields) {
+        return page::stale().into_response();
+    }
+    let next = safe_next(fields.get("next"));
+    let again = |status, error: String| {
+        form_page(
+            status,
+            next.clone(),
+            String::new(),
+            None,
+            Some(error),
+            secure,
+        )
+    };
+    let site = match site {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    let response: AuthenticationResponse = match serde_json::from_str(
+        fields.get("response").unwrap_or_default(),
+    ) {
+        Ok(r) => r,
+        Err(_) => {
+            return again(
+                    StatusCode::BAD_REQUEST,
+                    "no passkey came with the form: signing in with a passkey needs JavaScript and a browser with passkeys".into(),
+                );
+        }
+    };
+    let who = match passkeys::sign_in(&state.db, &site, &response).await {
+        Ok(who) => who,
+        Err(e) => {
+            let err = ApiError::from(e);
+            let (status, _, message, _) = err.parts();
+            if status.is_server_error() {
+                return PageError(err).into_response();
+            }
+            tracing::warn!(%message, "admin pages: a passkey sign-in was refused");
+            return again(status, message);
+        }
+    };
+    match sessions::start(
+        &state.db,
+        &who.username,
+        who.is_admin,
+        Method::Passkey,
+        jiff::Timestamp::now(),
+    )
+    .await
+    {
         Ok(started) => signed_in(&started.token, &next, secure),
         Err(e) => PageError::from(e).into_response(),
     }
