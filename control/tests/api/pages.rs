@@ -388,7 +388,45 @@ async fn pages_show_read_only_users_as_such(engine: Engine) {
     c.cleanup().await;
 }
 
+async fn pages_dashboard_lists_failed_nodes(engine: Engine) {
+    let c = Ctx::new(engine).await;
+    add_user(&c, "ada", "correct horse battery", true).await;
+    let sys = c.post("systems", json!({"hostname": "c07"})).await;
+    let id = sys["id"].as_i64().expect("id");
+    let cookie = sign_in(&c, "ada", "correct horse battery").await;
+    let calm = get(&c, "/admin/", Some(&cookie)).await;
+    assert!(
+        calm.body.contains("No node has failed or is stuck"),
+        "{}",
+        calm.body
+    );
+    mprov_control::boot::record(
+        &c.state.db,
+        mprov_control::boot::NewEvent {
+            system_id: Some(id),
+            mac: None,
+            phase: mprov_api::boot::BootPhase::Failed,
+            source: "node:c07".into(),
+            jobserver_id: None,
+            ip: None,
+            detail: "the image's sha256 did not match: retrying from js2".into(),
+        },
+    )
+    .await
+    .expect("record");
+    let dash = get(&c, "/admin/", Some(&cookie)).await;
+    assert!(
+        dash.body
+            .contains(&format!("/admin/systems/{id}/timeline\">c07</a>")),
+        "{}",
+        dash.body
+    );
+    assert!(dash.body.contains("retrying from js2"), "{}", dash.body);
+    c.cleanup().await;
+}
+
 crate::engine_tests!(
+    pages_dashboard_lists_failed_nodes,
     pages_sign_in_and_out,
     pages_sessions_end_when_idle,
     pages_refuse_cross_site_stale_and_oversized_posts,

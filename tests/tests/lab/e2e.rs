@@ -70,11 +70,14 @@ fn post_boot_scripts(stack: &Stack, node: &Node) -> Result<()> {
             .api(method, path, Some(&body))
             .with_context(|| format!("{method} {path} {body}"))
     };
-    // Each waits (bounded) for the other's start before it ends. The start
-    // file appears only once its time is in it (written aside, renamed).
+    // Each waits (bounded) for the other's start in the same run before it
+    // ends: a run's start files are named by its own folder (the runner
+    // makes one per run), so a rerun never meets the files of an earlier
+    // run. A start file appears only once its time is in it (written
+    // aside, renamed).
     let together = |other: &str| {
         marker_script(&format!(
-            "date +%s.%N > $d/$MPROV_SCRIPT.t\nmv $d/$MPROV_SCRIPT.t $d/$MPROV_SCRIPT.start\ni=0\nwhile [ ! -e $d/{other}.start ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n"
+            "run=$(basename \"$(dirname \"$MPROV_PARAMS\")\")\ndate +%s.%N > $d/$MPROV_SCRIPT.t\ncp $d/$MPROV_SCRIPT.t $d/$run.$MPROV_SCRIPT.t\nmv $d/$run.$MPROV_SCRIPT.t $d/$run.$MPROV_SCRIPT.start\nmv $d/$MPROV_SCRIPT.t $d/$MPROV_SCRIPT.start\ni=0\nwhile [ ! -e $d/$run.{other}.start ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done\n"
         ))
     };
     let scripts = [

@@ -7,10 +7,12 @@ use axum::response::Response;
 use serde_json::Value;
 
 use super::page::{self, Chrome, PageError};
+use crate::board::{self, Grouping, Rules};
 use crate::db::crud::ListQuery;
 use crate::db::kinds::{self, KINDS};
 use crate::http::AppState;
 use crate::sessions::Session;
+use mprov_api::boot::BoardState;
 
 /// How many recent jobs the dashboard lists.
 const RECENT_JOBS: u64 = 15;
@@ -36,6 +38,15 @@ struct Job {
     output: String,
 }
 
+/// A node that needs a look: failed, or stuck (the board's rule).
+struct Attention {
+    id: i64,
+    host: String,
+    what: &'static str,
+    since: String,
+    detail: String,
+}
+
 #[derive(Template)]
 #[template(path = "admin/dashboard.html")]
 struct Dashboard {
@@ -43,6 +54,7 @@ struct Dashboard {
     counts: Vec<Count>,
     jobservers: Vec<JobServer>,
     jobs: Vec<Job>,
+    attention: Vec<Attention>,
 }
 
 fn text(o: &serde_json::Map<String, Value>, k: &str) -> String {
@@ -144,12 +156,44 @@ pub async fn show(State(state): State<AppState>, session: Session) -> Result<Res
             output: tail(&text(o, "output"), 300),
         })
         .collect();
+    let board = board::snapshot(
+        &state.db,
+        Grouping::Group,
+        now,
+        Rules::new(state.config.board_stuck_seconds),
+    )
+    .await?;
+    let attention = board
+        .cells()
+        .filter_map(|c| {
+            let n = c.node.as_ref()?;
+            let what = if n.state == BoardState::Failed {
+                "failed"
+            } else if board.flags.stuck.contains(&c.id) {
+                "stuck"
+            } else {
+                return None;
+            };
+            Some(Attention {
+                id: c.id,
+                host: c.hostname.clone(),
+                what,
+                since: n.last_at.clone(),
+                detail: if n.last_error.is_empty() {
+                    n.detail.clone()
+                } else {
+                    n.last_error.clone()
+                },
+            })
+        })
+        .collect();
     let chrome = Chrome::new(&state, &session, "Dashboard", "dashboard");
     Ok(page::render(&Dashboard {
         chrome,
         counts,
         jobservers,
         jobs,
+        attention,
     }))
 }
 
