@@ -16,6 +16,7 @@
 
 pub mod assets;
 pub mod dashboard;
+pub mod inventory;
 pub mod page;
 pub mod signin;
 
@@ -37,6 +38,23 @@ pub fn router(state: AppState) -> Router<AppState> {
     let signed_in = Router::new()
         .route("/admin/", get(dashboard::show))
         .route("/admin/signout", post(signin::sign_out))
+        .route("/admin/{kind}/", get(inventory::list))
+        .route(
+            "/admin/{kind}/new",
+            get(inventory::new_form).post(inventory::create),
+        )
+        .route(
+            "/admin/{kind}/{key}/",
+            get(inventory::edit_form).post(inventory::update),
+        )
+        .route(
+            "/admin/{kind}/{key}/delete",
+            get(inventory::delete_form).post(inventory::delete),
+        )
+        .route(
+            "/admin/{kind}/{key}/{rel}/",
+            get(inventory::members).post(inventory::link),
+        )
         .route(
             "/admin/{*rest}",
             get(|| async { PageError::not_found("no such page").into_response() }),
