@@ -11,6 +11,7 @@ mod limits;
 mod logs;
 mod openapi;
 mod pages;
+mod pages_inventory;
 mod process;
 mod scopes;
 mod scripts;

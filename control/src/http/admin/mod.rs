@@ -55,11 +55,16 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/admin/{kind}/{key}/{rel}/",
             get(inventory::members).post(inventory::link),
         )
-        .route(
-            "/admin/{*rest}",
-            get(|| async { PageError::not_found("no such page").into_response() }),
-        )
+        // Any other path under a kind's pages (a catch-all would clash with
+        // the kinds' routes).
+        .route("/admin/{kind}", get(no_page))
+        .route("/admin/{kind}/{key}", get(no_page))
+        .route("/admin/{kind}/{key}/{rel}/{*rest}", get(no_page))
         .route_layer(from_fn(page::require_session));
     open.merge(signed_in)
         .layer(from_fn_with_state(state, page::session_layer))
+}
+
+async fn no_page() -> axum::response::Response {
+    PageError::not_found("no such page").into_response()
 }
