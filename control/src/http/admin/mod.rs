@@ -19,6 +19,7 @@ pub mod dashboard;
 pub mod inventory;
 pub mod page;
 pub mod signin;
+pub mod timing;
 
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
@@ -60,7 +61,8 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/admin/{kind}", get(no_page))
         .route("/admin/{kind}/{key}", get(no_page))
         .route("/admin/{kind}/{key}/{rel}/{*rest}", get(no_page))
-        .route_layer(from_fn(page::require_session));
+        .route_layer(from_fn(page::require_session))
+        .route_layer(from_fn_with_state(state.clone(), timing::layer));
     open.merge(signed_in)
         .layer(from_fn_with_state(state, page::session_layer))
 }
