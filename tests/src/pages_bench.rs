@@ -359,7 +359,7 @@ fn inventory_lists(
             .map(|i| {
                 json!({
                     "hostname": format!("n{i:05}"),
-                    "groups": ["compute", if i % 2 == 0 { "rack1" } else { "rack2" }],
+                    "groups": ["compute", if i.is_multiple_of(2) { "rack1" } else { "rack2" }],
                 })
             })
             .collect();

@@ -192,20 +192,32 @@ fn pages_inventory_forms_and_a_2000_member_group_in_chromium() -> Result<()> {
         b.open(&format!("{base}/admin/groups/big/systems/")).await?;
         ensure!(b.text("#members-h").await?.contains("(2000)"));
         b.assert_accessible("group members").await?;
+        // Each click loads a new page: wait for it before the next.
+        let within = Duration::from_secs(10);
         b.fill("#aq", "n02000").await?;
         b.click("form[aria-label='Search systems to add'] button")
             .await?;
+        b.wait_for("the search", within, |h| {
+            h.contains("id=\"aq\" name=\"aq\" value=\"n02000\"")
+        })
+        .await?;
         b.click("button[aria-label='Add n02000']").await?;
-        ensure!(
-            b.text("#members-h").await?.contains("(2001)"),
-            "{}",
-            b.text("#members-h").await?
-        );
+        b.wait_for("2,001 members", within, |h| {
+            h.contains("Current systems (2001)")
+        })
+        .await?;
         b.fill("#mq", "n00007").await?;
         b.click("form[aria-label='Search the current systems'] button")
             .await?;
+        b.wait_for("the members' search", within, |h| {
+            h.contains("id=\"mq\" name=\"mq\" value=\"n00007\"")
+        })
+        .await?;
         b.click("button[aria-label='Remove n00007']").await?;
-        ensure!(b.text("#members-h").await?.contains("(2000)"));
+        b.wait_for("2,000 members", within, |h| {
+            h.contains("Current systems (2000)")
+        })
+        .await?;
         let g = client.get("groups", "big").await?;
         let ids = g["systems"].as_array().map(Vec::len);
         ensure!(ids == Some(2_000), "{ids:?}");

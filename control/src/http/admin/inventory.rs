@@ -676,17 +676,16 @@ fn body_of(kind: &Kind, fields: &page::Fields, mode: Mode) -> (Obj, Vec<crud::Fi
 }
 
 /// A form re-shown with what was typed and each message at its field.
-#[allow(clippy::too_many_arguments)]
 async fn reshow(
     st: &AppState,
     session: &Session,
     kind: &'static Kind,
-    key: Option<&str>,
-    row: Option<&Obj>,
+    stored: Option<(&str, &Obj)>,
     fields: &page::Fields,
     err: ApiError,
     field_errors: Vec<crud::FieldError>,
 ) -> Result<Response, PageError> {
+    let (key, row) = (stored.map(|s| s.0), stored.map(|s| s.1));
     let (status, _, message, field) = err.parts();
     if status.is_server_error() {
         return Err(PageError(err));
@@ -824,28 +823,15 @@ pub async fn create(
     let (body, mut errors) = body_of(kind, &posted.fields, Mode::Create);
     let prepared = match crud::validate(kind, &body, Mode::Create, &st.secrets, "") {
         Ok(p) if errors.is_empty() => p,
-        Ok(_) => {
+        other => {
+            if let Err(mut e) = other {
+                errors.append(&mut e);
+            }
             let err = ApiError::from(crud::field_errors(errors.clone()));
             return reshow(
                 &st,
                 &posted.session,
                 kind,
-                None,
-                None,
-                &posted.fields,
-                err,
-                errors,
-            )
-            .await;
-        }
-        Err(mut e) => {
-            errors.append(&mut e);
-            let err = ApiError::from(crud::field_errors(errors.clone()));
-            return reshow(
-                &st,
-                &posted.session,
-                kind,
-                None,
                 None,
                 &posted.fields,
                 err,
@@ -868,7 +854,6 @@ pub async fn create(
                 &st,
                 &posted.session,
                 kind,
-                None,
                 None,
                 &posted.fields,
                 err,
@@ -1015,8 +1000,7 @@ pub async fn update(
                 &st,
                 &posted.session,
                 kind,
-                Some(&id),
-                Some(&row),
+                Some((&id, &row)),
                 &posted.fields,
                 err,
                 errors,
@@ -1035,8 +1019,7 @@ pub async fn update(
                 &st,
                 &posted.session,
                 kind,
-                Some(&id),
-                Some(&row),
+                Some((&id, &row)),
                 &posted.fields,
                 err,
                 Vec::new(),
@@ -1131,6 +1114,9 @@ struct MembersPage {
     other: &'static str,
     action: String,
     members: Vec<Member>,
+    /// Links in all.
+    all: i64,
+    /// Links matching the search.
     total: u64,
     mq: String,
     aq: String,
@@ -1217,6 +1203,7 @@ pub async fn members(
         }
         query_string(p)
     };
+    let all = st.db.link_counts(rel, &[id]).await?;
     let owner = row_key(kind, &row);
     let path = format!("/admin/{}/{id}/{}/", kind.name, rel.name);
     Ok(page::render(&MembersPage {
@@ -1232,6 +1219,7 @@ pub async fn members(
         other: other.name,
         action: format!("{path}{}", keep(mc.as_deref())),
         members: page.items.iter().map(as_member).collect(),
+        all: all.get(&id).copied().unwrap_or(0),
         total: page.total,
         next: page
             .next
