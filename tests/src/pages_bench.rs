@@ -53,14 +53,16 @@ pub struct Figure {
     pub statements: u64,
 }
 
+/// What a part measured: each page's name and samples.
+pub type Measured = Result<Vec<(String, Sample)>>;
+
 /// A part of the benchmark: measures pages of a seeded service.
 #[derive(Debug)]
 pub struct Part {
     /// Its name.
     pub name: &'static str,
     /// Seeds the service (through the API) and measures its pages.
-    pub run:
-        fn(&Session, &Client, &tokio::runtime::Runtime, Sizes) -> Result<Vec<(String, Sample)>>,
+    pub run: fn(&Session, &Client, &tokio::runtime::Runtime, Sizes) -> Measured,
 }
 
 /// The parts, run in order on each engine.
@@ -316,7 +318,7 @@ impl Session {
                 .and_then(|r| r.split(',').next())
                 .and_then(|r| r.parse().ok())
                 .context("no dur")?;
-            server.push(Duration::from_secs_f64(ms / 1000.0));
+            server.push(Duration::try_from_secs_f64(ms / 1000.0).context("a negative time")?);
             let n: u64 = timing
                 .split("desc=\"")
                 .nth(1)
@@ -350,7 +352,7 @@ fn inventory_lists(
     client: &Client,
     rt: &tokio::runtime::Runtime,
     sizes: Sizes,
-) -> Result<Vec<(String, Sample)>> {
+) -> Measured {
     rt.block_on(async {
         for g in ["compute", "rack1", "rack2"] {
             client.create("groups", &json!({"slug": g})).await?;
