@@ -29,6 +29,7 @@ pub mod loopfs;
 pub mod netboot;
 pub mod netboot_bench;
 pub mod netns;
+pub mod pages_bench;
 mod process;
 pub mod vm;
 pub mod xtask;

@@ -249,6 +249,7 @@ fn list_params(kind: &Kind) -> Vec<Value> {
         json!({"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": crate::db::crud::MAX_LIMIT}, "description": "Page size (default 100)."}),
         json!({"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "The `next` of the previous page."}),
         json!({"name": "sort", "in": "query", "schema": {"type": "string"}, "description": "A field to sort by; prefix `-` for descending."}),
+        json!({"name": "q", "in": "query", "schema": {"type": "string"}, "description": "Search: rows whose slug or short text fields contain this, ignoring case."}),
     ];
     for f in kind.fields {
         if matches!(

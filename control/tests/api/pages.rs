@@ -14,14 +14,14 @@ use tower::ServiceExt as _;
 use super::common::Ctx;
 
 /// An answer: its status, headers and body as text.
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: String,
 }
 
 impl Answer {
-    fn location(&self) -> &str {
+    pub(crate) fn location(&self) -> &str {
         self.headers
             .get(header::LOCATION)
             .and_then(|v| v.to_str().ok())
@@ -39,7 +39,7 @@ impl Answer {
     }
 
     /// The value of the hidden input `name`.
-    fn hidden(&self, name: &str) -> String {
+    pub(crate) fn hidden(&self, name: &str) -> String {
         let marker = format!("name=\"{name}\" value=\"");
         let at = self
             .body
@@ -86,7 +86,7 @@ async fn send(c: &Ctx, req: Request<Body>) -> Answer {
     a
 }
 
-async fn get(c: &Ctx, path: &str, cookie: Option<&str>) -> Answer {
+pub(crate) async fn get(c: &Ctx, path: &str, cookie: Option<&str>) -> Answer {
     let mut req = Request::get(path).header(header::HOST, "mpcc");
     if let Some(ck) = cookie {
         req = req.header(header::COOKIE, ck);
@@ -94,7 +94,7 @@ async fn get(c: &Ctx, path: &str, cookie: Option<&str>) -> Answer {
     send(c, req.body(Body::empty()).expect("request")).await
 }
 
-async fn post(
+pub(crate) async fn post(
     c: &Ctx,
     path: &str,
     cookie: Option<&str>,
@@ -116,7 +116,7 @@ async fn post(
     send(c, req.body(Body::from(body)).expect("request")).await
 }
 
-async fn add_user(c: &Ctx, name: &str, password: &str, admin: bool) {
+pub(crate) async fn add_user(c: &Ctx, name: &str, password: &str, admin: bool) {
     c.post(
         "users",
         json!({"username": name, "password": password, "is_admin": admin}),
@@ -125,7 +125,7 @@ async fn add_user(c: &Ctx, name: &str, password: &str, admin: bool) {
 }
 
 /// Signs in through the form; the session cookie (`mprov_session=...`).
-async fn sign_in(c: &Ctx, name: &str, password: &str) -> String {
+pub(crate) async fn sign_in(c: &Ctx, name: &str, password: &str) -> String {
     let form = get(c, "/admin/signin?next=/admin/", None).await;
     assert_eq!(form.status, StatusCode::OK, "{}", form.body);
     let pre = form

@@ -49,6 +49,10 @@ pub const RUST_BENCHES: &[RustBench] = &[
         name: "netboot",
         run: crate::netboot_bench::run,
     },
+    RustBench {
+        name: "pages",
+        run: crate::pages_bench::run,
+    },
 ];
 
 /// One benchmark found.

@@ -349,3 +349,108 @@ pub(crate) fn watch_board(
         })
     })
 }
+#[test]
+fn pages_inventory_forms_and_a_2000_member_group_in_chromium() -> Result<()> {
+    block_on(async {
+        let home = tempfile::tempdir()?;
+        let control = Control::start(&target_dir().join("debug"), home.path(), None)?;
+        let base = control.http.clone();
+        let client = mprov_api::client::Client::new(
+            &base,
+            mprov_api::client::Auth::ApiKey(control.api_key()?),
+        )?;
+        client
+            .create("groups", &serde_json::json!({"slug": "big"}))
+            .await?;
+        let rows: Vec<serde_json::Value> = (0..2_001)
+            .map(|i| serde_json::json!({"hostname": format!("n{i:05}")}))
+            .collect();
+        for chunk in rows.chunks(1_000) {
+            client.bulk_create("systems", chunk).await?;
+        }
+        let members: Vec<String> = (0..2_000).map(|i| format!("n{i:05}")).collect();
+        client
+            .update("groups", "big", &serde_json::json!({"systems": members}))
+            .await?;
+
+        let b = Browser::start().await?;
+        b.sign_in(&base, ADMIN, SUPERUSER_PASSWORD).await?;
+
+        // The list: search, sort, keyset pages.
+        b.open(&format!("{base}/admin/systems/?q=n0004&sort=-hostname"))
+            .await?;
+        ensure!(b.text(".summary").await?.starts_with("10 matching"));
+        b.assert_accessible("systems list").await?;
+
+        // Create a system, with an error first: shown next to its field.
+        b.open(&format!("{base}/admin/systems/new")).await?;
+        b.assert_accessible("new system").await?;
+        b.fill("#f-hostname", "bad host").await?;
+        b.fill("#f-tmpfs_root_size", "4").await?;
+        b.click("form.record button[type=submit]").await?;
+        let msg = b.text("#e-hostname").await?;
+        ensure!(!msg.is_empty(), "a message at the host name");
+        let field = b.find("#f-hostname").await?;
+        ensure!(field.attr("aria-invalid").await?.as_deref() == Some("true"));
+        ensure!(field.prop("value").await?.as_deref() == Some("bad host"));
+        b.assert_accessible("new system with an error").await?;
+        b.fill("#f-hostname", "web01").await?;
+        b.click("form.record button[type=submit]").await?;
+        ensure!(b.text("[role=status]").await? == "Saved.");
+        b.assert_accessible("a system").await?;
+
+        // Edit it.
+        b.fill("#f-tmpfs_root_size", "12").await?;
+        b.click("#f-stateful").await?;
+        b.click("form.record button[type=submit]").await?;
+        ensure!(b.text("[role=status]").await? == "Saved.");
+        let s = client.get("systems", "web01").await?;
+        ensure!(s["tmpfs_root_size"] == 12 && s["stateful"] == true, "{s}");
+
+        // The 2,000-member group: add one by search, remove one.
+        b.open(&format!("{base}/admin/groups/big/systems/")).await?;
+        ensure!(b.text("#members-h").await?.contains("(2000)"));
+        b.assert_accessible("group members").await?;
+        // Each click loads a new page: wait for it before the next.
+        let within = Duration::from_secs(10);
+        b.fill("#aq", "n02000").await?;
+        b.click("form[aria-label='Search systems to add'] button")
+            .await?;
+        b.wait_for("the search", within, |h| {
+            h.contains("id=\"aq\" name=\"aq\" value=\"n02000\"")
+        })
+        .await?;
+        b.click("button[aria-label='Add n02000']").await?;
+        b.wait_for("2,001 members", within, |h| {
+            h.contains("Current systems (2001)")
+        })
+        .await?;
+        b.fill("#mq", "n00007").await?;
+        b.click("form[aria-label='Search the current systems'] button")
+            .await?;
+        b.wait_for("the members' search", within, |h| {
+            h.contains("id=\"mq\" name=\"mq\" value=\"n00007\"")
+        })
+        .await?;
+        b.click("button[aria-label='Remove n00007']").await?;
+        b.wait_for("2,000 members", within, |h| {
+            h.contains("Current systems (2000)")
+        })
+        .await?;
+        let g = client.get("groups", "big").await?;
+        let ids = g["systems"].as_array().map(Vec::len);
+        ensure!(ids == Some(2_000), "{ids:?}");
+        b.assert_accessible("group members after edits").await?;
+
+        // Delete asks first.
+        b.open(&format!("{base}/admin/systems/web01/delete"))
+            .await?;
+        b.assert_accessible("delete a system").await?;
+        b.click("main form button.danger").await?;
+        ensure!(b.path().await? == "/admin/systems/");
+
+        b.close().await?;
+        control.stop()?;
+        Ok(())
+    })
+}

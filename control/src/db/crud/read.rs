@@ -11,7 +11,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::validate::{null_of, parse_field, query_value};
 use super::{DEFAULT_LIMIT, MAX_LIMIT, Obj, Pending, RefKey, StoreError, invalid, unique};
-use crate::db::kinds::{self, Access, Field, Kind, Ty};
+use crate::db::kinds::{self, Access, Field, Kind, ManyToMany, Ty};
 use crate::db::{Db, MAX_BINDS, Sql, Val, int, opt_bool, opt_int};
 use crate::secrets::SecretBox;
 
@@ -20,12 +20,21 @@ use crate::secrets::SecretBox;
 pub struct ListQuery {
     /// `field=value` filters, as given.
     pub filters: Vec<(String, String)>,
+    /// `q`: rows whose slug or short text fields contain this (any case).
+    pub search: Option<String>,
     /// `field` or `-field`.
     pub sort: Option<String>,
     /// The page size.
     pub limit: Option<u64>,
     /// The cursor from the previous page.
     pub cursor: Option<String>,
+    /// Only the rows linked (`true`) or not linked (`false`) to the row of
+    /// this id through this relation of another kind, whose other side is
+    /// the listed kind (a group's member systems, or the systems to add).
+    pub related: Option<(&'static ManyToMany, i64, bool)>,
+    /// Whether to leave out the relations and children of each row (a page
+    /// that shows counts instead).
+    pub bare: bool,
 }
 
 impl ListQuery {
@@ -37,6 +46,7 @@ impl ListQuery {
                 "sort" => q.sort = Some(v),
                 "limit" => q.limit = Some(v.parse().unwrap_or(u64::MAX)),
                 "cursor" => q.cursor = Some(v),
+                "q" => q.search = Some(v).filter(|v| !v.trim().is_empty()),
                 _ => q.filters.push((k, v)),
             }
         }
@@ -55,22 +65,143 @@ pub struct Page {
     pub next: Option<String>,
 }
 
-pub(crate) fn encode_cursor(offset: u64) -> String {
-    URL_SAFE_NO_PAD.encode(format!("o{offset}"))
+/// Where a page ended: the sort it was listed by, the last row's value of
+/// the sort's field and its id. The next page starts after it (keyset), so
+/// a deep page costs what the first does.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Cursor {
+    /// The sort, as the query gave it (`""` for none).
+    pub s: String,
+    /// The last row's value of the sort field (`null` for `id`, or a null value).
+    pub v: Value,
+    /// The last row's id.
+    pub i: i64,
 }
 
-/// The offset a list cursor encodes; `None` for anything we did not give out.
-pub(crate) fn decode_cursor(c: &str) -> Option<u64> {
+pub(crate) fn encode_cursor(c: &Cursor) -> String {
+    let json = serde_json::to_string(c).unwrap_or_default();
+    URL_SAFE_NO_PAD.encode(format!("k{json}"))
+}
+
+/// The place a list cursor encodes; `None` for anything we did not give out.
+pub(crate) fn decode_cursor(c: &str) -> Option<Cursor> {
     let raw = URL_SAFE_NO_PAD.decode(c).ok()?;
-    std::str::from_utf8(&raw)
-        .ok()?
-        .strip_prefix('o')?
-        .parse()
-        .ok()
+    let json = std::str::from_utf8(&raw).ok()?.strip_prefix('k')?;
+    let cursor: Cursor = serde_json::from_str(json).ok()?;
+    matches!(
+        cursor.v,
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_)
+    )
+    .then_some(cursor)
+}
+
+/// What a list is ordered by: a column (none: `id` alone), its direction,
+/// and whether it may be null (nulls come last ascending, first
+/// descending, on every engine); ties are broken by `id`.
+#[derive(Debug, Clone)]
+struct SortKey {
+    column: Option<String>,
+    name: String,
+    desc: bool,
+    nullable: bool,
+}
+
+impl SortKey {
+    fn order_by(&self) -> String {
+        let dir = if self.desc { " DESC" } else { "" };
+        match &self.column {
+            None => format!("id{dir}"),
+            Some(c) if self.nullable => {
+                format!("CASE WHEN {c} IS NULL THEN 1 ELSE 0 END{dir}, {c}{dir}, id{dir}")
+            }
+            Some(c) => format!("{c}{dir}, id{dir}"),
+        }
+    }
+
+    /// The condition for the rows after `after` in this order.
+    fn after(&self, after: &Cursor, out: &mut Sql) {
+        let op = if self.desc { " < " } else { " > " };
+        let id = Val::Int(Some(after.i));
+        let Some(c) = &self.column else {
+            out.push("id").push(op).bind(id);
+            return;
+        };
+        let c = c.as_str();
+        match json_val(&after.v) {
+            None if self.desc => {
+                out.push("(").push(c).push(" IS NOT NULL OR (");
+                out.push(c).push(" IS NULL AND id < ").bind(id).push("))");
+            }
+            None => {
+                out.push("(").push(c).push(" IS NULL AND id > ").bind(id);
+                out.push(")");
+            }
+            Some(v) => {
+                out.push("(").push(c).push(op).bind(v.clone());
+                out.push(" OR (").push(c).push(" = ").bind(v);
+                out.push(" AND id").push(op).bind(id).push(")");
+                if self.nullable && !self.desc {
+                    out.push(" OR ").push(c).push(" IS NULL");
+                }
+                out.push(")");
+            }
+        }
+    }
+
+    /// The cursor that ends a page at `row`.
+    fn cursor_at(&self, sort: &str, row: &Obj) -> Cursor {
+        Cursor {
+            s: sort.to_owned(),
+            v: match self.column {
+                None => Value::Null,
+                Some(_) => row.get(&self.name).cloned().unwrap_or(Value::Null),
+            },
+            i: row.get("id").and_then(Value::as_i64).unwrap_or_default(),
+        }
+    }
+}
+
+/// A cursor's value as a bound value; `None` for null.
+fn json_val(v: &Value) -> Option<Val> {
+    match v {
+        Value::Bool(b) => Some(Val::Bool(Some(*b))),
+        Value::Number(n) => Some(match n.as_i64() {
+            Some(i) => Val::Int(Some(i)),
+            None => Val::Float(n.as_f64()),
+        }),
+        Value::String(s) => Some(Val::Text(Some(s.clone()))),
+        _ => None,
+    }
+}
+
+/// Whether a field is searched by `q`: slugs, host names and short text.
+pub fn searched(f: &Field) -> bool {
+    f.access != Access::WriteOnly
+        && match f.ty {
+            Ty::Slug | Ty::Hostname => true,
+            Ty::Text { max } => max <= 255,
+            _ => false,
+        }
+}
+
+/// `needle` as a `LIKE` pattern that matches it anywhere, `!` escaping.
+fn like_pattern(needle: &str) -> String {
+    let mut p = String::from("%");
+    for ch in needle.trim().to_lowercase().chars() {
+        if matches!(ch, '%' | '_' | '!') {
+            p.push('!');
+        }
+        p.push(ch);
+    }
+    p.push('%');
+    p
 }
 
 impl Db {
-    /// Lists rows of a kind.
+    /// Lists rows of a kind: one statement for the count, one for the
+    /// page, and one per relation and child kind embedded (none when the
+    /// query is [`bare`](ListQuery::bare)); how many rows or how deep the
+    /// page does not change that.
     pub async fn list(&self, kind: &'static Kind, q: &ListQuery) -> Result<Page, StoreError> {
         let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
         if limit == 0 || limit > MAX_LIMIT {
@@ -79,23 +210,63 @@ impl Db {
                 format!("must be between 1 and {MAX_LIMIT}"),
             ));
         }
-        let offset = match &q.cursor {
-            Some(c) => decode_cursor(c).ok_or_else(|| {
+        let sort = q.sort.clone().unwrap_or_default();
+        let key = sort_key(kind, q.sort.as_deref())?;
+        let after = match &q.cursor {
+            Some(c) => Some(decode_cursor(c).filter(|c| c.s == sort).ok_or_else(|| {
                 invalid(
                     "cursor",
-                    "is not a cursor this server gave out; start again without it",
+                    "is not a cursor this server gave out for this sort; start again without it",
                 )
-            })?,
-            None => 0,
+            })?),
+            None => None,
         };
         let mut conn = self.pool().acquire().await?;
         let mut filter = self.sql();
-        self.where_clause(&mut conn, kind, &q.filters, &mut filter)
+        let mut first = true;
+        self.where_clause(&mut conn, kind, &q.filters, &mut filter, &mut first)
             .await?;
+        if let Some(needle) = &q.search {
+            let cols: Vec<String> = kind
+                .fields
+                .iter()
+                .filter(|f| searched(f))
+                .map(Field::column)
+                .collect();
+            conj(&mut filter, &mut first);
+            if cols.is_empty() {
+                return Err(invalid(
+                    "q",
+                    format!("{} has no field to search", kind.name),
+                ));
+            }
+            filter.push("(");
+            for (i, c) in cols.iter().enumerate() {
+                if i > 0 {
+                    filter.push(" OR ");
+                }
+                filter.push("LOWER(").push(c).push(") LIKE ");
+                filter.bind(Val::Text(Some(like_pattern(needle))));
+                filter.push(" ESCAPE '!'");
+            }
+            filter.push(")");
+        }
+        if let Some((rel, owner, linked)) = q.related {
+            conj(&mut filter, &mut first);
+            filter.push(if linked {
+                "id IN (SELECT "
+            } else {
+                "id NOT IN (SELECT "
+            });
+            filter.push(rel.other).push(" FROM ").push(rel.table);
+            filter.push(" WHERE ").push(rel.this).push(" = ");
+            filter.bind(Val::Int(Some(owner))).push(")");
+        }
 
         let mut count = Sql::new(self.engine());
         count.push("SELECT COUNT(*) AS n FROM ").push(kind.table);
         count.append(&filter);
+        self.count();
         let total = int(&count.query().fetch_one(&mut *conn).await?, "n")?;
 
         let mut sql = self.sql();
@@ -104,19 +275,79 @@ impl Db {
             .push(" FROM ")
             .push(kind.table);
         sql.append(&filter);
-        sql.push(" ORDER BY ")
-            .push(&order_by(kind, q.sort.as_deref())?);
-        sql.push(&format!(" LIMIT {limit} OFFSET {offset}"));
+        if let Some(after) = &after {
+            conj(&mut sql, &mut first);
+            key.after(after, &mut sql);
+        }
+        sql.push(" ORDER BY ").push(&key.order_by());
+        // One row more than the page says whether there is a next one.
+        sql.push(&format!(" LIMIT {}", limit + 1));
+        self.count();
         let rows = sql.query().fetch_all(&mut *conn).await?;
+        let more = rows.len() as u64 > limit;
         let mut items = rows
             .iter()
+            .take(limit as usize)
             .map(|r| decode_row(kind, r))
             .collect::<Result<Vec<_>, _>>()?;
-        self.embed(&mut conn, kind, &mut items).await?;
+        if !q.bare {
+            self.embed(&mut conn, kind, &mut items).await?;
+        }
         let total = u64::try_from(total).unwrap_or(0);
-        let next = (offset + (items.len() as u64) < total && !items.is_empty())
-            .then(|| encode_cursor(offset + items.len() as u64));
+        let next = items
+            .last()
+            .filter(|_| more)
+            .map(|last| encode_cursor(&key.cursor_at(&sort, last)));
         Ok(Page { items, total, next })
+    }
+
+    /// The slug (else the id, as text) of each of `ids` of `kind`: one
+    /// statement per [`MAX_BINDS`] ids.
+    pub async fn names(
+        &self,
+        kind: &'static Kind,
+        ids: &[i64],
+    ) -> Result<HashMap<i64, String>, StoreError> {
+        let mut out = HashMap::new();
+        let Some(slug) = kind.slug else {
+            return Ok(ids.iter().map(|i| (*i, i.to_string())).collect());
+        };
+        for chunk in unique(ids.iter().copied()).chunks(MAX_BINDS) {
+            let mut sql = self.sql();
+            sql.push("SELECT id, ").push(slug).push(" AS slug FROM ");
+            sql.push(kind.table).push(" WHERE id IN ");
+            sql.bind_list(chunk.iter().map(|i| Val::Int(Some(*i))));
+            for r in self.fetch_all(&sql).await? {
+                out.insert(int(&r, "id")?, r.try_get::<String, _>("slug")?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// How many links each of `ids` has in the relation `rel`: one
+    /// statement per [`MAX_BINDS`] ids.
+    pub async fn link_counts(
+        &self,
+        rel: &ManyToMany,
+        ids: &[i64],
+    ) -> Result<HashMap<i64, i64>, StoreError> {
+        let mut out = HashMap::new();
+        for chunk in unique(ids.iter().copied()).chunks(MAX_BINDS) {
+            let mut sql = self.sql();
+            sql.push("SELECT ")
+                .push(rel.this)
+                .push(" AS a, COUNT(*) AS n FROM ");
+            sql.push(rel.table)
+                .push(" WHERE ")
+                .push(rel.this)
+                .push(" IN ");
+            sql.bind_list(chunk.iter().map(|i| Val::Int(Some(*i))));
+            sql.push(" GROUP BY ").push(rel.this);
+            for r in self.fetch_all(&sql).await? {
+                out.insert(int(&r, "a")?, int(&r, "n")?);
+            }
+        }
+        Ok(out)
     }
 
     /// Appends ` WHERE ...` for the filters to `out` (nothing when there are none).
@@ -126,9 +357,10 @@ impl Db {
         kind: &'static Kind,
         filters: &[(String, String)],
         out: &mut Sql,
+        first: &mut bool,
     ) -> Result<(), StoreError> {
-        for (i, (name, raw)) in filters.iter().enumerate() {
-            out.push(if i == 0 { " WHERE " } else { " AND " });
+        for (name, raw) in filters {
+            conj(out, first);
             if name == "id" {
                 let id = raw
                     .parse::<i64>()
@@ -224,6 +456,7 @@ impl Db {
             .push(" FROM ")
             .push(kind.table);
         sql.push(" WHERE id = ").bind(Val::Int(Some(id)));
+        self.count();
         let row = sql
             .query()
             .fetch_optional(&mut *conn)
@@ -277,6 +510,7 @@ impl Db {
                 .push(kind.table)
                 .push(" WHERE id IN ");
             sql.bind_list(chunk.iter().map(|i| Val::Int(Some(*i))));
+            self.count();
             let Ok(rows) = sql.query().fetch_all(&mut *conn).await else {
                 return Err(keys.to_vec());
             };
@@ -295,6 +529,7 @@ impl Db {
                     .push(kind.table);
                 sql.push(" WHERE ").push(slug_field).push(" IN ");
                 sql.bind_list(chunk.iter().map(|s| Val::Text(Some(s.clone()))));
+                self.count();
                 let Ok(rows) = sql.query().fetch_all(&mut *conn).await else {
                     return Err(keys.to_vec());
                 };
@@ -344,6 +579,7 @@ impl Db {
                     .push(" IN ");
                 sql.bind_list(chunk.iter().map(|i| Val::Int(Some(*i))));
                 sql.push(" ORDER BY ").push(rel.other);
+                self.count();
                 for r in sql.query().fetch_all(&mut *conn).await? {
                     by_owner
                         .entry(int(&r, "a")?)
@@ -376,6 +612,7 @@ impl Db {
                 sql.push(" WHERE ").push(&pf.column()).push(" IN ");
                 sql.bind_list(chunk.iter().map(|i| Val::Int(Some(*i))));
                 sql.push(" ORDER BY id");
+                self.count();
                 for r in sql.query().fetch_all(&mut *conn).await? {
                     let row = decode_row(ck, &r)?;
                     let owner = row.get(pf.name).and_then(Value::as_i64).unwrap_or_default();
@@ -406,6 +643,7 @@ impl Db {
                     .push(" IN ");
                 sql.bind_list(chunk.iter().map(|i| Val::Int(Some(*i))));
                 sql.push(" ORDER BY ").push(rep.order);
+                self.count();
                 for r in sql.query().fetch_all(&mut *conn).await? {
                     let row = decode_fields(rep.fields, &r)?;
                     by_owner
@@ -440,40 +678,44 @@ fn select_list(kind: &Kind) -> String {
     cols.join(", ")
 }
 
-fn order_by(kind: &Kind, sort: Option<&str>) -> Result<String, StoreError> {
+/// ` WHERE ` before the first condition, ` AND ` before the others.
+fn conj(out: &mut Sql, first: &mut bool) {
+    out.push(if *first { " WHERE " } else { " AND " });
+    *first = false;
+}
+
+fn sort_key(kind: &Kind, sort: Option<&str>) -> Result<SortKey, StoreError> {
     let Some(sort) = sort else {
-        return Ok("id".into());
+        return Ok(SortKey {
+            column: None,
+            name: "id".into(),
+            desc: false,
+            nullable: false,
+        });
     };
     let (name, desc) = match sort.strip_prefix('-') {
         Some(n) => (n, true),
         None => (sort, false),
     };
-    let dir = if desc { " DESC" } else { "" };
+    let key = |column: Option<String>, nullable| SortKey {
+        column,
+        name: name.to_owned(),
+        desc,
+        nullable,
+    };
     if name == "id" {
-        return Ok(format!("id{dir}"));
+        return Ok(key(None, false));
     }
     if kind.timestamps && (name == "created_at" || name == "updated_at") {
-        return Ok(format!("{name}{dir}, id{dir}"));
+        return Ok(key(Some(name.to_owned()), true));
     }
     match kind.field(name) {
-        Some(f)
-            if !matches!(
-                f.ty,
-                Ty::Password | Ty::Secret | Ty::Json | Ty::StrList | Ty::Yaml
-            ) =>
-        {
-            Ok(format!("{}{dir}, id{dir}", f.column()))
-        }
+        Some(f) if sortable(f) => Ok(key(Some(f.column()), f.nullable)),
         _ => {
             let sortable: Vec<&str> = kind
                 .fields
                 .iter()
-                .filter(|f| {
-                    !matches!(
-                        f.ty,
-                        Ty::Password | Ty::Secret | Ty::Json | Ty::StrList | Ty::Yaml
-                    )
-                })
+                .filter(|f| sortable(f))
                 .map(|f| f.name)
                 .collect();
             Err(invalid(
@@ -486,6 +728,14 @@ fn order_by(kind: &Kind, sort: Option<&str>) -> Result<String, StoreError> {
             ))
         }
     }
+}
+
+/// Whether a list may be sorted by a field.
+pub fn sortable(f: &Field) -> bool {
+    !matches!(
+        f.ty,
+        Ty::Password | Ty::Secret | Ty::Json | Ty::StrList | Ty::Yaml
+    ) && f.access != Access::WriteOnly
 }
 
 fn decode_row(kind: &Kind, row: &AnyRow) -> Result<Obj, StoreError> {

@@ -34,7 +34,22 @@ fn hostnames_and_slugs() {
 
 #[test]
 fn cursors_round_trip() {
-    assert_eq!(decode_cursor(&encode_cursor(4200)), Some(4200));
+    let at = read::Cursor {
+        s: "-hostname".into(),
+        v: json!("c01"),
+        i: 4200,
+    };
+    assert_eq!(decode_cursor(&encode_cursor(&at)), Some(at));
+    let odd = read::Cursor {
+        s: String::new(),
+        v: json!([1]),
+        i: 1,
+    };
+    assert_eq!(
+        decode_cursor(&encode_cursor(&odd)),
+        None,
+        "values are scalars"
+    );
     assert_eq!(decode_cursor("garbage!"), None);
     assert_eq!(decode_cursor(""), None);
 }

@@ -194,6 +194,58 @@ impl Db {
         Ok(())
     }
 
+    /// Adds (`add`) or removes one link of the relation `rel` of the row
+    /// `key`: the row `target` (an id or slug of the relation's kind). One
+    /// small transaction whatever the relation's size, so a group of
+    /// thousands of systems gains or loses a member without its whole list
+    /// being sent; a link already there (or already gone) changes nothing.
+    pub async fn link(
+        &self,
+        kind: &'static Kind,
+        key: &str,
+        rel: &'static ManyToMany,
+        target: &str,
+        add: bool,
+    ) -> Result<(), StoreError> {
+        let other = kinds::kind(rel.kind).ok_or_else(|| StoreError::NotFound {
+            kind: kind.name,
+            key: rel.kind.to_owned(),
+        })?;
+        let mut tx = self.pool().begin().await?;
+        bump_revision(&mut tx).await?;
+        let id = self.find_id(&mut tx, kind, key).await?;
+        let tid = self.find_id(&mut tx, other, target).await?;
+        let pair = |sql: &mut crate::db::Sql| {
+            sql.push(" WHERE ").push(rel.this).push(" = ");
+            sql.bind(Val::Int(Some(id)));
+            sql.push(" AND ").push(rel.other).push(" = ");
+            sql.bind(Val::Int(Some(tid)));
+        };
+        let mut there = self.sql();
+        there.push("SELECT COUNT(*) AS n FROM ").push(rel.table);
+        pair(&mut there);
+        let linked = int(&there.query().fetch_one(&mut *tx).await?, "n")? > 0;
+        if linked == add {
+            tx.rollback().await?;
+            return Ok(());
+        }
+        let mut sql = self.sql();
+        if add {
+            sql.push("INSERT INTO ").push(rel.table).push(" (");
+            sql.push(rel.this)
+                .push(", ")
+                .push(rel.other)
+                .push(") VALUES ");
+            sql.bind_list([Val::Int(Some(id)), Val::Int(Some(tid))]);
+        } else {
+            sql.push("DELETE FROM ").push(rel.table);
+            pair(&mut sql);
+        }
+        sql.query().execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Revokes the unrevoked certificates of `profile` (`node`,
     /// `jobserver`) issued to `identity`, for `reason`, in `conn`'s
     /// transaction.

@@ -19,8 +19,10 @@ pub mod assets;
 pub mod board;
 pub mod dashboard;
 pub mod identities;
+pub mod inventory;
 pub mod page;
 pub mod signin;
+pub mod timing;
 
 use axum::Router;
 use axum::middleware::{from_fn, from_fn_with_state};
@@ -63,11 +65,34 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/admin/account/passkeys", post(account::register))
         .route("/admin/account/passkeys/options", post(account::options))
         .route("/admin/account/passkeys/{id}/delete", post(account::delete))
+        .route("/admin/{kind}/", get(inventory::list))
         .route(
-            "/admin/{*rest}",
-            get(|| async { PageError::not_found("no such page").into_response() }),
+            "/admin/{kind}/new",
+            get(inventory::new_form).post(inventory::create),
         )
-        .route_layer(from_fn(page::require_session));
+        .route(
+            "/admin/{kind}/{key}/",
+            get(inventory::edit_form).post(inventory::update),
+        )
+        .route(
+            "/admin/{kind}/{key}/delete",
+            get(inventory::delete_form).post(inventory::delete),
+        )
+        .route(
+            "/admin/{kind}/{key}/{rel}/",
+            get(inventory::members).post(inventory::link),
+        )
+        // Any other path under a kind's pages (a catch-all would clash with
+        // the kinds' routes).
+        .route("/admin/{kind}", get(no_page))
+        .route("/admin/{kind}/{key}", get(no_page))
+        .route("/admin/{kind}/{key}/{rel}/{*rest}", get(no_page))
+        .route_layer(from_fn(page::require_session))
+        .route_layer(from_fn_with_state(state.clone(), timing::layer));
     open.merge(signed_in)
         .layer(from_fn_with_state(state, page::session_layer))
+}
+
+async fn no_page() -> axum::response::Response {
+    PageError::not_found("no such page").into_response()
 }
