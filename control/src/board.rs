@@ -331,7 +331,7 @@ fn cell_order(grouping: Grouping, x: &Cell, y: &Cell) -> Ordering {
 }
 
 /// Puts `cells` into their groups, in order: groups by key (the keyless
-/// last), cells by [`cell_order`]. Pure.
+/// last), cells by `cell_order`. Pure.
 pub fn arrange(grouping: Grouping, mut cells: Vec<Cell>) -> Vec<Group> {
     cells.sort_by(|x, y| {
         (x.group.is_empty().cmp(&y.group.is_empty()))

@@ -27,6 +27,10 @@ pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// The axe-core release `cargo xtask test` installs (pinned).
 pub const AXE_VERSION: &str = "4.11.0";
 
+/// How long a page or an element on it is waited for: generous, as the
+/// browser shares two CPUs with TCG guests in the full run.
+pub const PAGE_WAIT: Duration = Duration::from_secs(60);
+
 /// Where `cargo xtask test` installs npm packages: under the build folder.
 pub fn npm_dir() -> PathBuf {
     target_dir().join("npm")
@@ -168,12 +172,56 @@ impl Browser {
         Ok(())
     }
 
-    /// The element with CSS selector `css`, waited for up to 10 s.
+    /// Clicks `css`, which sends a form, and waits for the page it leads
+    /// to. A click returns before the browser leaves the page, so a look
+    /// right after it may still see (or lose mid-read) the old one.
+    pub async fn submit(&self, css: &str) -> Result<()> {
+        self.mark_page().await?;
+        self.click(css).await?;
+        self.wait_new_page(css).await
+    }
+
+    /// Like [`Browser::submit`] for a form that asks first: the dialog is
+    /// accepted.
+    pub async fn submit_confirmed(&self, css: &str) -> Result<()> {
+        self.mark_page().await?;
+        self.click(css).await?;
+        self.client.accept_alert().await?;
+        self.wait_new_page(css).await
+    }
+
+    /// Marks the current document, for [`Browser::wait_new_page`].
+    async fn mark_page(&self) -> Result<()> {
+        self.client
+            .execute("window.__mprovOldPage = true;", vec![])
+            .await?;
+        Ok(())
+    }
+
+    /// Waits up to [`PAGE_WAIT`] for a loaded document without the mark.
+    async fn wait_new_page(&self, after: &str) -> Result<()> {
+        let deadline = Instant::now() + PAGE_WAIT;
+        let check =
+            "return window.__mprovOldPage === undefined && document.readyState === 'complete';";
+        loop {
+            // Mid-navigation a script may fail: that is "not yet".
+            if let Ok(Value::Bool(true)) = self.client.execute(check, vec![]).await {
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "no new page within {PAGE_WAIT:?} after clicking {after:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The element with CSS selector `css`, waited for up to [`PAGE_WAIT`].
     pub async fn find(&self, css: &str) -> Result<fantoccini::elements::Element> {
         match self
             .client
             .wait()
-            .at_most(Duration::from_secs(10))
+            .at_most(PAGE_WAIT)
             .for_element(Locator::Css(css))
             .await
         {
@@ -223,7 +271,7 @@ impl Browser {
         self.open(&format!("{base}/admin/signin")).await?;
         self.fill("#username", user).await?;
         self.fill("#password", password).await?;
-        self.click("#signin-form button[type=submit]").await?;
+        self.submit("#signin-form button[type=submit]").await?;
         let path = self.path().await?;
         ensure!(
             !path.starts_with("/admin/signin"),

@@ -319,22 +319,26 @@ const EXPORT_FILE: &str = "export.log";
 
 /// The lab root's export (`MPROV-LAB-EXPORT <name> <value>` lines, values
 /// base64 but for `key-mode` and `hostname`), decoded, once its `end` line
-/// is in `text`; `None` before.
+/// is in `text`; `None` before. The file is read while the guest still
+/// writes it, so nothing is decoded until the `end` line shows every line
+/// before it is whole.
 pub fn parse_export(text: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>> {
     use base64::Engine as _;
+    let is_end = |line: &str| line.trim_end_matches('\r') == "MPROV-LAB-EXPORT end";
+    let Some(end) = text
+        .split_inclusive('\n')
+        .position(|line| line.ends_with('\n') && is_end(line.trim_end_matches('\n')))
+    else {
+        return Ok(None);
+    };
     let mut items = BTreeMap::new();
-    let mut done = false;
-    for line in text.lines() {
+    for line in text.lines().take(end) {
         let mut parts = line.trim_end_matches('\r').splitn(3, ' ');
         if parts.next() != Some("MPROV-LAB-EXPORT") {
             continue;
         }
         let name = parts.next().unwrap_or_default().to_owned();
         let value = parts.next().unwrap_or_default().trim();
-        if name == "end" {
-            done = true;
-            continue;
-        }
         let bytes = if matches!(name.as_str(), "key-mode" | "hostname") {
             value.as_bytes().to_vec()
         } else {
@@ -344,7 +348,7 @@ pub fn parse_export(text: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>> {
         };
         items.insert(name, bytes);
     }
-    Ok(done.then_some(items))
+    Ok(Some(items))
 }
 
 impl Vm {

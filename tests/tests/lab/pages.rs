@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use mprov_tests::browser::Browser;
+use mprov_tests::browser::{Browser, PAGE_WAIT};
 use mprov_tests::control::{Control, SUPERUSER_PASSWORD};
 use mprov_tests::xtask::target_dir;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -57,7 +57,7 @@ fn pages_sign_in_out_expire_and_refuse_cross_site_posts_in_chromium() -> Result<
         // A wrong password: the form again, with the message.
         b.fill("#username", ADMIN).await?;
         b.fill("#password", "not the password").await?;
-        b.click("#signin-form button[type=submit]").await?;
+        b.submit("#signin-form button[type=submit]").await?;
         let error = b.text("#signin-error").await?;
         ensure!(error.contains("wrong user name or password"), "{error}");
 
@@ -91,9 +91,7 @@ fn pages_sign_in_out_expire_and_refuse_cross_site_posts_in_chromium() -> Result<
 
         b.open(&evil).await?;
         let refused = b
-            .wait_for("the cross-site refusal", Duration::from_secs(10), |h| {
-                h.contains("403")
-            })
+            .wait_for("the cross-site refusal", PAGE_WAIT, |h| h.contains("403"))
             .await?;
         ensure!(refused.contains("cross-site"), "{refused}");
         server.abort();
@@ -108,11 +106,11 @@ fn pages_sign_in_out_expire_and_refuse_cross_site_posts_in_chromium() -> Result<
         b.open(&format!("{base}/admin/identities/")).await?;
         b.assert_accessible("identities").await?;
         b.fill("#token-name", "js-browser").await?;
-        b.click("#make-token").await?;
+        b.submit("#make-token").await?;
         let token = b.text("#shown-secret").await?;
         ensure!(token.contains('.'), "a token <prefix>.<secret>: {token:?}");
         b.fill("#key-name", "made in the browser").await?;
-        b.click("#make-key").await?;
+        b.submit("#make-key").await?;
         let key = b.text("#shown-secret").await?;
         b.open(&format!("{base}/admin/identities/")).await?;
         let again = b.source().await?;
@@ -139,7 +137,7 @@ fn pages_sign_in_out_expire_and_refuse_cross_site_posts_in_chromium() -> Result<
         );
 
         // Signing out ends the session.
-        b.click("form[action='/admin/signout'] button").await?;
+        b.submit("form[action='/admin/signout'] button").await?;
         ensure!(b.text("#main [role=status]").await? == "You signed out.");
         b.open(&format!("{base}/admin/")).await?;
         ensure!(b.path().await?.starts_with("/admin/signin"));
@@ -244,12 +242,12 @@ fn pages_sign_in_through_a_real_ldap_directory_in_chromium() -> Result<()> {
         ensure!(b.text("main h1").await? == "Dashboard");
         ensure!(b.text(".who a").await? == "ada");
         ensure!(!b.source().await?.contains("read-only"));
-        b.click("form[action='/admin/signout'] button").await?;
+        b.submit("form[action='/admin/signout'] button").await?;
 
         // A directory reader: read-only.
         b.sign_in(&base, "bob", "bob-directory-pw").await?;
         ensure!(b.text(".who .badge").await? == "read-only");
-        b.click("form[action='/admin/signout'] button").await?;
+        b.submit("form[action='/admin/signout'] button").await?;
 
         // A wrong password, a user in no group, an empty password (the
         // form's own check; the domain refuses it before any bind too).
@@ -260,7 +258,7 @@ fn pages_sign_in_through_a_real_ldap_directory_in_chromium() -> Result<()> {
             b.open(&format!("{base}/admin/signin")).await?;
             b.fill("#username", user).await?;
             b.fill("#password", password).await?;
-            b.click("#signin-form button[type=submit]").await?;
+            b.submit("#signin-form button[type=submit]").await?;
             let error = b.text("#signin-error").await?;
             ensure!(error.contains(expect), "{user}: {error}");
         }
@@ -387,7 +385,7 @@ fn pages_inventory_forms_and_a_2000_member_group_in_chromium() -> Result<()> {
         b.assert_accessible("new system").await?;
         b.fill("#f-hostname", "bad host").await?;
         b.fill("#f-tmpfs_root_size", "4").await?;
-        b.click("form.record button[type=submit]").await?;
+        b.submit("form.record button[type=submit]").await?;
         let msg = b.text("#e-hostname").await?;
         ensure!(!msg.is_empty(), "a message at the host name");
         let field = b.find("#f-hostname").await?;
@@ -395,14 +393,14 @@ fn pages_inventory_forms_and_a_2000_member_group_in_chromium() -> Result<()> {
         ensure!(field.prop("value").await?.as_deref() == Some("bad host"));
         b.assert_accessible("new system with an error").await?;
         b.fill("#f-hostname", "web01").await?;
-        b.click("form.record button[type=submit]").await?;
+        b.submit("form.record button[type=submit]").await?;
         ensure!(b.text("[role=status]").await? == "Saved.");
         b.assert_accessible("a system").await?;
 
         // Edit it.
         b.fill("#f-tmpfs_root_size", "12").await?;
         b.click("#f-stateful").await?;
-        b.click("form.record button[type=submit]").await?;
+        b.submit("form.record button[type=submit]").await?;
         ensure!(b.text("[role=status]").await? == "Saved.");
         let s = client.get("systems", "web01").await?;
         ensure!(s["tmpfs_root_size"] == 12 && s["stateful"] == true, "{s}");
@@ -412,7 +410,7 @@ fn pages_inventory_forms_and_a_2000_member_group_in_chromium() -> Result<()> {
         ensure!(b.text("#members-h").await?.contains("(2000)"));
         b.assert_accessible("group members").await?;
         // Each click loads a new page: wait for it before the next.
-        let within = Duration::from_secs(10);
+        let within = PAGE_WAIT;
         b.fill("#aq", "n02000").await?;
         b.click("form[aria-label='Search systems to add'] button")
             .await?;
@@ -446,7 +444,7 @@ fn pages_inventory_forms_and_a_2000_member_group_in_chromium() -> Result<()> {
         b.open(&format!("{base}/admin/systems/web01/delete"))
             .await?;
         b.assert_accessible("delete a system").await?;
-        b.click("main form button.danger").await?;
+        b.submit("main form button.danger").await?;
         ensure!(b.path().await? == "/admin/systems/");
 
         b.close().await?;

@@ -7,7 +7,7 @@
 //! over plain HTTP.
 
 use anyhow::{Result, ensure};
-use mprov_tests::browser::Browser;
+use mprov_tests::browser::{Browser, PAGE_WAIT};
 use mprov_tests::control::{Control, SUPERUSER_PASSWORD};
 use mprov_tests::xtask::target_dir;
 
@@ -33,27 +33,23 @@ fn passkey_registered_then_used_to_sign_in_in_chromium() -> Result<()> {
         b.assert_accessible("account").await?;
         b.fill("#passkey-name", "virtual laptop").await?;
         b.click("#passkey-register button[type=submit]").await?;
-        b.wait_for(
-            "the new passkey in the list",
-            std::time::Duration::from_secs(15),
-            |h| h.contains("id=\"passkeys\""),
-        )
+        b.wait_for("the new passkey in the list", PAGE_WAIT, |h| {
+            h.contains("id=\"passkeys\"")
+        })
         .await?;
         ensure!(b.text("#passkeys .passkey-name").await? == "virtual laptop");
         ensure!(b.text("#passkeys .passkey-used").await? == "never");
         b.assert_accessible("account with a passkey").await?;
 
         // Signed out, then in with the passkey alone.
-        b.click("form[action='/admin/signout'] button").await?;
+        b.submit("form[action='/admin/signout'] button").await?;
         ensure!(b.text("#main [role=status]").await? == "You signed out.");
         b.assert_accessible("sign-in with the passkey button")
             .await?;
         b.click("#passkey-signin button[type=submit]").await?;
-        b.wait_for(
-            "the dashboard after a passkey sign-in",
-            std::time::Duration::from_secs(15),
-            |h| h.contains("<h1>Dashboard</h1>"),
-        )
+        b.wait_for("the dashboard after a passkey sign-in", PAGE_WAIT, |h| {
+            h.contains("<h1>Dashboard</h1>")
+        })
         .await?;
         ensure!(b.path().await? == "/admin/", "{}", b.path().await?);
         ensure!(b.text(".who a").await? == ADMIN);
@@ -62,17 +58,14 @@ fn passkey_registered_then_used_to_sign_in_in_chromium() -> Result<()> {
         ensure!(used != "never", "the sign-in was recorded: {used}");
 
         // Deleted, it no longer signs in.
-        b.click("#passkeys form button").await?;
-        b.client.accept_alert().await?;
+        b.submit_confirmed("#passkeys form button").await?;
         ensure!(b.text("#no-passkeys").await?.contains("no passkey"));
-        b.click("form[action='/admin/signout'] button").await?;
+        b.submit("form[action='/admin/signout'] button").await?;
         b.click("#passkey-signin button[type=submit]").await?;
         let refused = b
-            .wait_for(
-                "the refusal of a deleted passkey",
-                std::time::Duration::from_secs(15),
-                |h| h.contains("id=\"signin-error\""),
-            )
+            .wait_for("the refusal of a deleted passkey", PAGE_WAIT, |h| {
+                h.contains("id=\"signin-error\"")
+            })
             .await?;
         ensure!(
             refused.contains("no passkey has this credential id"),

@@ -5,7 +5,7 @@
 //! appears here as it does in the API.
 //!
 //! A page parses, calls the same domain as the API (the list's
-//! [`ListQuery`], [`crud::validate`], the store's writes) and asks the same
+//! [`ListQuery`], [`crud::validate()`], the store's writes) and asks the same
 //! access rules ([`access::check`] with the session's principal), then
 //! renders: no rule is written twice. Many-to-many relations (a group's
 //! thousands of systems) have a page of their own, edited one link at a
