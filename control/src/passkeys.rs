@@ -87,6 +87,11 @@ pub const CHALLENGE_TTL: std::time::Duration = std::time::Duration::from_secs(5 
 /// second, far past what people do, and the table stays small.
 pub const MAX_PENDING: i64 = 10_000;
 
+/// Passkey sign-ins one client address may start a minute: a person
+/// starts a few; a flood from one address holds at most this many times
+/// five of the [`MAX_PENDING`] challenges, so it cannot lock out the rest.
+pub const SIGN_IN_STARTS_PER_MINUTE: u32 = 20;
+
 /// The longest credential id an authenticator may make (§5.8.3).
 pub const MAX_CREDENTIAL_ID: usize = 1023;
 

@@ -71,6 +71,10 @@ pub struct Inner {
     /// Registrations per job server ([`crate::jobservers::REGISTRATIONS_PER_MINUTE`]):
     /// each bumps the inventory revision, which every job server follows.
     pub register_limiter: Limiter,
+    /// Passkey sign-in starts per client address
+    /// ([`crate::passkeys::SIGN_IN_STARTS_PER_MINUTE`]): each stores a
+    /// challenge.
+    pub passkey_limiter: Limiter,
     /// The warnings that an identity hit a limit: one a minute each.
     pub limit_warnings: Limiter,
     /// `/ipxe/` requests waiting for a lease report, by MAC.
@@ -112,6 +116,10 @@ impl Inner {
             renew_limiter: Limiter::new(Rate::per_hour(config.writes.renewals_per_hour), None),
             register_limiter: Limiter::new(
                 Rate::per_minute(crate::jobservers::REGISTRATIONS_PER_MINUTE),
+                None,
+            ),
+            passkey_limiter: Limiter::new(
+                Rate::per_minute(crate::passkeys::SIGN_IN_STARTS_PER_MINUTE),
                 None,
             ),
             limit_warnings: Limiter::new(Rate::per_minute(1), None),

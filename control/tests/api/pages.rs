@@ -425,7 +425,48 @@ async fn pages_dashboard_lists_failed_nodes(engine: Engine) {
     c.cleanup().await;
 }
 
+/// Each passkey sign-in start stores a challenge: one address may start
+/// [`SIGN_IN_STARTS_PER_MINUTE`] a minute, then gets 429 with when to try
+/// again, and the form still signs in with a password.
+async fn pages_throttle_passkey_sign_in_starts(engine: Engine) {
+    use mprov_control::passkeys::SIGN_IN_STARTS_PER_MINUTE;
+    let c = Ctx::new(engine).await;
+    add_user(&c, "ada", "correct horse battery", true).await;
+    let form = get(&c, "/admin/signin", None).await;
+    let csrf = form.hidden("csrf");
+    let cookie = format!("mprov_signin={csrf}");
+    let start = || {
+        post(
+            &c,
+            "/admin/signin/passkey/options",
+            Some(&cookie),
+            &[],
+            &[("csrf", &csrf)],
+        )
+    };
+    for i in 0..SIGN_IN_STARTS_PER_MINUTE {
+        let ok = start().await;
+        assert_eq!(ok.status, StatusCode::OK, "start {i}: {}", ok.body);
+        assert!(ok.body.contains("\"challenge\""), "{}", ok.body);
+    }
+    let over = start().await;
+    assert_eq!(over.status, StatusCode::TOO_MANY_REQUESTS, "{}", over.body);
+    assert!(
+        over.body.contains("passkey sign-in starts"),
+        "{}",
+        over.body
+    );
+    assert!(
+        over.headers.contains_key(header::RETRY_AFTER),
+        "{:?}",
+        over.headers
+    );
+    sign_in(&c, "ada", "correct horse battery").await;
+    c.cleanup().await;
+}
+
 crate::engine_tests!(
+    pages_throttle_passkey_sign_in_starts,
     pages_dashboard_lists_failed_nodes,
     pages_sign_in_and_out,
     pages_sessions_end_when_idle,

@@ -159,7 +159,12 @@ pub async fn submit(State(state): State<AppState>, req: Request) -> Response {
         Err(IdentityError::Refused(m)) => match &state.config.ldap {
             None => return again(StatusCode::UNAUTHORIZED, m),
             Some(cfg) => match ldap::authenticate(cfg, &username, password).await {
-                Ok(user) => (user.name, user.role == LdapRole::Admin, Method::Ldap),
+                Ok(user) => {
+                    // The local check counted this attempt as a wrong
+                    // password; the directory's yes takes it back.
+                    state.throttle.forgive(client, &username);
+                    (user.name, user.role == LdapRole::Admin, Method::Ldap)
+                }
                 Err(
                     e @ (LdapError::BadCredentials
                     | LdapError::EmptyPassword
@@ -203,6 +208,11 @@ fn form_token_matches(cookie: Option<&str>, fields: &page::Fields) -> bool {
 /// `POST /admin/signin/passkey/options`: the options for
 /// `navigator.credentials.get` (JSON), for the sign-in form's token.
 pub async fn passkey_options(State(state): State<AppState>, req: Request) -> Response {
+    let client = client_ip(&state, &req)
+        .map_or_else(|| "an unknown address".to_owned(), |ip| ip.to_string());
+    if let Err(e) = state.within_budget(&state.passkey_limiter, &client, "passkey sign-in starts") {
+        return PageError::from(e).into_response();
+    }
     let cookie = page::cookie(req.headers(), SIGNIN_COOKIE);
     let site = page::passkey_site(&state, req.headers(), req.extensions());
     let fields = match page::read_form(req, &state).await {
