@@ -25,6 +25,7 @@ pub mod boot;
 pub mod client;
 pub mod enroll;
 pub mod jobs;
+pub mod nads;
 pub mod scripts;
 
 /// The path prefix of the REST API.
