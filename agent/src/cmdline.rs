@@ -9,6 +9,10 @@
 //! - `mprov_ca=<64 hex digits>`: the SHA-256 of the control service's CA
 //!   certificate, which the agent will check the certificate it fetches against.
 //! - `mprov_url=<http(s)://host[:port][/path]>`: the control service.
+//! - `mprov_lease=<address>,<netmask>,<gateway>,<dns>,<server>,<mtu>,<domain>`:
+//!   the lease iPXE holds (`mprov_ipxe::LEASE_ARG`, expanded by iPXE), which
+//!   the agent configures its interface from instead of asking DHCP again
+//!   ([`CarriedLease`]).
 //!
 //! Splitting follows the kernel's own `next_arg` (`lib/cmdline.c`), so that the
 //! agent sees the parameters the kernel saw: words are separated by
@@ -23,6 +27,7 @@
 //! about: the agent reports them all at once instead of stopping at the first.
 
 use std::fmt;
+use std::net::Ipv4Addr;
 use std::ops::Range;
 
 use thiserror::Error;
@@ -128,15 +133,18 @@ pub enum Param {
     Image,
     /// `mprov_rescue`: `1` drops to a rescue shell on a fatal error.
     Rescue,
+    /// `mprov_lease`: the lease iPXE holds.
+    Lease,
 }
 
 impl Param {
     /// Every parameter, in the order the agent reports them.
-    pub const ALL: [Param; 6] = [
+    pub const ALL: [Param; 7] = [
         Param::Enroll,
         Param::Ca,
         Param::Url,
         Param::Mac,
+        Param::Lease,
         Param::Image,
         Param::Rescue,
     ];
@@ -150,6 +158,7 @@ impl Param {
             Param::Mac => "mprov_mac",
             Param::Image => "mprov_image",
             Param::Rescue => "mprov_rescue",
+            Param::Lease => "mprov_lease",
         }
     }
 
@@ -195,6 +204,9 @@ pub enum ParamError {
     /// Longer than the value may be.
     #[error("longer than {0} bytes")]
     TooLong(usize),
+    /// `mprov_lease` is not a usable lease: why.
+    #[error("not a usable lease ({0}); the agent asks DHCP instead")]
+    BadLease(&'static str),
 }
 
 /// The checks of a free-form value, in this order: not empty, at most `max`
@@ -424,6 +436,159 @@ impl fmt::Display for ImageRef {
     }
 }
 
+/// The lease iPXE held when it loaded the kernel, carried on the command
+/// line so that the agent need not ask DHCP again: half the DHCP exchanges
+/// of a mass boot, and no second chance to lose one.
+///
+/// Checked as a lease the agent may configure: an address and a netmask
+/// (contiguous, `/1` to `/32`); the address a host's (not unspecified,
+/// loopback, link-local, multicast or broadcast, nor the subnet's own or
+/// broadcast address below `/31`); a gateway, if any, inside the subnet and
+/// not the address itself; an MTU from 576 (as from DHCP); a domain of DNS
+/// name characters.
+/// An unset iPXE setting expands to nothing, so every field but the first
+/// two may be empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarriedLease {
+    /// The node's address.
+    pub address: Ipv4Addr,
+    /// The prefix length.
+    pub prefix: u8,
+    /// The default gateway.
+    pub gateway: Option<Ipv4Addr>,
+    /// The DNS server.
+    pub dns: Option<Ipv4Addr>,
+    /// The DHCP server that gave the lease.
+    pub server: Option<Ipv4Addr>,
+    /// The interface MTU.
+    pub mtu: Option<u16>,
+    /// The DNS domain.
+    pub domain: Option<String>,
+}
+
+/// The fields of [`CarriedLease`], in order.
+const LEASE_FIELDS: usize = 7;
+/// The longest `mprov_lease` value: seven fields, a domain of 253.
+const MAX_LEASE_LEN: usize = 4 * 16 + 6 + 253;
+
+impl CarriedLease {
+    /// `<address>,<netmask>,<gateway>,<dns>,<server>,<mtu>,<domain>`.
+    pub fn parse(value: &[u8]) -> Result<CarriedLease, ParamError> {
+        if value.iter().all(|&b| b == b',') {
+            return Err(ParamError::Empty);
+        }
+        check_bytes(value, MAX_LEASE_LEN, |b| {
+            b.is_ascii_alphanumeric() || b".,-".contains(&b)
+        })?;
+        let text = std::str::from_utf8(value).map_err(|_| ParamError::BadLease("not text"))?;
+        let fields: Vec<&str> = text.split(',').collect();
+        let [address, netmask, gateway, dns, server, mtu, domain] =
+            <[&str; LEASE_FIELDS]>::try_from(fields)
+                .map_err(|_| ParamError::BadLease("not seven comma-separated fields"))?;
+        let ip = |field: &str, what: &'static str| -> Result<Option<Ipv4Addr>, ParamError> {
+            if field.is_empty() {
+                return Ok(None);
+            }
+            field
+                .parse()
+                .map(Some)
+                .map_err(|_| ParamError::BadLease(what))
+        };
+        let address =
+            ip(address, "the address is not IPv4")?.ok_or(ParamError::BadLease("no address"))?;
+        let netmask =
+            ip(netmask, "the netmask is not IPv4")?.ok_or(ParamError::BadLease("no netmask"))?;
+        let mask = u32::from(netmask);
+        if mask == 0 || mask.leading_ones() + mask.trailing_zeros() != 32 {
+            return Err(ParamError::BadLease("the netmask is not contiguous"));
+        }
+        let prefix = u8::try_from(mask.leading_ones())
+            .map_err(|_| ParamError::BadLease("the netmask is not contiguous"))?;
+        let lease = CarriedLease {
+            address,
+            prefix,
+            gateway: ip(gateway, "the gateway is not IPv4")?,
+            dns: ip(dns, "the DNS server is not IPv4")?,
+            server: ip(server, "the DHCP server is not IPv4")?,
+            mtu: match mtu {
+                "" => None,
+                m => Some(
+                    m.parse::<u16>()
+                        .ok()
+                        .filter(|&m| m >= 576)
+                        .ok_or(ParamError::BadLease("the MTU is not 576 to 65535"))?,
+                ),
+            },
+            domain: match domain {
+                "" => None,
+                d if d.split('.').all(|l| !l.is_empty() && l.len() <= 63) => Some(d.to_owned()),
+                _ => return Err(ParamError::BadLease("the domain is not a DNS name")),
+            },
+        };
+        lease.check()?;
+        Ok(lease)
+    }
+
+    /// The checks of an address the agent may configure (see the type).
+    fn check(&self) -> Result<(), ParamError> {
+        let a = self.address;
+        if a.is_unspecified()
+            || a.is_loopback()
+            || a.is_link_local()
+            || a.is_multicast()
+            || a.is_broadcast()
+        {
+            return Err(ParamError::BadLease("the address is not a host's"));
+        }
+        let mask = u32::MAX
+            .checked_shl(32 - u32::from(self.prefix))
+            .unwrap_or(0);
+        let net = u32::from(a) & mask;
+        if self.prefix < 31 && (u32::from(a) == net || u32::from(a) == net | !mask) {
+            return Err(ParamError::BadLease(
+                "the address is its subnet's own or broadcast address",
+            ));
+        }
+        if let Some(g) = self.gateway
+            && (g == a || u32::from(g) & mask != net)
+        {
+            return Err(ParamError::BadLease(
+                "the gateway is not another address of the subnet",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The netmask of [`Self::prefix`].
+    pub fn netmask(&self) -> Ipv4Addr {
+        Ipv4Addr::from(
+            u32::MAX
+                .checked_shl(32 - u32::from(self.prefix))
+                .unwrap_or(0),
+        )
+    }
+}
+
+impl fmt::Display for CarriedLease {
+    /// The form [`CarriedLease::parse`] reads.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn opt(v: Option<impl fmt::Display>) -> String {
+            v.map(|v| v.to_string()).unwrap_or_default()
+        }
+        write!(
+            f,
+            "{},{},{},{},{},{},{}",
+            self.address,
+            self.netmask(),
+            opt(self.gateway),
+            opt(self.dns),
+            opt(self.server),
+            opt(self.mtu),
+            self.domain.as_deref().unwrap_or_default()
+        )
+    }
+}
+
 /// `0` or `1`.
 fn parse_flag(value: &[u8]) -> Result<bool, ParamError> {
     match value {
@@ -444,6 +609,7 @@ pub struct BootParams {
     mac: Option<Result<Mac, ParamError>>,
     image: Option<Result<ImageRef, ParamError>>,
     rescue: Option<Result<bool, ParamError>>,
+    lease: Option<Result<CarriedLease, ParamError>>,
 }
 
 impl BootParams {
@@ -462,6 +628,7 @@ impl BootParams {
                 Param::Mac => params.mac = Some(Mac::parse(value)),
                 Param::Image => params.image = Some(ImageRef::parse(value)),
                 Param::Rescue => params.rescue = Some(parse_flag(value)),
+                Param::Lease => params.lease = Some(CarriedLease::parse(value)),
             }
         }
         params
@@ -490,6 +657,16 @@ impl BootParams {
     /// The image to boot, if given and valid.
     pub fn image(&self) -> Option<&ImageRef> {
         self.image.as_ref()?.as_ref().ok()
+    }
+
+    /// The lease iPXE carried, or why there is none to use (absent:
+    /// `Err(ParamError::Empty)`).
+    pub fn lease(&self) -> Result<&CarriedLease, ParamError> {
+        match &self.lease {
+            None => Err(ParamError::Empty),
+            Some(Ok(lease)) => Ok(lease),
+            Some(Err(err)) => Err(*err),
+        }
     }
 
     /// Whether a fatal error drops to a rescue shell (`mprov_rescue=1`).
@@ -539,6 +716,7 @@ impl BootParams {
             Param::Mac => of(&self.mac, ToString::to_string),
             Param::Image => of(&self.image, ToString::to_string),
             Param::Rescue => of(&self.rescue, |on| if *on { "1" } else { "0" }.to_owned()),
+            Param::Lease => of(&self.lease, ToString::to_string),
         }
     }
 }
@@ -656,6 +834,7 @@ mod tests {
                 format!("mprov_ca: {}", CA.to_ascii_lowercase()),
                 "mprov_url: http://10.99.0.1:8080".to_owned(),
                 "mprov_mac: not given".to_owned(),
+                "mprov_lease: not given".to_owned(),
                 "mprov_image: not given".to_owned(),
                 "mprov_rescue: not given".to_owned(),
             ]
@@ -753,6 +932,7 @@ mod tests {
                 "mprov_ca: refused: no value",
                 "mprov_url: refused: no value",
                 "mprov_mac: not given",
+                "mprov_lease: not given",
                 "mprov_image: not given",
                 "mprov_rescue: not given",
             ]
@@ -761,6 +941,109 @@ mod tests {
         assert_eq!(params, BootParams::default());
         assert!(params.errors().is_empty());
         assert_eq!(params.report()[0], "mprov_enroll: not given");
+    }
+
+    /// The lease as iPXE expands `mprov_ipxe::LEASE_ARG`: whole, with unset
+    /// settings empty, and refused (so DHCP it is) when it is not one a
+    /// host can configure.
+    #[test]
+    fn a_carried_lease_is_read_and_checked() {
+        let params = BootParams::parse(
+            b"mprov_lease=10.99.0.41,255.255.255.0,10.99.0.1,10.99.0.2,10.99.0.2,1500,lab.example",
+        );
+        let lease = params.lease().expect("lease");
+        assert_eq!(
+            *lease,
+            CarriedLease {
+                address: Ipv4Addr::new(10, 99, 0, 41),
+                prefix: 24,
+                gateway: Some(Ipv4Addr::new(10, 99, 0, 1)),
+                dns: Some(Ipv4Addr::new(10, 99, 0, 2)),
+                server: Some(Ipv4Addr::new(10, 99, 0, 2)),
+                mtu: Some(1500),
+                domain: Some("lab.example".to_owned()),
+            }
+        );
+        assert_eq!(
+            params.report()[4],
+            "mprov_lease: 10.99.0.41,255.255.255.0,10.99.0.1,10.99.0.2,10.99.0.2,1500,lab.example"
+        );
+        // Unset settings expand to nothing.
+        let bare = CarriedLease::parse(b"10.0.0.5,255.255.0.0,,,,,").expect("bare");
+        assert_eq!((bare.prefix, bare.gateway, bare.mtu), (16, None, None));
+        assert_eq!(bare.to_string(), "10.0.0.5,255.255.0.0,,,,,");
+        assert_eq!(
+            CarriedLease::parse(b"192.0.2.7,255.255.255.255,,,,,")
+                .expect("/32")
+                .prefix,
+            32
+        );
+        // No lease at all: iPXE had none on net0, or an old script.
+        assert_eq!(BootParams::parse(b"").lease(), Err(ParamError::Empty));
+        assert_eq!(
+            BootParams::parse(b"mprov_lease=,,,,,,").lease(),
+            Err(ParamError::Empty)
+        );
+        for (bad, why) in [
+            ("10.0.0.5,255.255.255.0", "not seven comma-separated fields"),
+            (
+                "10.0.0.5,255.255.255.0,,,,,,",
+                "not seven comma-separated fields",
+            ),
+            (",255.255.255.0,,,,,", "no address"),
+            ("10.0.0.5,,,,,,", "no netmask"),
+            ("10.0.0.300,255.255.255.0,,,,,", "the address is not IPv4"),
+            ("10.0.0.5,255.0.255.0,,,,,", "the netmask is not contiguous"),
+            ("10.0.0.5,0.0.0.0,,,,,", "the netmask is not contiguous"),
+            ("0.0.0.0,255.255.255.0,,,,,", "the address is not a host's"),
+            ("127.0.0.1,255.0.0.0,,,,,", "the address is not a host's"),
+            (
+                "169.254.3.4,255.255.0.0,,,,,",
+                "the address is not a host's",
+            ),
+            (
+                "224.0.0.9,255.255.255.0,,,,,",
+                "the address is not a host's",
+            ),
+            (
+                "10.0.0.0,255.255.255.0,,,,,",
+                "the address is its subnet's own or broadcast address",
+            ),
+            (
+                "10.0.0.255,255.255.255.0,,,,,",
+                "the address is its subnet's own or broadcast address",
+            ),
+            (
+                "10.0.0.5,255.255.255.0,10.0.1.1,,,,",
+                "the gateway is not another address of the subnet",
+            ),
+            (
+                "10.0.0.5,255.255.255.0,10.0.0.5,,,,",
+                "the gateway is not another address of the subnet",
+            ),
+            ("10.0.0.5,255.255.255.0,,x,,,", "the DNS server is not IPv4"),
+            (
+                "10.0.0.5,255.255.255.0,,,,575,",
+                "the MTU is not 576 to 65535",
+            ),
+            (
+                "10.0.0.5,255.255.255.0,,,,,a..b",
+                "the domain is not a DNS name",
+            ),
+        ] {
+            assert_eq!(
+                CarriedLease::parse(bad.as_bytes()),
+                Err(ParamError::BadLease(why)),
+                "{bad}"
+            );
+        }
+        // What iPXE writes for a setting it cannot show is not a lease.
+        assert_eq!(
+            CarriedLease::parse(b"10.0.0.5,255.255.255.0,${net0/gateway},,,,"),
+            Err(ParamError::InvalidCharacter(b'$'))
+        );
+        // A /31 has no subnet or broadcast address of its own.
+        assert!(CarriedLease::parse(b"10.0.0.0,255.255.255.254,10.0.0.1,,,,").is_ok());
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub fn agent_cmdline(data: &[u8]) {
     if params.rescue() {
         plain.push_str(" mprov_rescue=1");
     }
+    if let Ok(lease) = params.lease() {
+        plain.push_str(&format!(" mprov_lease={lease}"));
+    }
     let again = BootParams::parse(plain.as_bytes());
     assert_eq!(again.mac(), params.mac());
     assert_eq!(again.image(), params.image());
@@ -51,6 +54,7 @@ pub fn agent_cmdline(data: &[u8]) {
     assert_eq!(again.enroll(), params.enroll());
     assert_eq!(again.ca(), params.ca());
     assert_eq!(again.url(), params.url());
+    assert_eq!(again.lease().ok(), params.lease().ok());
     assert!(again.errors().is_empty(), "{:?}", again.errors());
 
     // `…` is the only character outside printable ASCII the console sees.

@@ -221,6 +221,12 @@ pub struct Settings {
     /// server's default 15 s heartbeats).
     #[arg(long, env = "MPROV_JOBSERVER_STALE_SECONDS", default_value_t = DEFAULT_JOBSERVER_STALE_SECONDS, value_parser = clap::value_parser!(u64).range(1..))]
     pub jobserver_stale_seconds: u64,
+    /// `1` (the default): the boot script hands the lease iPXE holds to the
+    /// agent on the kernel command line, and the agent configures its
+    /// interface from it without a DHCP exchange of its own (half the DHCP
+    /// traffic of a mass boot). `0`: the agent always asks DHCP itself.
+    #[arg(long, env = "MPROV_IPXE_CARRY_LEASE", default_value = "1", value_parser = parse_switch, action = clap::ArgAction::Set)]
+    pub ipxe_carry_lease: bool,
     /// LDAP sign-in for the admin pages.
     #[command(flatten)]
     pub ldap: LdapSettings,
@@ -700,6 +706,8 @@ pub struct Config {
     /// How old a job server's last heartbeat may be before nodes are no
     /// longer sent to it.
     pub jobserver_stale: std::time::Duration,
+    /// The boot script carries iPXE's lease to the agent.
+    pub ipxe_carry_lease: bool,
     /// Host header values accepted; `None` accepts any.
     pub allowed_hosts: Option<Vec<String>>,
     /// The time zone, and its name.
@@ -928,6 +936,7 @@ impl Config {
             jobserver_cert_seconds: s.jobserver_cert_seconds.unwrap_or(JOBSERVER_MAX_SECONDS),
             node_cert_seconds: s.node_cert_seconds.unwrap_or(NODE_MAX_SECONDS),
             jobserver_stale: std::time::Duration::from_secs(s.jobserver_stale_seconds.max(1)),
+            ipxe_carry_lease: s.ipxe_carry_lease,
         })
     }
 
@@ -1533,6 +1542,13 @@ mod tests {
         let mut argv = vec!["x"];
         argv.extend(["--ldap-enabled", "maybe"]);
         assert!(Cli::try_parse_from(argv).is_err());
+    }
+
+    #[test]
+    fn the_lease_is_carried_unless_switched_off() {
+        assert!(config(&[]).ipxe_carry_lease);
+        assert!(!config(&["--ipxe-carry-lease", "off"]).ipxe_carry_lease);
+        assert!(config(&["--ipxe-carry-lease", "yes"]).ipxe_carry_lease);
     }
 
     #[test]

@@ -41,7 +41,19 @@ pub struct Boot<'a> {
     pub chain_url: &'a str,
     /// How long to wait before that.
     pub retry_secs: u32,
+    /// Append [`LEASE_ARG`]: the agent takes iPXE's lease and sends no DHCP.
+    pub carry_lease: bool,
 }
+
+/// The kernel argument that carries the lease iPXE holds on to the agent,
+/// which then configures its interface from it and sends no DHCP of its
+/// own: `mprov_lease=<address>,<netmask>,<gateway>,<dns>,<dhcp-server>,<mtu>,<domain>`,
+/// each from `net0`'s settings (the interface the chain URL names the node
+/// by, `${net0/mac}`), expanded by iPXE when it runs the `kernel` line. A
+/// setting iPXE does not have expands to nothing; the agent falls back to
+/// DHCP when the address or netmask is missing or the values do not make a
+/// usable lease.
+pub const LEASE_ARG: &str = "mprov_lease=${net0/ip},${net0/netmask},${net0/gateway},${net0/dns},${net0/dhcp-server},${net0/mtu},${net0/domain}";
 
 /// A value that cannot go into a script.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,6 +106,10 @@ pub fn boot_script(boot: &Boot<'_>) -> Result<String, UnsafeValue> {
     for arg in boot.args {
         args.push(' ');
         args.push_str(check("kernel argument", arg)?);
+    }
+    if boot.carry_lease {
+        args.push(' ');
+        args.push_str(LEASE_ARG);
     }
     let mut s = String::from("#!ipxe\n");
     let _ = writeln!(s, "echo mProv: booting {hostname}");
@@ -230,21 +246,25 @@ mod tests {
             args: &args,
             chain_url: CHAIN,
             retry_secs: 10,
+            carry_lease: true,
         })
         .unwrap();
+        let lease = " mprov_lease=${net0/ip},${net0/netmask},${net0/gateway},${net0/dns},${net0/dhcp-server},${net0/mtu},${net0/domain}";
         assert_eq!(
             s,
-            "#!ipxe\necho mProv: booting c01\n\
+            format!(
+                "#!ipxe\necho mProv: booting c01\n\
              :source0\nimgfree\n\
-             kernel http://10.0.0.2:8081/images/compute/3/vmlinuz initrd=initramfs.img console=ttyS0 mprov_enroll=n0nce mprov_ca=ab12 || goto source1\n\
+             kernel http://10.0.0.2:8081/images/compute/3/vmlinuz initrd=initramfs.img console=ttyS0 mprov_enroll=n0nce mprov_ca=ab12{lease} || goto source1\n\
              initrd http://10.0.0.2:8081/images/compute/3/initramfs.img || goto source1\n\
              boot || goto source1\n\
              :source1\nimgfree\n\
-             kernel http://10.0.0.3:8081/images/compute/3/vmlinuz initrd=initramfs.img console=ttyS0 mprov_enroll=n0nce mprov_ca=ab12 || goto failed\n\
+             kernel http://10.0.0.3:8081/images/compute/3/vmlinuz initrd=initramfs.img console=ttyS0 mprov_enroll=n0nce mprov_ca=ab12{lease} || goto failed\n\
              initrd http://10.0.0.3:8081/images/compute/3/initramfs.img || goto failed\n\
              boot || goto failed\n\
              :failed\necho mProv: no job server served the kernel and initramfs; retrying\n\
-             sleep 10\nchain http://c/ipxe/?mac=${net0/mac}\n"
+             sleep 10\nchain http://c/ipxe/?mac=${{net0/mac}}\n"
+            )
         );
     }
 
@@ -276,6 +296,7 @@ mod tests {
                 args: &args,
                 chain_url: CHAIN,
                 retry_secs: 1,
+                carry_lease: false,
             })
             .unwrap_err();
             assert_eq!(err.what, "kernel argument", "{bad:?}");

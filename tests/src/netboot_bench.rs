@@ -3,7 +3,8 @@
 //! to the root's ready marker, three ways in one run (see [`Way`]):
 //!
 //! - ours, the whole stack: our DHCP, `/ipxe/` (attested by the lease),
-//!   kernel and agent initramfs from the job server, the agent's DHCP,
+//!   kernel and agent initramfs from the job server, the lease iPXE carried
+//!   to the agent (no second DHCP),
 //!   enrollment, manifest, streamed and verified `rootfs.tar.zst`,
 //!   `switch_root`, and `mprov-agent ready` with the node's certificate;
 //! - the whole root as one cpio initrd (Warewulf's way);

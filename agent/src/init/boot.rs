@@ -2,7 +2,8 @@
 //! on, reported to the control service:
 //!
 //! 1. the interface whose MAC booted (`mprov_mac`) up over rtnetlink, and
-//!    its address from our own DHCP client;
+//!    its address from the lease iPXE carried (`mprov_lease`, no DHCP
+//!    sent) or, when there is no usable one, from our own DHCP client;
 //! 2. the CA checked against `mprov_ca`, a key pair made here, enrollment
 //!    with `mprov_enroll`; mTLS from then on;
 //! 3. the boot manifest, then `rootfs.tar.zst` streamed into a tmpfs at
@@ -122,13 +123,12 @@ fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never
             )
         })?;
     say!("step 1: bringing up {interface}");
-    let lease = configure(&interface.name, mac.0).map_err(|m| fatal(1, m))?;
+    let (lease, how) = configure(&interface.name, mac.0, params).map_err(|m| fatal(1, m))?;
     say!(
-        "step 1: {} has {}/{} from DHCP server {}{}",
+        "step 1: {} has {}/{} {how}{}",
         interface.name,
         lease.address,
         lease.prefix,
-        lease.server,
         lease
             .router
             .map(|r| format!(", gateway {r}"))
@@ -177,7 +177,7 @@ fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never
     report(
         BootPhase::AgentDhcp,
         &format!(
-            "{} {}/{} on {}",
+            "{} {}/{} on {}, {how}",
             mac_text, lease.address, lease.prefix, interface.name
         ),
     );
@@ -274,8 +274,55 @@ fn wait_carrier(name: &str, limit: Duration) -> bool {
     }
 }
 
-/// Link up, DHCP, address and route: the lease, or what went wrong.
-fn configure(name: &str, mac: [u8; 6]) -> Result<Lease, String> {
+/// Where the interface's address came from, as the console and the
+/// timeline say it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `mprov_lease`: the lease iPXE held; no DHCP was sent.
+    Carried,
+    /// Our own DHCP exchange, and why the carried lease was not used.
+    Dhcp {
+        /// The DHCP server that answered.
+        server: std::net::Ipv4Addr,
+        /// Why not the carried lease.
+        why: String,
+    },
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Carried => f.write_str("from the lease iPXE carried (no DHCP sent)"),
+            Source::Dhcp { server, why } => {
+                write!(f, "from DHCP server {server} (mprov_lease {why})")
+            }
+        }
+    }
+}
+
+/// The lease the agent configures without DHCP, if the command line
+/// carries a usable one; else why not, in words for the console.
+pub fn carried(params: &BootParams) -> Result<Lease, String> {
+    match params.lease() {
+        Ok(c) => Ok(Lease {
+            address: c.address,
+            prefix: c.prefix,
+            server: c.server.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+            router: c.gateway,
+            dns: c.dns.into_iter().collect(),
+            domain: c.domain.clone(),
+            hostname: None,
+            lease_time: None,
+            mtu: c.mtu,
+        }),
+        Err(crate::cmdline::ParamError::Empty) => Err("not given".to_owned()),
+        Err(err) => Err(format!("refused: {err}")),
+    }
+}
+
+/// Link up, then the carried lease or DHCP, the MTU, address and route:
+/// the lease and where it came from, or what went wrong.
+fn configure(name: &str, mac: [u8; 6], params: &BootParams) -> Result<(Lease, Source), String> {
     let index =
         nix::net::if_::if_nametoindex(name).map_err(|err| format!("{name} has no index: {err}"))?;
     let mut nl = Netlink::open().map_err(|err| format!("opening rtnetlink: {err}"))?;
@@ -283,22 +330,31 @@ fn configure(name: &str, mac: [u8; 6]) -> Result<Lease, String> {
     nl.request(&netlink::link_up(index, None, seq), seq)
         .map_err(|err| format!("bringing {name} up: {err}"))?;
     // A DISCOVER sent before the link has come up is lost, and the next
-    // waits the first retransmission timeout (a second).
+    // waits the first retransmission timeout (a second); a carried lease
+    // needs the carrier too before the first request goes out.
     if !wait_carrier(name, CARRIER_WAIT) {
         say!(
-            "step 1: no carrier on {name} after {} s; trying DHCP anyway",
+            "step 1: no carrier on {name} after {} s; going on anyway",
             CARRIER_WAIT.as_secs()
         );
     }
-    let xid = getrandom::u32().unwrap_or(0x6d70_7276);
-    let lease = dhcp::obtain(name, mac, xid)
-        .map_err(|err| format!("DHCP on {name}: {err}"))?
-        .ok_or_else(|| {
-            format!(
-                "no DHCP answer on {name} after {} tries: is the job server's DHCP serving this network?",
-                dhcp::MAX_TRIES
-            )
-        })?;
+    let (lease, source) = match carried(params) {
+        Ok(lease) => (lease, Source::Carried),
+        Err(why) => {
+            say!("step 1: mprov_lease {why}: asking DHCP");
+            let xid = getrandom::u32().unwrap_or(0x6d70_7276);
+            let lease = dhcp::obtain(name, mac, xid)
+                .map_err(|err| format!("DHCP on {name}: {err}"))?
+                .ok_or_else(|| {
+                    format!(
+                        "no DHCP answer on {name} after {} tries: is the job server's DHCP serving this network?",
+                        dhcp::MAX_TRIES
+                    )
+                })?;
+            let server = lease.server;
+            (lease, Source::Dhcp { server, why })
+        }
+    };
     if let Some(mtu) = lease.mtu {
         let seq = nl.next_seq();
         nl.request(&netlink::link_up(index, Some(mtu), seq), seq)
@@ -315,7 +371,7 @@ fn configure(name: &str, mac: [u8; 6]) -> Result<Lease, String> {
         nl.request(&netlink::add_default_route(index, router, seq), seq)
             .map_err(|err| format!("adding the default route via {router}: {err}"))?;
     }
-    Ok(lease)
+    Ok((lease, source))
 }
 
 /// The staging tmpfs at [`STAGING`] (mounted again after a failed attempt:
@@ -401,4 +457,35 @@ fn switch_root(root: &VerifiedRoot) -> String {
         tried.push(format!("{init}: {err}"));
     }
     format!("the image has no init to run ({})", tried.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_carried_lease_becomes_the_interfaces_or_says_why_not() {
+        let params = BootParams::parse(
+            b"mprov_lease=10.99.0.41,255.255.255.0,10.99.0.1,10.99.0.2,10.99.0.2,,lab",
+        );
+        let lease = carried(&params).expect("carried");
+        assert_eq!(lease.address, std::net::Ipv4Addr::new(10, 99, 0, 41));
+        assert_eq!(lease.prefix, 24);
+        assert_eq!(lease.router, Some(std::net::Ipv4Addr::new(10, 99, 0, 1)));
+        assert_eq!(lease.dns, [std::net::Ipv4Addr::new(10, 99, 0, 2)]);
+        assert_eq!(lease.server, std::net::Ipv4Addr::new(10, 99, 0, 2));
+        assert_eq!((lease.mtu, lease.domain.as_deref()), (None, Some("lab")));
+        assert_eq!(
+            carried(&BootParams::parse(b"console=ttyS0")).unwrap_err(),
+            "not given"
+        );
+        assert_eq!(
+            carried(&BootParams::parse(b"mprov_lease=10.0.0.5,255.255.255.0")).unwrap_err(),
+            "refused: not a usable lease (not seven comma-separated fields); the agent asks DHCP instead"
+        );
+        assert_eq!(
+            Source::Carried.to_string(),
+            "from the lease iPXE carried (no DHCP sent)"
+        );
+    }
 }

@@ -234,6 +234,7 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
         control_url: &node_url,
         ca_fingerprint: fingerprint,
         stale_after: st.config.jobserver_stale,
+        carry_lease: st.config.ipxe_carry_lease,
     };
     let throttled = !st.ipxe_limiter.allow(&mac, Instant::now());
     let (lookup, attested) = if throttled {

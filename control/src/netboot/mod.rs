@@ -299,6 +299,9 @@ pub struct Settings<'a> {
     /// How old a job server's heartbeat may be before nodes are no longer
     /// sent there (`MPROV_JOBSERVER_STALE_SECONDS`).
     pub stale_after: Duration,
+    /// The boot script carries iPXE's lease to the agent
+    /// (`MPROV_IPXE_CARRY_LEASE`, [`mprov_ipxe::LEASE_ARG`]).
+    pub carry_lease: bool,
 }
 
 /// What the node gets.
@@ -490,6 +493,7 @@ pub fn render(
                 args: &args,
                 chain_url: s.chain_url,
                 retry_secs: RETRY_SECS,
+                carry_lease: s.carry_lease,
             })
         }
     }
@@ -504,6 +508,7 @@ mod tests {
         control_url: "http://c:8080",
         ca_fingerprint: "ab12",
         stale_after: Duration::from_secs(45),
+        carry_lease: true,
     };
 
     fn js(name: &str, net: i64, load: f64) -> JobServer {

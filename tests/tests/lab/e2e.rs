@@ -332,6 +332,31 @@ pub(crate) fn timeline_with(
 /// console, the agent's steps, and a timeline holding `want` in order, each
 /// step from its source (js1 for the firmware's DHCP and downloads, the
 /// control service for the script, the node for its own steps).
+/// How the agent's interface got its address, from two sides: the node's
+/// own `agent_dhcp` event (which says where the address came from), and the
+/// DHCP replies the job server's DHCP server reported sending the node's
+/// MAC after its initramfs was fetched and before `switch_root` (one per
+/// DISCOVER or REQUEST the agent sent; the firmware's come before).
+pub(crate) fn agent_network(events: &[BootEvent]) -> Result<(&BootEvent, usize)> {
+    let fetched = events
+        .iter()
+        .position(|e| e.phase == BootPhase::InitramfsFetched)
+        .with_context(|| format!("no initramfs_fetched: {:?}", phases(events)))?;
+    let until = events
+        .iter()
+        .position(|e| e.phase == BootPhase::SwitchRoot)
+        .unwrap_or(events.len());
+    let agent = events
+        .iter()
+        .find(|e| e.phase == BootPhase::AgentDhcp)
+        .with_context(|| format!("no agent_dhcp: {:?}", phases(events)))?;
+    let replies = events[fetched..until.max(fetched)]
+        .iter()
+        .filter(|e| matches!(e.phase, BootPhase::DhcpOffered | BootPhase::DhcpAcked))
+        .count();
+    Ok((agent, replies))
+}
+
 pub(crate) fn ready_with_timeline(
     stack: &Stack,
     node: &Node,
@@ -541,6 +566,22 @@ fn vm_is_provisioned_by_our_stack_from_power_on_to_ready() -> Result<()> {
             .iter()
             .any(|e| matches!(e.phase, BootPhase::Failed | BootPhase::ChecksumMismatch)),
         "a healthy boot reported a failure: {events:#?}"
+    );
+    // The agent took the lease iPXE carried on the kernel command line and
+    // sent no DHCP: the job server answered no DHCP of the node's between
+    // the initramfs and switch_root.
+    let (agent, replies) = agent_network(&events)?;
+    ensure!(
+        agent
+            .detail
+            .contains("from the lease iPXE carried (no DHCP sent)")
+            && agent.detail.contains(&node.ip),
+        "the agent's address came from the carried lease: {agent:?}"
+    );
+    ensure!(
+        replies == 0,
+        "the job server answered {replies} DHCP packets of the agent: {:?}",
+        phases(&events)
     );
     // Its post-boot scripts ran before it was ready, each reported.
     let ran: Vec<&BootEvent> = events

@@ -14,14 +14,20 @@ use mprov_api::boot::{BootEvent, BootPhase};
 use mprov_tests::lab::{SECOND_SERVER_IP, SERVER_IP};
 use mprov_tests::netboot::{Machine, Stack, StackOptions, in_order, tail};
 
-use crate::e2e::{HEALTHY, phases, ready_with_timeline};
+use crate::e2e::{HEALTHY, agent_network, phases, ready_with_timeline};
 use crate::netboot::{VM_TURN, image};
 
 /// A two-job-server stack: js1 (DHCP, TFTP, HTTP) on [`SERVER_IP`], js2
 /// (HTTP) on [`SECOND_SERVER_IP`], both hosting the image; js1's copy of
-/// `rootfs.tar.zst` corrupted if asked.
-fn two_jobservers(run: &std::path::Path, corrupt_first: bool) -> Result<Stack> {
+/// `rootfs.tar.zst` corrupted if asked; the boot script carrying iPXE's
+/// lease to the agent unless told not to (`MPROV_IPXE_CARRY_LEASE=0`).
+fn two_jobservers(run: &std::path::Path, corrupt_first: bool, carry_lease: bool) -> Result<Stack> {
     let (bins, image) = image()?;
+    let control_env = if carry_lease {
+        Vec::new()
+    } else {
+        vec![("MPROV_IPXE_CARRY_LEASE", "0".to_owned())]
+    };
     Stack::start(
         &bins,
         &image,
@@ -29,6 +35,7 @@ fn two_jobservers(run: &std::path::Path, corrupt_first: bool) -> Result<Stack> {
         &StackOptions {
             second_jobserver: true,
             corrupt_first,
+            control_env,
             ..StackOptions::default()
         },
     )
@@ -50,7 +57,7 @@ fn all(events: &[BootEvent], phase: BootPhase) -> Vec<&BootEvent> {
 fn vm_boots_on_ovmf_ipxe_falling_back_from_a_corrupted_image() -> Result<()> {
     let _turn = VM_TURN.lock().unwrap_or_else(|e| e.into_inner());
     let run = tempfile::tempdir()?;
-    let stack = two_jobservers(run.path(), true)?;
+    let stack = two_jobservers(run.path(), true, false)?;
     let node = stack.register("uefi01", "52:54:00:e2:30:01", "10.99.0.51", true)?;
     let started = Instant::now();
     let booted = stack.boot(&node, Machine::UefiIpxe, |_| {})?;
@@ -65,6 +72,18 @@ fn vm_boots_on_ovmf_ipxe_falling_back_from_a_corrupted_image() -> Result<()> {
         tail(&booted.console, 80)
     );
     let events = ready_with_timeline(&stack, &node, &booted, HEALTHY)?;
+    // With the lease not carried (switched off for this stack), the agent
+    // falls back to its own DHCP, and js1 answered it.
+    let (agent, replies) = agent_network(&events)?;
+    ensure!(
+        agent.detail.contains("from DHCP server") && agent.detail.contains("mprov_lease not given"),
+        "the agent asked DHCP, saying why: {agent:?}"
+    );
+    ensure!(
+        replies >= 2,
+        "js1 offered and acked the agent's DHCP: {:?}",
+        phases(&events)
+    );
     in_order(
         &events,
         &[
@@ -130,7 +149,7 @@ fn vm_boots_on_ovmf_ipxe_falling_back_from_a_corrupted_image() -> Result<()> {
 fn vm_boots_through_ovmfs_own_pxe_surviving_a_jobserver_killed_mid_stream() -> Result<()> {
     let _turn = VM_TURN.lock().unwrap_or_else(|e| e.into_inner());
     let run = tempfile::tempdir()?;
-    let stack = two_jobservers(run.path(), false)?;
+    let stack = two_jobservers(run.path(), false, true)?;
     let node = stack.register("pxe01", "52:54:00:e2:31:01", "10.99.0.61", true)?;
     let started = Instant::now();
     let mut killed_at: Option<BootEvent> = None;
@@ -170,6 +189,12 @@ fn vm_boots_through_ovmfs_own_pxe_surviving_a_jobserver_killed_mid_stream() -> R
     let mut want = HEALTHY.to_vec();
     want.insert(2, BootPhase::BootFileSent);
     let events = ready_with_timeline(&stack, &node, &booted, &want)?;
+    // iPXE-EFI carried its lease too: no DHCP from the agent.
+    let (agent, replies) = agent_network(&events)?;
+    ensure!(
+        agent.detail.contains("from the lease iPXE carried") && replies == 0,
+        "the agent used the carried lease ({replies} DHCP replies after the initramfs): {agent:?}"
+    );
     let sent = all(&events, BootPhase::BootFileSent);
     ensure!(
         sent.iter()
