@@ -6,12 +6,13 @@
 //! it another (`Eth1/1`, `gi1/0/01`). [`normalise_port`] maps each to one
 //! form so that the control service compares like with like. The rule:
 //!
-//! 1. Surrounding white space goes; letters become lower case. A MAC
-//!    address (six hex pairs joined by `:` or `-`) is left at that.
+//! 1. White space goes, wherever it is (`port 1` is `port1`, and a name
+//!    split by a stray space or form feed is one name); letters become
+//!    lower case. A MAC address (six hex pairs joined by `:` or `-`) is
+//!    left at that.
 //! 2. A Junos name (`ge-`, `xe-`, `et-`, `fe-`, `mge-` then FPC/PIC/port)
 //!    keeps its media prefix and dash: `ge-0/0/1`.
-//! 3. Otherwise a leading word (letters, an optional space or dash after
-//!    it) that is a known long or short name of one media type becomes
+//! 3. Otherwise a leading word (letters, an optional dash after it) that is a known long or short name of one media type becomes
 //!    that type's short token:
 //!    `ethernet`, `eth`, `et` → `eth`;
 //!    `gigabitethernet`, `gige`, `gig`, `gi` → `gi`;
@@ -23,7 +24,7 @@
 //!    `port`, `interface` → nothing (`port 1` is `1`).
 //!    Any other word (`swp`, `enp`, `mgmt`) stays as it is.
 //! 4. In the rest, every run of digits loses its leading zeros (`01` is
-//!    `1`, `0` stays `0`) and spaces go; the separators `/`, `.`
+//!    `1`, `0` stays `0`); the separators `/`, `.`
 //!    (sub-interface), `:` (breakout) and any other character stay.
 //!
 //! So `Ethernet1/1`, `Eth1/1`, `eth 1/01` and `Et1/1` are all `eth1/1`;
@@ -46,7 +47,11 @@
 
 /// The comparable form of a switch port's name (see the module's rules).
 pub fn normalise_port(name: &str) -> String {
-    let lower = name.trim().to_lowercase();
+    let lower: String = name
+        .to_lowercase()
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
     if is_mac(&lower) {
         return lower;
     }
@@ -60,10 +65,7 @@ pub fn normalise_port(name: &str) -> String {
         .find(|c: char| !c.is_ascii_alphabetic())
         .unwrap_or(lower.len());
     let (word, rest) = lower.split_at(word_end);
-    let after = rest
-        .strip_prefix(' ')
-        .or_else(|| rest.strip_prefix('-'))
-        .unwrap_or(rest);
+    let after = rest.strip_prefix('-').unwrap_or(rest);
     let token = MEDIA
         .iter()
         .find(|(_, names)| names.contains(&word))
@@ -107,7 +109,7 @@ const MEDIA: [(&str, &[&str]); 8] = [
     ("", &["port", "interface"]),
 ];
 
-/// Leading zeros off every run of digits, spaces out, the rest kept.
+/// Leading zeros off every run of digits, the rest kept.
 fn path(rest: &str) -> String {
     let mut out = String::with_capacity(rest.len());
     let mut digits = String::new();
@@ -118,7 +120,7 @@ fn path(rest: &str) -> String {
             digits.clear();
         }
     };
-    for c in rest.chars().filter(|c| !c.is_whitespace()) {
+    for c in rest.chars() {
         if c.is_ascii_digit() {
             digits.push(c);
         } else {
@@ -169,6 +171,9 @@ mod tests {
         check("swp1s0", &["swp1s0"]);
         check("1", &["port 1", "Port1", "1", "port-1"]);
         check("eth1/1.100", &["Ethernet1/1.100"]);
+        // Found by the fuzzer: white space other than a space, and inside
+        // the word, must not make a second pass differ.
+        check("0/7", &["port\u{c}0/7", "por t0/7"]);
         check("eth1/1:1", &["Ethernet1/1:1"]);
         check("enp1s0", &["enp1s0"]);
     }
