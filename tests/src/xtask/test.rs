@@ -82,7 +82,7 @@ pub const PACKAGES: &[&str] = &[
 /// install` (so the package's postinst does not start them on a systemd
 /// machine) and stopped after it (on a machine without systemd, whose
 /// init script may have started them).
-pub const SERVICES_KEPT_DOWN: &[&str] = &["lldpd"];
+pub(super) const SERVICES_KEPT_DOWN: &[&str] = &["lldpd"];
 
 /// The rustup components that the checks need.
 pub const RUSTUP_COMPONENTS: &[&str] = &["rustfmt", "clippy"];
