@@ -2,7 +2,8 @@
 //!
 //! `script-runner` runs a plan of scripts once (a node's post-boot scripts,
 //! or an image's image-gen scripts on a job server); `node` is the booted
-//! node's long-running agent (`crate::node`). A later issue adds `nads`. `/init`
+//! node's long-running agent (`crate::node`); `nads` listens for LLDP and
+//! reports the switch ports this node is cabled to (`crate::nads`). `/init`
 //! itself has no subcommand on purpose: it mounts, loads modules and powers
 //! the machine off, so it runs only as PID 1 (see `main.rs`).
 
@@ -43,6 +44,10 @@ enum Command {
     },
     /// Prints the agent's version.
     Version,
+    /// Listens for LLDP on every link that is up and tells which switch
+    /// port each is cabled to (NADS), with the machine's vendor, model and
+    /// serial from DMI; with --report, sends that to the control service.
+    Nads(Nads),
     /// Runs scripts once, as the control service's plan lists them, and
     /// reports their results: a node's post-boot scripts (`-s -b`), or an
     /// image's image-gen scripts inside its root (`-i IMAGE --root DIR`).
@@ -85,6 +90,39 @@ enum Command {
         #[arg(required = true)]
         urls: Vec<String>,
     },
+}
+
+/// `nads`: how long to listen, how to print, where to report.
+#[derive(Debug, clap::Args)]
+struct Nads {
+    /// Seconds to listen at most; ends early once every link was heard.
+    #[arg(long, default_value_t = mprov_api::nads::DEFAULT_WINDOW_SECONDS)]
+    window: u64,
+    /// Print the report as JSON (else a table).
+    #[arg(long)]
+    json: bool,
+    /// The control service's URL: POST the report there.
+    #[arg(long, value_name = "URL")]
+    report: Option<String>,
+    /// The one-time discovery nonce (else mprov_discover= on the kernel
+    /// command line; without either, the node's own certificate in
+    /// <root>/etc/mprov).
+    #[arg(long, requires = "report")]
+    nonce: Option<String>,
+    /// The control service's CA certificate (PEM) to trust with the nonce
+    /// (else the one mprov_ca= on the kernel command line pins).
+    #[arg(long, requires = "report")]
+    ca: Option<std::path::PathBuf>,
+    /// The MAC the node booted from (else mprov_mac= on the kernel command
+    /// line, else the first link's).
+    #[arg(long)]
+    boot_mac: Option<String>,
+    /// The root holding sys/class/dmi/id and etc/mprov (default /).
+    #[arg(long, default_value = "/")]
+    root: std::path::PathBuf,
+    /// The kernel command line to read mprov_* parameters from.
+    #[arg(long, default_value = "/proc/cmdline")]
+    cmdline: std::path::PathBuf,
 }
 
 /// Where a run's script and params files go on a node.
@@ -171,6 +209,13 @@ pub fn run() -> ExitCode {
             urls,
         } => fetch(size, &sha256, &into, verbose, &urls),
         Command::Ready { root, detail } => ready(&root, &detail),
+        Command::Nads(args) => match nads(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("mprov-agent: nads: {}", mprov_process::chain(&err));
+                ExitCode::FAILURE
+            }
+        },
         Command::ScriptRunner(args) => script_runner(&args),
         Command::Node { root, poll, work } => {
             let stop = match crate::node::Stop::install() {
@@ -195,6 +240,79 @@ pub fn run() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+fn nads(args: &Nads) -> Result<(), crate::nads::NadsError> {
+    use crate::nads::{self, Credentials, NadsError};
+    // The command line is optional: a booted node run by hand may be given
+    // everything as flags, and a container has no /proc/cmdline of its own.
+    let line = std::fs::read(&args.cmdline).unwrap_or_default();
+    let params = BootParams::parse(&line);
+    let given_mac = match &args.boot_mac {
+        Some(mac) => Some(crate::cmdline::Mac::parse(mac.as_bytes()).map_err(NadsError::BootMac)?),
+        None => params.mac(),
+    };
+    let links = nads::links_to_listen(&nads::interfaces());
+    let boot_mac = nads::boot_mac(given_mac, &links);
+    let names: Vec<&str> = links.iter().map(|l| l.interface.as_str()).collect();
+    eprintln!(
+        "mprov-agent: listening for LLDP on {} for at most {} s",
+        if names.is_empty() {
+            "no link".to_owned()
+        } else {
+            names.join(", ")
+        },
+        args.window
+    );
+    let heard = nads::listen(
+        links,
+        std::time::Duration::from_secs(args.window),
+        &|line| eprintln!("mprov-agent: {line}"),
+    )?;
+    let report = heard.report(&boot_mac, nads::read_hardware(&args.root));
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(err) => eprintln!("mprov-agent: the report as JSON: {err}"),
+        }
+    } else {
+        print!("{}", nads::table(&report));
+    }
+    let Some(url) = &args.report else {
+        return Ok(());
+    };
+    let nonce = match &args.nonce {
+        Some(nonce) => Some(crate::cmdline::Nonce::parse(nonce.as_bytes())),
+        None => nads::discovery_nonce(&line),
+    };
+    let credentials = match nonce {
+        Some(nonce) => {
+            let nonce = nonce.map_err(NadsError::Nonce)?;
+            let ca_pem = match (&args.ca, params.ca()) {
+                (Some(path), _) => String::from_utf8_lossy(&nads::read_file(path)?).into_owned(),
+                (None, Some(pin)) => {
+                    crate::enroll::fetch_ca(url, pin.as_bytes()).map_err(NadsError::Report)?
+                }
+                (None, None) => return Err(NadsError::NoCa),
+            };
+            Credentials::Discovery { nonce, ca_pem }
+        }
+        None => Credentials::Node(
+            crate::enroll::read_identity(&args.root)
+                .map_err(NadsError::NoCredentials)?
+                .0,
+        ),
+    };
+    let outcome = nads::send(url, &report, &credentials)?;
+    match outcome {
+        mprov_api::nads::ReportOutcome::Matched { hostname } => {
+            eprintln!("mprov-agent: matched: this node is {hostname}");
+        }
+        mprov_api::nads::ReportOutcome::Parked { reason } => {
+            eprintln!("mprov-agent: parked as discovered: {reason}");
+        }
+    }
+    Ok(())
 }
 
 fn ready(root: &std::path::Path, detail: &str) -> ExitCode {
@@ -375,6 +493,34 @@ mod tests {
             Cli::try_parse_from(["mprov-agent", "cmdline", "mprov_url=http://a"]).expect("parses");
         assert!(matches!(cli.command, Command::Cmdline { line: Some(_) }));
         assert!(Cli::try_parse_from(["mprov-agent"]).is_err());
+    }
+
+    #[test]
+    fn nads_flags() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["mprov-agent", "nads"].iter().chain(args));
+        let Command::Nads(args) = parse(&[]).expect("parses").command else {
+            panic!("not nads")
+        };
+        assert_eq!(args.window, mprov_api::nads::DEFAULT_WINDOW_SECONDS);
+        assert!(!args.json && args.report.is_none());
+        let Command::Nads(args) = parse(&[
+            "--window",
+            "5",
+            "--json",
+            "--report",
+            "https://c",
+            "--nonce",
+            "n",
+        ])
+        .expect("parses")
+        .command
+        else {
+            panic!("not nads")
+        };
+        assert_eq!((args.window, args.json), (5, true));
+        // A nonce or a CA means nothing without somewhere to report.
+        assert!(parse(&["--nonce", "n"]).is_err());
+        assert!(parse(&["--ca", "ca.pem"]).is_err());
     }
 
     #[test]

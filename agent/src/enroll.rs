@@ -213,6 +213,37 @@ pub fn enroll(url: &str, ca_pem: &str, nonce: &str) -> Result<Identity, EnrollEr
     })
 }
 
+/// `POST path` with `body` as JSON, authenticated by a one-time `nonce` in
+/// the `header` and trusting only `ca_pem` (the NADS discovery report of
+/// an unknown node, which has no certificate): the reply's body on any
+/// `2xx`.
+pub fn post_with_nonce<B: serde::Serialize>(
+    url: &str,
+    ca_pem: &str,
+    path: &str,
+    header: &str,
+    nonce: &crate::cmdline::Nonce,
+    body: &B,
+) -> Result<Vec<u8>, EnrollError> {
+    let what = "reporting with the discovery nonce";
+    let client = trusting(ca_pem, None).map_err(|err| EnrollError::Client {
+        what,
+        url: base(url).to_owned(),
+        err,
+    })?;
+    let control = Control {
+        client,
+        url: base(url).to_owned(),
+    };
+    let target = format!("{}{path}", control.url);
+    let request = control
+        .client
+        .post(&target)
+        .header(header, nonce.expose_secret())
+        .json(body);
+    control.exchange(request, target, what, |status| (200..300).contains(&status))
+}
+
 /// A new key pair (PEM) and a CSR for it (PEM), as enrollment and renewal
 /// send it.
 pub fn key_and_csr() -> Result<(String, String), EnrollError> {

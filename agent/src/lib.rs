@@ -6,8 +6,8 @@
 //! the node ready with the certificate it enrolled for, and `mprov-agent
 //! node` (the image's unit) runs the post-boot scripts, reports `ready` only
 //! when they all succeeded, runs them again when asked and renews the node's
-//! certificate. Not written yet: on unknown nodes, finding the switch port
-//! over LLDP (NADS). ARCHITECTURE.md, "A node's boot" and "After boot",
+//! certificate; `mprov-agent nads` finds the switch port each link is
+//! cabled to over LLDP and reports it (NADS). ARCHITECTURE.md, "A node's boot" and "After boot",
 //! walks through the whole flow.
 //!
 //! - [`init`]: PID 1, its steps in order (mounts, modules, the command line,
@@ -36,8 +36,11 @@
 //!   service around them.
 //! - [`node`]: the booted node's loop: scripts once, again on request, and
 //!   certificate renewal, until SIGTERM.
+//! - [`nads`]: LLDP heard on every link that is up (raw packet sockets,
+//!   frames parsed by `mprov-lldp`), DMI facts, and the report to the
+//!   control service with the discovery nonce; the decisions pure.
 //! - [`cli`]: what the binary does when it is not PID 1 (`--help`, `version`,
-//!   `cmdline`, `fetch`, `ready`, `script-runner`, `node`).
+//!   `cmdline`, `fetch`, `ready`, `script-runner`, `node`, `nads`).
 //!
 //! The binary is built static (musl, or glibc with `+crt-static`) with the
 //! workspace's `agent` profile, so it needs nothing else in the initramfs;
@@ -49,7 +52,7 @@
 //! The modules depend on each other without a cycle (`cargo xtask
 //! layering` checks it), lowest first: [`cmdline`], [`dhcp`] and [`http`];
 //! [`image`]; [`manifest`]; [`enroll`]; [`init`]; [`scripts`]; [`node`];
-//! [`cli`].
+//! [`nads`]; [`cli`].
 
 #![warn(missing_docs)]
 
@@ -64,6 +67,7 @@ pub mod http;
 pub mod image;
 pub mod init;
 pub mod manifest;
+pub mod nads;
 pub mod node;
 pub mod scripts;
 

@@ -71,7 +71,18 @@ pub const PACKAGES: &[&str] = &[
     // the admin pages' browser tests: headless Chromium over WebDriver
     "chromium",
     "chromium-driver",
+    // NADS: a real LLDP agent speaks for the switch (tests/tests/agent_nads.rs);
+    // its own service is masked before it installs ([`SERVICES_KEPT_DOWN`])
+    "lldpd",
 ];
+
+/// Services that come with [`PACKAGES`] and must not run in the host's
+/// network namespace: lldpd would announce this machine on every link, and
+/// the tests start their own inside namespaces. Masked before `apt-get
+/// install` (so the package's postinst does not start them on a systemd
+/// machine) and stopped after it (on a machine without systemd, whose
+/// init script may have started them).
+pub(super) const SERVICES_KEPT_DOWN: &[&str] = &["lldpd"];
 
 /// The rustup components that the checks need.
 pub const RUSTUP_COMPONENTS: &[&str] = &["rustfmt", "clippy"];
@@ -333,9 +344,11 @@ pub(super) fn install() -> Result<()> {
         }
         eprintln!("Debian packages missing: {list}");
         run(apt_get().arg("update"))?;
+        keep_services_down(&missing, false);
         run(apt_get()
             .args(["install", "-y", "--no-install-recommends"])
             .args(&missing))?;
+        keep_services_down(&missing, true);
         let still = missing_packages()?;
         if !still.is_empty() {
             bail!("still missing after apt-get install: {}", still.join(" "));
@@ -358,6 +371,38 @@ pub(super) fn install() -> Result<()> {
             Ok(())
         }
         Err(err) => Err(err).with_context(|| format!("running {}", describe(&rustup))),
+    }
+}
+
+/// Masks (`installed` false: before the install) or stops and disables
+/// (after it) each of [`SERVICES_KEPT_DOWN`] that is among `missing`. With
+/// systemd, a masked unit is never started, by the package or at boot;
+/// without it, the init script is stopped and its links removed. Best
+/// effort: a failure is printed, and the tests that need the package still
+/// run their own copy in a namespace.
+fn keep_services_down(missing: &[&str], installed: bool) {
+    let systemd = std::path::Path::new("/run/systemd/system").is_dir();
+    for service in SERVICES_KEPT_DOWN.iter().filter(|s| missing.contains(s)) {
+        let script = format!("/etc/init.d/{service}");
+        let commands: Vec<Vec<&str>> = match (systemd, installed) {
+            (true, false) => vec![vec!["systemctl", "mask", service]],
+            (true, true) => vec![vec!["systemctl", "stop", service]],
+            (false, false) => vec![],
+            (false, true) if std::path::Path::new(&script).is_file() => vec![
+                vec!["update-rc.d", service, "disable"],
+                vec![script.as_str(), "stop"],
+            ],
+            (false, true) => vec![],
+        };
+        for command in commands {
+            let mut cmd = Command::new(command[0]);
+            cmd.args(&command[1..]);
+            match cmd.status() {
+                Ok(status) if status.success() => {}
+                Ok(status) => eprintln!("{} failed ({status})", describe(&cmd)),
+                Err(err) => eprintln!("running {}: {err}", describe(&cmd)),
+            }
+        }
     }
 }
 
