@@ -56,7 +56,7 @@ impl fmt::Display for Fatal {
     }
 }
 
-fn fatal(step: u8, message: impl Into<String>) -> Fatal {
+pub(super) fn fatal(step: u8, message: impl Into<String>) -> Fatal {
     Fatal {
         step,
         message: message.into(),
@@ -94,8 +94,24 @@ pub fn boot(params: &BootParams, session: &mut Option<Session>) -> Fatal {
 
 enum Never {}
 
-fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never, Fatal> {
-    // Step 1.
+/// The node's network, as step 1 left it.
+#[derive(Debug)]
+pub struct Network {
+    /// The control service (`mprov_url`).
+    pub url: String,
+    /// The MAC that booted, as sysfs writes it.
+    pub mac: String,
+    /// The interface with that MAC.
+    pub interface: String,
+    /// Its lease.
+    pub lease: Lease,
+    /// Where the lease came from.
+    pub source: Source,
+}
+
+/// Step 1: the interface whose MAC booted up, with the carried lease or
+/// one from DHCP. Shared by the boot and by discovery ([`super::discover`]).
+pub fn network_up(params: &BootParams) -> Result<Network, Fatal> {
     let mac = params.mac().ok_or_else(|| {
         fatal(
             1,
@@ -123,9 +139,9 @@ fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never
             )
         })?;
     say!("step 1: bringing up {interface}");
-    let (lease, how) = configure(&interface.name, mac.0, params).map_err(|m| fatal(1, m))?;
+    let (lease, source) = configure(&interface.name, mac.0, params).map_err(|m| fatal(1, m))?;
     say!(
-        "step 1: {} has {}/{} {how}{}",
+        "step 1: {} has {}/{} {source}{}",
         interface.name,
         lease.address,
         lease.prefix,
@@ -134,6 +150,24 @@ fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never
             .map(|r| format!(", gateway {r}"))
             .unwrap_or_default()
     );
+    Ok(Network {
+        url,
+        mac: mac_text,
+        interface: interface.name.clone(),
+        lease,
+        source,
+    })
+}
+
+fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never, Fatal> {
+    // Step 1.
+    let Network {
+        url,
+        mac: mac_text,
+        interface,
+        lease,
+        source: how,
+    } = network_up(params)?;
 
     // Step 2.
     let (identity, session, fresh) = match enrolled.as_ref() {
@@ -178,7 +212,7 @@ fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never
         BootPhase::AgentDhcp,
         &format!(
             "{} {}/{} on {}, {how}",
-            mac_text, lease.address, lease.prefix, interface.name
+            mac_text, lease.address, lease.prefix, interface
         ),
     );
     if fresh {

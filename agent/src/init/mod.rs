@@ -10,7 +10,9 @@
 //! 4. [`modules`]: the NIC modules listed in `/etc/mprov/modules`, in order;
 //! 5. [`network`]: the interfaces the kernel now has, with MAC and driver;
 //! 6. the `mprov_*` parameters;
-//! 7. [`boot`]: DHCP, enrollment, the image, the new root, `switch_root`;
+//! 7. with `mprov_discover` on the command line, [`discover`]: report what
+//!    LLDP says of this unknown node, then reboot; else
+//! 8. [`boot`]: network, enrollment, the image, the new root, `switch_root`;
 //!    a fatal error is printed, reported, and the boot retried with a
 //!    growing wait (or, with `mprov_rescue=1`, a rescue shell first).
 //!
@@ -21,6 +23,7 @@
 //! the panic and powers off too; if powering off fails, PID 1 sleeps forever.
 
 pub mod boot;
+pub mod discover;
 pub mod modules;
 pub mod mounts;
 pub mod netlink;
@@ -101,6 +104,15 @@ pub fn run() -> ! {
     say!("parameters:");
     for param in params.report() {
         say!("  {param}");
+    }
+
+    match crate::nads::discovery_nonce(&line) {
+        Some(Ok(nonce)) => discover::run(&params, nonce),
+        Some(Err(err)) => say!(
+            "mprov-agent: {}: refused: {err}; booting normally",
+            mprov_api::nads::NONCE_PARAM
+        ),
+        None => {}
     }
 
     let mut session: Option<boot::Session> = None;
