@@ -325,8 +325,21 @@ pub fn listen(links: Vec<Link>, window: Duration, log: &dyn Fn(&str)) -> Result<
         let sender = sender.clone();
         threads.push(std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                // A timeout, or a frame too big or gone: look again.
-                let Ok(bytes) = rx.next() else { continue };
+                let bytes = match rx.next() {
+                    Ok(bytes) => bytes,
+                    Err(err) => {
+                        // A timeout: look at the clock and the flag. Any
+                        // other error (the link went down) may repeat at
+                        // once: wait a read's time before trying again.
+                        if !matches!(
+                            err.kind(),
+                            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                        ) {
+                            std::thread::sleep(READ_TIMEOUT);
+                        }
+                        continue;
+                    }
+                };
                 let lldp = bytes.get(12..14) == Some(&[0x88, 0xcc])
                     || bytes.get(16..18) == Some(&[0x88, 0xcc]);
                 if let Some(n) = lldp.then(|| neighbour(bytes)).flatten()
