@@ -45,6 +45,7 @@ pub mod bootconfig;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod discovery;
 pub mod effective;
 pub mod enrollment;
 pub mod first_start;
