@@ -41,48 +41,9 @@ use std::fmt;
 
 use mprov_api::nads::{Hardware, NadsReport, Neighbour};
 
-/// What a match may bind without an admin (`MPROV_DISCOVERY_POLICY`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Policy {
-    /// Everything waits for an admin (the default).
-    #[default]
-    Manual,
-    /// A MAC binds to a matched NIC that has none.
-    Open,
-    /// A MAC binds to a matched NIC, replacing the one it has.
-    Permissive,
-}
-
-impl Policy {
-    /// The policy's name, as configured.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::Manual => "manual",
-            Policy::Open => "open",
-            Policy::Permissive => "permissive",
-        }
-    }
-}
-
-impl std::str::FromStr for Policy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "manual" | "" => Ok(Policy::Manual),
-            "open" => Ok(Policy::Open),
-            "permissive" => Ok(Policy::Permissive),
-            other => Err(format!(
-                "MPROV_DISCOVERY_POLICY={other:?} is not manual, open or permissive"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// What a match may bind without an admin: the process knob
+/// `MPROV_DISCOVERY_POLICY`, defined with the configuration.
+pub use crate::config::DiscoveryPolicy as Policy;
 
 /// A switch of the inventory.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
