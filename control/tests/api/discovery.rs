@@ -531,3 +531,106 @@ pub(crate) async fn without_a_discovery_image_no_nonce(engine: Engine) {
     assert_eq!(count(&c, "discovery_nonces").await, 0);
     c.cleanup().await;
 }
+
+/// The admin page lists a parked node with what it reported and an assign
+/// form; a read-only user sees no form and a forged post (with the
+/// session's own CSRF token) is refused; an admin's post assigns it, and a
+/// post without the token is refused.
+pub(crate) async fn page_lists_and_assigns(engine: Engine) {
+    use crate::pages::{add_user, get, post, sign_in};
+    let (c, _tls) = service(engine, "manual").await;
+    let nonce = discovery_nonce(&c, U1).await;
+    report(&c, &nonce, &heard_on(U1, "Ethernet1/1")).await;
+    add_user(&c, "viewer", "look but do not touch", false).await;
+    add_user(&c, "ada", "correct horse battery", true).await;
+
+    let viewer = sign_in(&c, "viewer", "look but do not touch").await;
+    let seen = get(&c, "/admin/discovery/", Some(&viewer)).await;
+    assert_eq!(seen.status, StatusCode::OK, "{}", seen.body);
+    assert!(
+        seen.body.contains(U1)
+            && seen
+                .body
+                .contains("eth0 (52:54:00:d1:00:01): sw1 port Ethernet1/1")
+            && seen
+                .body
+                .contains("eth1 (52:54:00:ff:ff:ff): nothing heard")
+            && seen.body.contains("QEMU Standard PC")
+            && seen.body.contains("policy manual"),
+        "{}",
+        seen.body
+    );
+    assert!(
+        !seen.body.contains(&format!("/admin/discovery/{U1}/assign")),
+        "no form to read-only users"
+    );
+    let csrf = seen.hidden("csrf");
+    let forged = post(
+        &c,
+        &format!("/admin/discovery/{U1}/assign"),
+        Some(&viewer),
+        &[],
+        &[("csrf", &csrf), ("system", "c01"), ("nic", "eno1")],
+    )
+    .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN, "{}", forged.body);
+    let forged = post(
+        &c,
+        &format!("/admin/discovery/{U1}/dismiss"),
+        Some(&viewer),
+        &[],
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN, "{}", forged.body);
+    assert_eq!(nic_mac(&c, "c01").await, None);
+    assert_eq!(parked(&c).await, [U1]);
+
+    let admin = sign_in(&c, "ada", "correct horse battery").await;
+    let form = get(&c, "/admin/discovery/", Some(&admin)).await;
+    assert!(
+        form.body.contains(&format!("/admin/discovery/{U1}/assign"))
+            && form.body.contains("value=\"c01\"")
+            && form.body.contains("value=\"eno1\""),
+        "the form, filled with the match: {}",
+        form.body
+    );
+    let csrf = form.hidden("csrf");
+    let stale = post(
+        &c,
+        &format!("/admin/discovery/{U1}/assign"),
+        Some(&admin),
+        &[],
+        &[("system", "c01"), ("nic", "eno1")],
+    )
+    .await;
+    assert_eq!(stale.status, StatusCode::FORBIDDEN, "no CSRF token");
+    let wrong = post(
+        &c,
+        &format!("/admin/discovery/{U1}/assign"),
+        Some(&admin),
+        &[],
+        &[("csrf", &csrf), ("system", "c02"), ("nic", "eno1")],
+    )
+    .await;
+    assert_eq!(wrong.status, StatusCode::BAD_REQUEST, "{}", wrong.body);
+    assert!(wrong.body.contains("has MAC"), "{}", wrong.body);
+    let done = post(
+        &c,
+        &format!("/admin/discovery/{U1}/assign"),
+        Some(&admin),
+        &[],
+        &[("csrf", &csrf), ("system", "c01"), ("nic", "eno1")],
+    )
+    .await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    assert!(
+        done.body.contains(&format!("{U1} is bound to c01"))
+            && done.body.contains("No discovered node is waiting"),
+        "{}",
+        done.body
+    );
+    assert_eq!(nic_mac(&c, "c01").await.as_deref(), Some(U1));
+    boots_normally(&c, U1, "c01").await;
+    c.cleanup().await;
+}

@@ -1180,6 +1180,10 @@ async fn discovery_nonce_attacks_are_refused(engine: Engine) {
     discovery::nonce_attacks_are_refused(engine).await;
 }
 
+async fn discovery_page_lists_and_assigns(engine: Engine) {
+    discovery::page_lists_and_assigns(engine).await;
+}
+
 async fn discovery_without_a_discovery_image_no_nonce(engine: Engine) {
     discovery::without_a_discovery_image_no_nonce(engine).await;
 }
@@ -1196,6 +1200,7 @@ engine_tests!(
     discovery_recabled_mac_warns_and_is_not_rebound,
     discovery_nonce_attacks_are_refused,
     discovery_without_a_discovery_image_no_nonce,
+    discovery_page_lists_and_assigns,
     board_pages_show_the_board_and_a_timeline,
     board_states_snapshot_feed_and_timeline,
     board_statements_do_not_grow_with_systems,
