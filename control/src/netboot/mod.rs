@@ -889,6 +889,42 @@ mod tests {
     }
 
     #[test]
+    fn a_discovery_boot_carries_the_discovery_nonce_and_no_image() {
+        let n = node();
+        let d = discovery(Some(&n), "compute", "aa:bb", &S);
+        let Decision::DiscoveryBoot(plan) = &d else {
+            panic!("{d:?}");
+        };
+        assert_eq!(plan.jobservers, ["idle", "loaded"]);
+        let script = render(&d, Some("N0nce"), &S).unwrap();
+        let kernel = script.lines().find(|l| l.starts_with("kernel ")).unwrap();
+        assert!(
+            kernel.contains("initrd=initramfs.img mprov_discover=N0nce ")
+                && kernel.contains("mprov_ca=ab12")
+                && kernel.contains("mprov_mac=aa:bb")
+                && !kernel.contains("mprov_image")
+                && !kernel.contains("mprov_enroll"),
+            "{script}"
+        );
+        // No such image, an image that cannot boot, no CA: retries, saying why.
+        let why = |d: Decision| match d {
+            Decision::Retry(why) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(why(discovery(None, "disc", "aa:bb", &S)).contains("MPROV_DISCOVERY_IMAGE"));
+        let mut no_size = n.clone();
+        if let Some(i) = no_size.image.as_mut() {
+            i.rootfs_size = 0;
+        }
+        assert!(why(discovery(Some(&no_size), "compute", "aa:bb", &S)).starts_with("discovery: "));
+        let no_ca = Settings {
+            ca_fingerprint: "",
+            ..S
+        };
+        assert!(why(discovery(Some(&n), "compute", "aa:bb", &no_ca)).contains("CA certificate"));
+    }
+
+    #[test]
     fn offers_follow_the_nodes_network_and_the_heartbeat() {
         let stale = Duration::from_secs(45);
         let mut j = js("a", 1, 0.0);
