@@ -142,9 +142,8 @@ pub async fn assign(
     Ok(Json(assigned))
 }
 
-/// Assigns `mac` as `body` says, on behalf of `principal` (the API and the
-/// admin page share it).
-pub async fn assign_as(
+/// Assigns `mac` as `body` says, on behalf of `principal`.
+async fn assign_as(
     st: &AppState,
     principal: &Principal,
     mac: &str,

@@ -15,7 +15,6 @@ use super::page::{self, Chrome, PageError, Posted};
 use crate::access::Method;
 use crate::discovery::store;
 use crate::http::AppState;
-use crate::http::discovery::{Assign, StringOrId};
 use crate::sessions::Session;
 
 /// How many parked nodes the page lists.
@@ -149,12 +148,15 @@ pub async fn assign(
     )
     .await?;
     let mac = crate::db::crud::parse_mac(&mac).map_err(|e| PageError::invalid("mac", e))?;
-    let body = Assign {
-        system: StringOrId::Name(fields.get("system").unwrap_or_default().trim().to_owned()),
-        nic: StringOrId::Name(fields.get("nic").unwrap_or_default().trim().to_owned()),
-        replace: fields.get("replace") == Some("true"),
-    };
-    match crate::http::discovery::assign_as(&state, &session.principal(), &mac, &body).await {
+    let system = fields.get("system").unwrap_or_default().trim();
+    let nic = fields.get("nic").unwrap_or_default().trim();
+    let replace = fields.get("replace") == Some("true");
+    let by = format!("user:{}", session.username);
+    let assigned = store::assign(&state.db, &mac, system, nic, replace, &by).await;
+    if assigned.is_ok() {
+        state.changed.notify_waiters();
+    }
+    match assigned {
         Ok(a) => {
             let done = format!(
                 "{} is bound to {} (NIC {}): its next boot is a normal one.",
@@ -163,7 +165,7 @@ pub async fn assign(
             page(&state, &session, None, Some(done)).await
         }
         Err(e) => {
-            let (_, _, message, _) = e.parts();
+            let (_, _, message, _) = crate::http::error::ApiError::from(e).parts();
             page(&state, &session, Some(message), None).await
         }
     }
