@@ -563,10 +563,7 @@ pub const UNPLACED: &str = "this node's NIC names no network (and no switch port
 /// address too; a node with neither is [`Attestation::Unplaced`]. An
 /// unknown MAC is attested by any job server's lease.
 pub fn attests(leases: &[Lease], source: IpAddr, node: Placement) -> Attestation {
-    let vouched = |l: &Lease, &(_, subnet): &Served| match l.ip {
-        Some(ip) if !ip.is_unspecified() => ip == source && in_subnet(ip, subnet),
-        _ => l.proxy && in_subnet(source, subnet),
-    };
+    let vouched = |l: &Lease, net: &Served| vouches(l, net, source);
     let placed = |&(network, subnet): &Served| match node {
         Placement::Unknown | Placement::Unplaced => true,
         Placement::Network(n) => network == n,
@@ -579,6 +576,27 @@ pub fn attests(leases: &[Lease], source: IpAddr, node: Placement) -> Attestation
         (false, _) => Attestation::Unattested,
         (true, Placement::Unplaced) => Attestation::Unplaced,
         (true, _) => Attestation::Attested,
+    }
+}
+
+/// The network whose job server's lease attests a request from `source`
+/// (the first, newest lease first), for an unknown MAC: where its discovery
+/// boot is served ([`crate::netboot::discovery`]). Pure.
+pub fn lease_network(leases: &[Lease], source: IpAddr) -> Option<i64> {
+    leases.iter().find_map(|l| {
+        l.networks
+            .iter()
+            .find(|net| vouches(l, net, source))
+            .map(|&(network, _)| network)
+    })
+}
+
+/// Whether lease `l`, on its job server's network `net`, vouches for a
+/// request from `source` (see [`attests`]).
+fn vouches(l: &Lease, &(_, subnet): &Served, source: IpAddr) -> bool {
+    match l.ip {
+        Some(ip) if !ip.is_unspecified() => ip == source && in_subnet(ip, subnet),
+        _ => l.proxy && in_subnet(source, subnet),
     }
 }
 

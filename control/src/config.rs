@@ -227,6 +227,16 @@ pub struct Settings {
     /// traffic of a mass boot). `0`: the agent always asks DHCP itself.
     #[arg(long, env = "MPROV_IPXE_CARRY_LEASE", default_value = "1", value_parser = parse_switch, action = clap::ArgAction::Set)]
     pub ipxe_carry_lease: bool,
+    /// What a discovered node's match may bind without an admin: manual
+    /// (default: everything waits for an admin), open (a MAC binds to a
+    /// matched NIC that has none) or permissive (it may also replace one).
+    #[arg(long, env = "MPROV_DISCOVERY_POLICY", default_value = "manual")]
+    pub discovery_policy: DiscoveryPolicy,
+    /// The image whose kernel and agent initramfs an unknown node boots in
+    /// discovery mode (its slug); unset, an unknown node is only told to be
+    /// added to the inventory.
+    #[arg(long, env = "MPROV_DISCOVERY_IMAGE")]
+    pub discovery_image: Option<String>,
     /// LDAP sign-in for the admin pages.
     #[command(flatten)]
     pub ldap: LdapSettings,
@@ -708,6 +718,10 @@ pub struct Config {
     pub jobserver_stale: std::time::Duration,
     /// The boot script carries iPXE's lease to the agent.
     pub ipxe_carry_lease: bool,
+    /// What a discovered node's match may bind without an admin.
+    pub discovery_policy: DiscoveryPolicy,
+    /// The image an unknown node boots in discovery mode, if any.
+    pub discovery_image: Option<String>,
     /// Host header values accepted; `None` accepts any.
     pub allowed_hosts: Option<Vec<String>>,
     /// The time zone, and its name.
@@ -937,6 +951,8 @@ impl Config {
             node_cert_seconds: s.node_cert_seconds.unwrap_or(NODE_MAX_SECONDS),
             jobserver_stale: std::time::Duration::from_secs(s.jobserver_stale_seconds.max(1)),
             ipxe_carry_lease: s.ipxe_carry_lease,
+            discovery_policy: s.discovery_policy,
+            discovery_image: s.discovery_image.filter(|i| !i.trim().is_empty()),
         })
     }
 
@@ -1117,6 +1133,50 @@ impl std::str::FromStr for Engine {
             "postgres" | "postgresql" | "django.db.backends.postgresql" => Ok(Engine::Postgres),
             _ => Err(()),
         }
+    }
+}
+
+/// What a discovered node's match may bind without an admin
+/// (`MPROV_DISCOVERY_POLICY`; see `crate::discovery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DiscoveryPolicy {
+    /// Everything waits for an admin (the default).
+    #[default]
+    Manual,
+    /// A MAC binds to a matched NIC that has none.
+    Open,
+    /// A MAC binds to a matched NIC, replacing the one it has.
+    Permissive,
+}
+
+impl DiscoveryPolicy {
+    /// The policy's name, as configured.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiscoveryPolicy::Manual => "manual",
+            DiscoveryPolicy::Open => "open",
+            DiscoveryPolicy::Permissive => "permissive",
+        }
+    }
+}
+
+impl std::str::FromStr for DiscoveryPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "manual" | "" => Ok(DiscoveryPolicy::Manual),
+            "open" => Ok(DiscoveryPolicy::Open),
+            "permissive" => Ok(DiscoveryPolicy::Permissive),
+            other => Err(format!(
+                "MPROV_DISCOVERY_POLICY={other:?} is not manual, open or permissive"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for DiscoveryPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -21,7 +21,8 @@
 //!    flags, change feed, a node's timeline), [`jobs`] (the jobs queue),
 //!    [`jobservers`] (a job server's registration and heartbeats) and
 //!    [`netboot`] (the node view, the bootability rule and the pure
-//!    `/ipxe/` decision), [`scripts`] (the script-runner's plans, content
+//!    `/ipxe/` decision), [`discovery`] (a node's NADS report matched by
+//!    switch port, the discovery nonce, the parked nodes), [`scripts`] (the script-runner's plans, content
 //!    and run reports), [`passkeys`] (WebAuthn registration and sign-in,
 //!    checked with ring), [`first_start`] (what a new install makes once),
 //!    [`backup`], [`ldap`] (LDAP sign-in: a user's password and role
@@ -45,6 +46,7 @@ pub mod bootconfig;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod discovery;
 pub mod effective;
 pub mod enrollment;
 pub mod first_start;

@@ -32,6 +32,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use url::Url;
 
+use crate::nads::DISCOVERY_PATH;
 use crate::{
     API_PREFIX, ApiError, BulkCreated, List, SKIP_VERSION_CHECK_ENV, VERSION_HEADER, api_version,
 };
@@ -753,6 +754,40 @@ impl Client {
             }
         }
         url
+    }
+
+    /// The discovered nodes parked for an admin: one page, after row id
+    /// `after` (the previous page's `next`), at most `limit`.
+    pub async fn discovered(&self, after: i64, limit: u32) -> Result<Value, ClientError> {
+        let url = self.path_url(&format!("{DISCOVERY_PATH}?after={after}&limit={limit}"))?;
+        self.call(Method::GET, url, None::<&()>).await
+    }
+
+    /// Binds the parked node `mac` to `system`'s NIC `nic` (an id, or its
+    /// name on the system), replacing the NIC's MAC only if `replace`.
+    pub async fn assign_discovered(
+        &self,
+        mac: &str,
+        system: &str,
+        nic: &str,
+        replace: bool,
+    ) -> Result<Value, ClientError> {
+        let mut url = self.path_url(DISCOVERY_PATH)?;
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments.pop_if_empty().push(mac).push("assign");
+        }
+        let body = serde_json::json!({"system": system, "nic": nic, "replace": replace});
+        self.call(Method::POST, url, Some(&body)).await
+    }
+
+    /// Forgets the parked node `mac`.
+    pub async fn dismiss_discovered(&self, mac: &str) -> Result<(), ClientError> {
+        let mut url = self.path_url(DISCOVERY_PATH)?;
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments.pop_if_empty().push(mac);
+        }
+        self.send(Method::DELETE, url, None::<&()>).await?;
+        Ok(())
     }
 
     /// `<base><path>` for an absolute `path`, refusing anything that would

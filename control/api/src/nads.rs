@@ -19,6 +19,10 @@ use serde::{Deserialize, Serialize};
 
 /// `POST` a [`NadsReport`].
 pub const REPORT_PATH: &str = "/api/v1/discovery/report";
+/// The discovered nodes parked for an admin (`GET`), each at
+/// `<DISCOVERY_PATH><mac>` (`DELETE`) and `<DISCOVERY_PATH><mac>/assign`
+/// (`POST`).
+pub const DISCOVERY_PATH: &str = "/api/v1/discovery/";
 /// The header that carries the one-time discovery nonce.
 pub const NONCE_HEADER: &str = "mProv-Discovery-Nonce";
 /// The kernel command-line parameter that carries the discovery nonce.

@@ -19,6 +19,7 @@
 
 mod boot;
 pub mod config;
+mod discovery;
 mod import;
 mod jobs;
 mod jobservers;
@@ -172,6 +173,46 @@ pub enum Command {
     Import(ImportArgs),
     /// Boot timelines: what each node's boot went through, step by step
     Boot(BootArgs),
+    /// Discovered nodes parked for an admin: list them, assign one to a
+    /// system's NIC (its next boot is a normal one), or dismiss one
+    Discovery(DiscoveryArgs),
+}
+
+/// The arguments of `mash discovery`.
+#[derive(Debug, Args)]
+pub struct DiscoveryArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: DiscoveryAction,
+}
+
+/// What `mash discovery` does.
+#[derive(Debug, Subcommand)]
+pub enum DiscoveryAction {
+    /// The parked nodes: MAC, the switch port each heard, its hardware,
+    /// the NIC it matched and why it waits
+    List {
+        /// Print JSON (the same as --output json)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bind a parked node's MAC to a system's NIC
+    Assign {
+        /// The parked node's MAC
+        mac: String,
+        /// The system (id or host name)
+        system: String,
+        /// The NIC (id, or its name on the system)
+        nic: String,
+        /// Replace the MAC the NIC has
+        #[arg(long)]
+        replace: bool,
+    },
+    /// Forget a parked node (its next discovery boot parks it again)
+    Dismiss {
+        /// The parked node's MAC
+        mac: String,
+    },
 }
 
 const JOBS_AFTER_HELP: &str = "\
@@ -331,7 +372,7 @@ impl Command {
             Command::Jobservers(a) => ("jobservers", a),
             Command::Apikeys(a) => ("apikeys", a),
             Command::Users(a) => ("users", a),
-            Command::Import(_) | Command::Boot(_) => return None,
+            Command::Import(_) | Command::Boot(_) | Command::Discovery(_) => return None,
         };
         Some((name, &args.action))
     }
@@ -476,6 +517,10 @@ async fn run_async(cli: Cli, out: &mut dyn Write) -> Result<()> {
     }
     if let Command::Jobs(args) = &cli.command {
         return jobs_command(&cli, args, out).await;
+    }
+    if let Command::Discovery(DiscoveryArgs { action }) = &cli.command {
+        let client = connect(&cli.conn)?;
+        return discovery::run(&client, action, cli.output, out).await;
     }
     if let Command::Systems(SystemsArgs {
         action: SystemsAction::RunScripts { host },

@@ -725,3 +725,102 @@ fn systems_run_scripts_queues_a_new_run() {
     );
     ctx.cleanup();
 }
+
+/// A node parked by discovery, as the report path leaves it (a discovery
+/// nonce minted and spent by the store, under `manual`), through the
+/// service's own database: `mash discovery list` shows it with the port it
+/// heard, `assign` binds its MAC to the NIC cabled there, `dismiss` forgets
+/// another.
+#[test]
+fn discovery_list_assign_dismiss() {
+    use mprov_api::nads::{LinkReport, NadsReport, Neighbour};
+    use mprov_control::discovery::{Policy, store};
+    let ctx = TestContext::start().expect("server");
+    ctx.add_image_and_network();
+    ctx.ok(&["switches", "add", "hostname=sw1"]);
+    let port = ctx.json(&[
+        "switchports",
+        "add",
+        "switch=sw1",
+        "name=Ethernet1/1",
+        "-o",
+        "json",
+    ]);
+    let port = port["id"].to_string();
+    ctx.ok(&["systems", "add", "hostname=c01"]);
+    ctx.ok(&[
+        "nics",
+        "add",
+        "system=c01",
+        "name=eno1",
+        &format!("switch_port={port}"),
+    ]);
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        ctx.dir.path().join("var/db/mprov.sqlite3").display()
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let db = mprov_control::db::Db::open(&url)
+            .await
+            .expect("the service's database");
+        for (mac, port) in [
+            ("52:54:00:d1:00:01", "Eth1/1"),
+            ("52:54:00:d1:00:02", "Eth1/9"),
+        ] {
+            let nonce = store::mint_nonce(&db, mac).await.unwrap();
+            let report = NadsReport {
+                boot_mac: mac.into(),
+                links: vec![LinkReport {
+                    interface: "eth0".into(),
+                    mac: mac.into(),
+                    neighbour: Some(Neighbour {
+                        chassis_id: "00:11:22:33:44:55".into(),
+                        chassis_id_subtype: "mac-address".into(),
+                        port_id: port.into(),
+                        port_id_subtype: "interface-name".into(),
+                        system_name: Some("sw1".into()),
+                        ..Neighbour::default()
+                    }),
+                }],
+                hardware: Default::default(),
+            };
+            store::report(&db, Some(&nonce), report, Policy::Manual)
+                .await
+                .unwrap();
+        }
+        db.close().await;
+    });
+    let list = ctx.ok(&["discovery", "list"]);
+    assert!(
+        list.contains("52:54:00:d1:00:01")
+            && list.contains("sw1 Eth1/1")
+            && list.contains("c01 eno1")
+            && list.contains("2 parked"),
+        "{list}"
+    );
+    let json = ctx.json(&["discovery", "list", "--json"]);
+    assert_eq!(json.as_array().map(Vec::len), Some(2), "{json}");
+    let out = ctx.ok(&["discovery", "assign", "52:54:00:d1:00:01", "c01", "eno1"]);
+    assert!(
+        out.contains("52:54:00:d1:00:01 is now c01's NIC eno1"),
+        "{out}"
+    );
+    let nics = ctx.json(&["nics", "list", "--filter", "system=c01", "--json"]);
+    assert_eq!(nics[0]["mac"], "52:54:00:d1:00:01", "{nics}");
+    let err =
+        ctx.fails(
+            ctx.mash()
+                .args(["discovery", "assign", "52:54:00:d1:00:02", "c01", "eno1"]),
+        );
+    assert!(err.contains("already") || err.contains("has MAC"), "{err}");
+    ctx.ok(&["discovery", "dismiss", "52:54:00:d1:00:02"]);
+    let json = ctx.json(&["discovery", "list", "--json"]);
+    assert_eq!(json, serde_json::json!([]));
+    let err = ctx.fails(
+        ctx.mash()
+            .args(["discovery", "dismiss", "52:54:00:d1:00:02"]),
+    );
+    assert!(err.contains("could not dismiss"), "{err}");
+    ctx.cleanup();
+}

@@ -572,7 +572,7 @@ const SYSTEM_FIELDS: [Field; 7] = cat::<2, 5, 7>(
     ],
     layer_fields!(),
 );
-const SYSTEM_EXTRA: [Field; 5] = [
+const SYSTEM_EXTRA: [Field; 7] = [
     f(
         "stateful",
         Ty::Bool,
@@ -610,8 +610,20 @@ const SYSTEM_EXTRA: [Field; 5] = [
         "Its unit in the rack, as the rack's labels count: the boot board orders a rack by it.",
     )
     .null(),
+    f(
+        "model",
+        Ty::Text { max: 255 },
+        "Its model (DMI product_name): when set, a node matched to it by discovery must report the same.",
+    )
+    .null(),
+    f(
+        "serial",
+        Ty::Text { max: 255 },
+        "Its serial number (DMI product_serial): when set, a node matched to it by discovery must report the same.",
+    )
+    .null(),
 ];
-const SYSTEMS: [Field; 12] = cat::<7, 5, 12>(SYSTEM_FIELDS, SYSTEM_EXTRA);
+const SYSTEMS: [Field; 14] = cat::<7, 7, 14>(SYSTEM_FIELDS, SYSTEM_EXTRA);
 
 /// The highest rack unit a system may name: racks stop well below it.
 pub const MAX_RACK_UNIT: i64 = 100;

@@ -19,6 +19,7 @@ use crate::access::AccessError;
 use crate::boot::BootError;
 use crate::db::crud::StoreError;
 use crate::db::health::is_unavailable;
+use crate::discovery::store::DiscoveryError;
 use crate::enrollment::EnrollError;
 use crate::identity::IdentityError;
 use crate::jobservers::RegisterError;
@@ -387,6 +388,46 @@ impl From<EnrollError> for ApiError {
             e @ (EnrollError::Db(_) | EnrollError::NoSigner | EnrollError::Time(_)) => {
                 ApiError::internal(e)
             }
+        }
+    }
+}
+
+impl From<DiscoveryError> for ApiError {
+    fn from(err: DiscoveryError) -> Self {
+        let again = "boot the node again (through /ipxe/) for a new one";
+        match err {
+            DiscoveryError::Db(e) => database(e),
+            e @ DiscoveryError::MacInvalid(_) => ApiError::invalid("boot_mac", e.to_string()),
+            e @ (DiscoveryError::MacTaken { .. } | DiscoveryError::NicRaced) => {
+                ApiError::Conflict {
+                    message: format!("{e}; nothing was changed"),
+                    field: None,
+                }
+            }
+            e @ DiscoveryError::NicHasMac { .. } => ApiError::Conflict {
+                message: format!("{e}; send \"replace\": true to replace it"),
+                field: Some("nic".into()),
+            },
+            e @ DiscoveryError::NicUnknown { .. } => ApiError::invalid("nic", e.to_string()),
+            DiscoveryError::NonceMissing => ApiError::Unauthorized(format!(
+                "a discovery report needs the one-time discovery nonce of its boot in the {} header",
+                mprov_api::nads::NONCE_HEADER
+            )),
+            DiscoveryError::NonceExpired(at) => {
+                ApiError::Unauthorized(format!("this discovery nonce expired at {at}; {again}"))
+            }
+            DiscoveryError::NonceForAnotherMac => ApiError::Forbidden(
+                "this discovery nonce was minted for another MAC than the report's boot_mac".into(),
+            ),
+            DiscoveryError::NonceUnknown => ApiError::Unauthorized(format!(
+                "the discovery nonce is not valid (unknown, or cancelled by a newer boot of the node); {again}"
+            )),
+            DiscoveryError::NonceUsed(at) => ApiError::Unauthorized(format!(
+                "this discovery nonce was already used at {at}; {again}"
+            )),
+            e @ DiscoveryError::NotParked(_) => ApiError::NotFound(e.to_string()),
+            e @ DiscoveryError::SystemUnknown(_) => ApiError::invalid("system", e.to_string()),
+            e @ DiscoveryError::Time(_) => ApiError::internal(e),
         }
     }
 }

@@ -278,10 +278,16 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
             }
             Ok(script(StatusCode::OK, render(&decision, None)?))
         }
-        Decision::Discovery => {
-            tracing::info!(%mac, "ipxe: unknown node; sent the discovery script");
-            Ok(script(StatusCode::OK, render(&decision, None)?))
-        }
+        Decision::Discovery => match &st.config.discovery_image {
+            None => {
+                tracing::info!(%mac, "ipxe: unknown node; sent the discovery script (no MPROV_DISCOVERY_IMAGE to boot it into discovery)");
+                Ok(script(StatusCode::OK, render(&decision, None)?))
+            }
+            Some(image) => discovery_boot(&st, &mac, source, image, &settings).await,
+        },
+        Decision::DiscoveryBoot(_) => Err(ApiError::internal(
+            "the /ipxe/ decision never boots discovery itself",
+        )),
         Decision::LocalBoot => Ok(script(StatusCode::OK, render(&decision, None)?)),
         Decision::Boot(plan) => {
             let nonce = crate::enrollment::mint_nonce(&st.db, plan.system_id).await?;
@@ -303,4 +309,58 @@ pub async fn ipxe(State(st): State<AppState>, req: Request) -> Result<Response, 
             Ok(script(StatusCode::OK, body))
         }
     }
+}
+
+/// The discovery boot of the attested unknown `mac` from `source`: the
+/// discovery image's kernel and agent initramfs from a job server of the
+/// network whose job server leased the address
+/// ([`crate::boot::lease_network`]), with a fresh one-time discovery nonce
+/// bound to the MAC ([`crate::discovery::store::mint_nonce`]) and the
+/// `script_served` event on the MAC's timeline. A refusal is a retry script
+/// with its reason, and mints nothing.
+async fn discovery_boot(
+    st: &AppState,
+    mac: &str,
+    source: Option<IpAddr>,
+    image: &str,
+    settings: &netboot::Settings<'_>,
+) -> Result<Response, ApiError> {
+    let network = match source {
+        Some(source) => crate::boot::lease_network(
+            &crate::boot::recent_leases(&st.db, mac)
+                .await
+                .map_err(ApiError::internal)?,
+            source,
+        ),
+        None => None,
+    };
+    let view = netboot::view::load_image(&st.db, image, network).await?;
+    let decision = netboot::discovery(view.as_ref(), image, mac, settings);
+    let render = |d: &Decision, nonce: Option<&str>| {
+        netboot::render(d, nonce, settings).map_err(|e| ApiError::internal_in("iPXE script", e))
+    };
+    let Decision::DiscoveryBoot(plan) = &decision else {
+        tracing::info!(%mac, "ipxe: unknown node, no discovery boot: {decision:?}");
+        return Ok(script(StatusCode::OK, render(&decision, None)?));
+    };
+    let nonce = crate::discovery::store::mint_nonce(&st.db, mac).await?;
+    let body = render(&decision, Some(&nonce))?;
+    let event = crate::boot::NewEvent {
+        system_id: None,
+        mac: Some(mac.to_owned()),
+        phase: BootPhase::ScriptServed,
+        source: "control".into(),
+        jobserver_id: None,
+        ip: source,
+        detail: format!(
+            "discovery script: image {image}, job servers {}",
+            plan.jobservers.join(", ")
+        ),
+    };
+    if let Err(e) = crate::boot::record(&st.db, event).await {
+        tracing::warn!(error = %e, "ipxe: cannot record the script_served event");
+    }
+    st.boot_events.notify_waiters();
+    tracing::info!(%mac, %image, jobservers = %plan.jobservers.join(","), "ipxe: unknown node; discovery boot with a fresh discovery nonce");
+    Ok(script(StatusCode::OK, body))
 }

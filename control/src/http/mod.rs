@@ -9,6 +9,7 @@ pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod boot;
+pub mod discovery;
 pub mod enroll;
 pub mod error;
 pub mod ipxe;
@@ -199,6 +200,10 @@ pub fn router(state: AppState) -> Router {
         .route("/ipxe/", get(ipxe::ipxe))
         .route("/enroll/jobserver/", post(enroll::enroll_jobserver))
         .route("/enroll/node/", post(enroll::enroll_node))
+        .route(
+            mprov_api::nads::REPORT_PATH,
+            post(discovery::report).layer(DefaultBodyLimit::max(discovery::MAX_REPORT_BYTES)),
+        )
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(from_fn_with_state(state.clone(), public_layer));
     let own = Router::new()
@@ -233,6 +238,12 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/systems/{key}/config", get(api::effective_config))
         .route(mprov_api::scripts::RUN_ROUTE, post(scripts::run_scripts))
         .route(mprov_api::jobs::IMAGE_FILES_ROUTE, get(jobs::image_files))
+        .route("/api/v1/discovery/", get(discovery::list))
+        .route("/api/v1/discovery/{mac}/assign", post(discovery::assign))
+        .route(
+            "/api/v1/discovery/{mac}",
+            axum::routing::delete(discovery::dismiss),
+        )
         .route(
             "/api/v1/images/{key}/hosts/{jobserver}",
             axum::routing::put(api::image_host).delete(api::image_host),

@@ -425,6 +425,7 @@ fn build() -> Value {
         json!({"get": {"summary": "This document (no authentication)", "security": [], "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}}}}),
     );
     enrollment_paths(&mut paths, &mut schemas);
+    discovery_paths(&mut paths, &mut schemas);
     answered_everywhere(&mut paths);
     json!({
         "openapi": "3.1.0",
@@ -753,6 +754,150 @@ fn scripts_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value
             "post": {"summary": "Run the node's post-boot scripts again, without a reboot (administrators): bumps its run_request, which its agent sees in its plan",
                 "tags": ["systems"],
                 "responses": rerun}}),
+    );
+}
+
+/// Discovery: a node's NADS report (the discovery nonce is its
+/// credential), and the parked nodes an admin lists, assigns and dismisses.
+fn discovery_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) {
+    use mprov_api::nads::{NONCE_HEADER, REPORT_PATH};
+    let text_or_null = json!({"type": ["string", "null"]});
+    schemas.insert(
+        "NadsNeighbour".into(),
+        json!({"type": "object", "description": "What one LLDP frame said about the switch port at the other end.", "properties": {
+            "chassis_id": {"type": "string"},
+            "chassis_id_subtype": {"type": "string"},
+            "port_id": {"type": "string"},
+            "port_id_subtype": {"type": "string"},
+            "system_name": text_or_null.clone(),
+            "port_description": text_or_null.clone(),
+            "management_addresses": {"type": "array", "items": {"type": "string"}},
+            "vlan": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535}
+        }, "required": ["chassis_id", "chassis_id_subtype", "port_id", "port_id_subtype", "management_addresses"]}),
+    );
+    schemas.insert(
+        "NadsReport".into(),
+        json!({"type": "object", "description": "What a node in discovery heard on each link that was up, and its DMI facts.", "properties": {
+            "boot_mac": {"type": "string", "description": "The MAC it booted from: the one its discovery nonce is bound to, and the only one a report binds."},
+            "links": {"type": "array", "items": {"type": "object", "properties": {
+                "interface": {"type": "string"},
+                "mac": {"type": "string"},
+                "neighbour": {"oneOf": [schema_ref("NadsNeighbour"), {"type": "null"}], "description": "null: nothing heard in the window."}
+            }, "required": ["interface", "mac", "neighbour"]}},
+            "hardware": {"type": "object", "properties": {
+                "vendor": text_or_null.clone(), "model": text_or_null.clone(), "serial": text_or_null
+            }}
+        }, "required": ["boot_mac", "links", "hardware"]}),
+    );
+    schemas.insert(
+        "ReportOutcome".into(),
+        json!({"oneOf": [
+            {"type": "object", "properties": {"outcome": {"const": "matched"}, "hostname": {"type": "string"}}, "required": ["outcome", "hostname"], "additionalProperties": false},
+            {"type": "object", "properties": {"outcome": {"const": "parked"}, "reason": {"type": "string"}}, "required": ["outcome", "reason"], "additionalProperties": false}
+        ]}),
+    );
+    schemas.insert(
+        "DiscoveredNode".into(),
+        json!({"type": "object", "properties": {
+            "id": {"type": "integer"},
+            "mac": {"type": "string"},
+            "reason": {"type": "string", "description": "Why it waits."},
+            "candidate": {"oneOf": [{"type": "object", "properties": {
+                "nic": {"type": "integer"}, "nic_name": {"type": "string"},
+                "system": {"type": "integer"}, "hostname": {"type": "string"}
+            }, "required": ["nic", "nic_name", "system", "hostname"], "additionalProperties": false}, {"type": "null"}], "description": "The NIC its switch port matched, if any."},
+            "report": schema_ref("NadsReport"),
+            "first_seen": {"type": "string"},
+            "last_seen": {"type": "string"}
+        }, "required": ["id", "mac", "reason", "candidate", "report", "first_seen", "last_seen"], "additionalProperties": false}),
+    );
+    let mut outcome = ok(
+        "200",
+        "Matched (the MAC is bound; the next boot is a normal one) or parked for an admin.",
+        schema_ref("ReportOutcome"),
+    );
+    outcome.extend(error_responses(&["403", "426"]));
+    outcome["400"]["description"] =
+        json!("Not a NADS report, or its boot_mac is not a MAC; the message says why.");
+    outcome["401"]["description"] = json!(
+        "No discovery nonce, or one that is unknown, used, expired or cancelled by a newer boot; nothing was stored."
+    );
+    outcome["403"]["description"] = json!(
+        "The nonce was minted for another MAC than the report's boot_mac; nothing was stored."
+    );
+    outcome.insert(
+        "413".into(),
+        json!({"description": format!("Body over {} bytes.", super::discovery::MAX_REPORT_BYTES), "content": {"text/plain": {"schema": {"type": "string"}}}}),
+    );
+    outcome.insert(
+        "409".into(),
+        json!({"description": "The NIC's MAC changed while the report was applied; nothing was stored.", "content": {"application/json": {"schema": schema_ref("Error")}}}),
+    );
+    paths.insert(
+        REPORT_PATH.into(),
+        json!({"post": {"summary": "A node in discovery reports what it heard over LLDP, with the one-time discovery nonce of its boot (its kernel command line's mprov_discover) in the mProv-Discovery-Nonce header: matched by switch port and bound as MPROV_DISCOVERY_POLICY allows, or parked for an admin",
+            "tags": ["discovery"],
+            "security": [],
+            "parameters": [{"name": NONCE_HEADER, "in": "header", "required": true, "schema": {"type": "string"}, "description": "The discovery nonce, good for one report of the MAC it was minted for."}],
+            "requestBody": body("NadsReport"),
+            "responses": outcome}}),
+    );
+    let mut list = ok(
+        "200",
+        "One page of parked nodes, in id order.",
+        json!({"type": "object", "properties": {
+            "items": {"type": "array", "items": schema_ref("DiscoveredNode")},
+            "next": {"type": ["integer", "null"], "description": "The after of the next page; null on the last."}
+        }, "required": ["items", "next"], "additionalProperties": false}),
+    );
+    list.extend(error_responses(&["403"]));
+    paths.insert(
+        "/api/v1/discovery/".into(),
+        json!({"get": {"summary": "The discovered nodes parked for an admin, with everything each reported",
+            "tags": ["discovery"],
+            "parameters": [
+                {"name": "after", "in": "query", "schema": {"type": "integer"}, "description": "The id after which the page starts (the previous page's next)."},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": crate::discovery::store::MAX_PAGE}, "description": "At most this many (default 100)."}
+            ],
+            "responses": list}}),
+    );
+    let mac_param = json!({"name": "mac", "in": "path", "required": true, "schema": {"type": "string"}, "description": "The parked node's MAC."});
+    schemas.insert(
+        "DiscoveryAssign".into(),
+        json!({"type": "object", "properties": {
+            "system": {"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "The system's id or host name."},
+            "nic": {"oneOf": [{"type": "integer"}, {"type": "string"}], "description": "The NIC's id, or its name on that system."},
+            "replace": {"type": "boolean", "description": "Replace the MAC the NIC has (default false: 409 if it has one)."}
+        }, "required": ["system", "nic"], "additionalProperties": false}),
+    );
+    let mut assigned = ok(
+        "200",
+        "Bound: the node's next boot is a normal one.",
+        json!({"type": "object", "properties": {
+            "mac": {"type": "string"}, "hostname": {"type": "string"}, "nic": {"type": "integer"},
+            "replaced": {"type": ["string", "null"], "description": "The MAC the NIC had."}
+        }, "required": ["mac", "hostname", "nic", "replaced"], "additionalProperties": false}),
+    );
+    assigned.extend(error_responses(&["403", "404", "409"]));
+    paths.insert(
+        "/api/v1/discovery/{mac}/assign".into(),
+        json!({"parameters": [mac_param.clone()],
+            "post": {"summary": "Bind a parked node's MAC to a system's NIC (administrators)",
+                "tags": ["discovery"],
+                "requestBody": body("DiscoveryAssign"),
+                "responses": assigned}}),
+    );
+    let mut dismissed = error_responses(&["400", "401", "403", "404", "426"]);
+    dismissed.insert(
+        "204".into(),
+        json!({"description": "Forgotten; its next discovery boot parks it again."}),
+    );
+    paths.insert(
+        "/api/v1/discovery/{mac}".into(),
+        json!({"parameters": [mac_param],
+            "delete": {"summary": "Dismiss a parked node (administrators)",
+                "tags": ["discovery"],
+                "responses": dismissed}}),
     );
 }
 

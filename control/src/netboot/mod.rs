@@ -311,8 +311,12 @@ pub enum Decision {
     Retry(String),
     /// Too many requests: 429 with a retry script.
     Throttled,
-    /// The discovery script.
+    /// The discovery script: no discovery image is configured, so it only
+    /// says to add the node.
     Discovery,
+    /// Boot the discovery image's kernel and agent initramfs; a discovery
+    /// nonce is minted for the MAC and appended.
+    DiscoveryBoot(Plan),
     /// Boot the next device.
     LocalBoot,
     /// Boot the image; a nonce is minted for `system_id` and appended.
@@ -404,43 +408,15 @@ pub fn decide(
         Err(why) => return Decision::Retry(why.to_string()),
     };
     let (slug, version) = (&boot.image.slug, boot.image.version);
-    let cmdline = match node.effective() {
-        Ok(e) => e.kernel_cmdline,
-        Err(e) => return Decision::Retry(format!("{host}: {e}")),
+    let mut args = match agent_args(node, s, mac) {
+        Ok(args) => args,
+        Err(why) => return Decision::Retry(why),
     };
-    let mut args: Vec<String> = cmdline.split_whitespace().map(str::to_owned).collect();
-    if let Some(bad) = args.iter().find(|a| !mprov_ipxe::safe_word(a)) {
-        return Decision::Retry(format!(
-            "{host}: kernel argument {bad} cannot go into an iPXE script, fix install_kernel_cmdline"
-        ));
-    }
-    if s.ca_fingerprint.is_empty() {
-        return Decision::Retry(
-            "the control service has no CA certificate to pin on the boot line yet".to_owned(),
-        );
-    }
-    // The agent's own arguments come last, so a layer cannot shadow them.
-    args.retain(|a| !a.starts_with("mprov_"));
-    args.extend([
-        format!("mprov_ca={}", s.ca_fingerprint),
-        format!("mprov_url={}", s.control_url),
-        format!("mprov_image={slug}:{version}"),
-        format!("mprov_mac={mac}"),
-    ]);
-    let mut sources = Vec::with_capacity(boot.jobservers.len());
-    for j in &boot.jobservers {
-        let address = j.address;
-        let base = jobserver_base_url(address, j.port);
-        let kernel = image_file_url(&base, slug, version, ImageFile::Kernel);
-        let initrd = image_file_url(&base, slug, version, ImageFile::Initramfs);
-        if !mprov_ipxe::safe_word(&kernel) || !mprov_ipxe::safe_word(&initrd) {
-            return Decision::Retry(format!(
-                "job server {}: its address {address} cannot go into an iPXE script, fix its addresses",
-                j.name
-            ));
-        }
-        sources.push((kernel, initrd));
-    }
+    args.insert(args.len() - 1, format!("mprov_image={slug}:{version}"));
+    let sources = match sources(&boot) {
+        Ok(sources) => sources,
+        Err(why) => return Decision::Retry(why),
+    };
     let plan = Plan {
         system_id: node.system_id,
         hostname: host.clone(),
@@ -454,6 +430,99 @@ pub fn decide(
     let boot = Decision::Boot(plan);
     match render(&boot, Some("nonce"), s) {
         Ok(_) => boot,
+        Err(e) => Decision::Retry(e.to_string()),
+    }
+}
+
+/// The kernel arguments of `node`'s boot line (its effective command line)
+/// and the agent's own after them (`mprov_ca`, `mprov_url`, `mprov_mac`),
+/// or why they cannot go into a script.
+fn agent_args(node: &NodeView, s: &Settings<'_>, mac: &str) -> Result<Vec<String>, String> {
+    let host = &node.hostname;
+    let cmdline = node
+        .effective()
+        .map_err(|e| format!("{host}: {e}"))?
+        .kernel_cmdline;
+    let mut args: Vec<String> = cmdline.split_whitespace().map(str::to_owned).collect();
+    if let Some(bad) = args.iter().find(|a| !mprov_ipxe::safe_word(a)) {
+        return Err(format!(
+            "{host}: kernel argument {bad} cannot go into an iPXE script, fix install_kernel_cmdline"
+        ));
+    }
+    if s.ca_fingerprint.is_empty() {
+        return Err(
+            "the control service has no CA certificate to pin on the boot line yet".to_owned(),
+        );
+    }
+    // The agent's own arguments come last, so a layer cannot shadow them.
+    args.retain(|a| !a.starts_with("mprov_"));
+    args.extend([
+        format!("mprov_ca={}", s.ca_fingerprint),
+        format!("mprov_url={}", s.control_url),
+        format!("mprov_mac={mac}"),
+    ]);
+    Ok(args)
+}
+
+/// The kernel and initramfs URLs of `boot`'s image on each of its job
+/// servers, best first, or why one cannot go into a script.
+fn sources(boot: &Bootable<'_>) -> Result<Vec<(String, String)>, String> {
+    let (slug, version) = (&boot.image.slug, boot.image.version);
+    let mut sources = Vec::with_capacity(boot.jobservers.len());
+    for j in &boot.jobservers {
+        let address = j.address;
+        let base = jobserver_base_url(address, j.port);
+        let kernel = image_file_url(&base, slug, version, ImageFile::Kernel);
+        let initrd = image_file_url(&base, slug, version, ImageFile::Initramfs);
+        if !mprov_ipxe::safe_word(&kernel) || !mprov_ipxe::safe_word(&initrd) {
+            return Err(format!(
+                "job server {}: its address {address} cannot go into an iPXE script, fix its addresses",
+                j.name
+            ));
+        }
+        sources.push((kernel, initrd));
+    }
+    Ok(sources)
+}
+
+/// The host name a discovery boot's view carries (no system has it: host
+/// names are DNS labels, which have no spaces).
+pub const DISCOVERY_HOST: &str = "discovery";
+
+/// What an attested unknown MAC gets when a discovery image is configured
+/// (`MPROV_DISCOVERY_IMAGE`): `view` is that image's, as loaded for the
+/// network the lease came from ([`view::load_image`]; `None`: no such
+/// image). The discovery boot loads the image's kernel and agent initramfs
+/// from the least loaded job server of that network, the others as
+/// fallbacks, with the image's effective kernel arguments and the agent's
+/// (no `mprov_image`: the agent only listens and reports); the handler
+/// adds the one-time discovery nonce (`mprov_discover`). An image that
+/// cannot boot is a retry script saying why, and no nonce is minted. Pure.
+pub fn discovery(view: Option<&NodeView>, image: &str, mac: &str, s: &Settings<'_>) -> Decision {
+    let Some(node) = view else {
+        return Decision::Retry(format!(
+            "the discovery image {image} (MPROV_DISCOVERY_IMAGE) is not in the inventory"
+        ));
+    };
+    let boot = match bootable(node, s.stale_after) {
+        Ok(b) => b,
+        Err(why) => return Decision::Retry(format!("discovery: {why}")),
+    };
+    let plan = agent_args(node, s, mac).and_then(|args| {
+        Ok(Plan {
+            system_id: 0,
+            hostname: DISCOVERY_HOST.to_owned(),
+            sources: sources(&boot)?,
+            jobservers: boot.jobservers.iter().map(|j| j.name.to_owned()).collect(),
+            args,
+        })
+    });
+    let decision = match plan {
+        Ok(plan) => Decision::DiscoveryBoot(plan),
+        Err(why) => return Decision::Retry(format!("discovery: {why}")),
+    };
+    match render(&decision, Some("nonce"), s) {
+        Ok(_) => decision,
         Err(e) => Decision::Retry(e.to_string()),
     }
 }
@@ -473,11 +542,15 @@ pub fn render(
         ),
         Decision::Discovery => mprov_ipxe::discovery_script(s.chain_url, RETRY_SECS * 3),
         Decision::LocalBoot => Ok(mprov_ipxe::local_boot_script()),
-        Decision::Boot(plan) => {
+        Decision::Boot(plan) | Decision::DiscoveryBoot(plan) => {
             let mut args = plan.args.clone();
             // The nonce first, before the effective arguments.
+            let param = match decision {
+                Decision::DiscoveryBoot(_) => mprov_api::nads::NONCE_PARAM,
+                _ => "mprov_enroll",
+            };
             if let Some(nonce) = nonce {
-                args.insert(0, format!("mprov_enroll={nonce}"));
+                args.insert(0, format!("{param}={nonce}"));
             }
             let sources: Vec<mprov_ipxe::Source<'_>> = plan
                 .sources
@@ -818,6 +891,42 @@ mod tests {
         n.jobservers.retain(|j| j.network == Some(2));
         n.jobservers[0].addresses.clear();
         assert!(boot_plan(n).expect_err("none").contains("on no job server"));
+    }
+
+    #[test]
+    fn a_discovery_boot_carries_the_discovery_nonce_and_no_image() {
+        let n = node();
+        let d = discovery(Some(&n), "compute", "aa:bb", &S);
+        let Decision::DiscoveryBoot(plan) = &d else {
+            panic!("{d:?}");
+        };
+        assert_eq!(plan.jobservers, ["idle", "loaded"]);
+        let script = render(&d, Some("N0nce"), &S).unwrap();
+        let kernel = script.lines().find(|l| l.starts_with("kernel ")).unwrap();
+        assert!(
+            kernel.contains("initrd=initramfs.img mprov_discover=N0nce ")
+                && kernel.contains("mprov_ca=ab12")
+                && kernel.contains("mprov_mac=aa:bb")
+                && !kernel.contains("mprov_image")
+                && !kernel.contains("mprov_enroll"),
+            "{script}"
+        );
+        // No such image, an image that cannot boot, no CA: retries, saying why.
+        let why = |d: Decision| match d {
+            Decision::Retry(why) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(why(discovery(None, "disc", "aa:bb", &S)).contains("MPROV_DISCOVERY_IMAGE"));
+        let mut no_size = n.clone();
+        if let Some(i) = no_size.image.as_mut() {
+            i.rootfs_size = 0;
+        }
+        assert!(why(discovery(Some(&no_size), "compute", "aa:bb", &S)).starts_with("discovery: "));
+        let no_ca = Settings {
+            ca_fingerprint: "",
+            ..S
+        };
+        assert!(why(discovery(Some(&n), "compute", "aa:bb", &no_ca)).contains("CA certificate"));
     }
 
     #[test]

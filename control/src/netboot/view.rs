@@ -367,28 +367,11 @@ pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
     let mut image = None;
     if let Some(id) = image_id {
         let mut q = db.sql();
-        q.push("SELECT i.id, i.slug, i.version, i.rootfs_sha256, i.rootfs_size, ")
-            .push(&layer_columns("i", ""))
-            .push(", d.id AS d_id, d.slug AS d_slug, ")
-            .push(&layer_columns("d", "d_"))
-            .push(" FROM system_images i LEFT JOIN distros d ON d.id = i.distro_id WHERE i.id = ")
+        q.push(&image_select())
+            .push("i.id = ")
             .bind(Val::Int(Some(id)));
         if let Some(r) = db.fetch_optional(&q).await? {
-            let slug = text(&r, "slug")?;
-            let recorded = text(&r, "rootfs_sha256")?;
-            image = Some(ImageView {
-                id,
-                slug: slug.clone(),
-                version: int(&r, "version")?,
-                rootfs_sha256: recorded.parse::<Sha256>().map_err(|_| recorded),
-                rootfs_size: opt_int(&r, "rootfs_size")?
-                    .and_then(|s| u64::try_from(s).ok())
-                    .unwrap_or(0),
-            });
-            layers.image = Some(Layer::from_row(&r, "", id, slug)?);
-            if let Some(d) = opt_int(&r, "d_id")? {
-                layers.distro = Some(Layer::from_row(&r, "d_", d, text(&r, "d_slug")?)?);
-            }
+            image = Some(image_of(&r, &mut layers)?);
         }
     }
 
@@ -443,16 +426,10 @@ pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
 
     // 5. The job servers hosting the image with their registered
     // addresses, in one statement.
-    let mut jobservers: Vec<JobServer> = Vec::new();
-    if let Some(img) = &image {
-        let mut q = db.sql();
-        q.push("SELECT ")
-            .push(JOBSERVER_COLUMNS)
-            .push(" FROM jobservers j JOIN image_hosts h ON h.jobserver_id = j.id LEFT JOIN jobserver_addresses a ON a.jobserver_id = j.id WHERE h.image_id = ")
-            .bind(Val::Int(Some(img.id)))
-            .push(JOBSERVER_ORDER);
-        jobservers = jobservers_of(&db.fetch_all(&q).await?, jiff::Timestamp::now())?;
-    }
+    let jobservers = match &image {
+        Some(img) => hosting(db, img.id).await?,
+        None => Vec::new(),
+    };
 
     Ok(Lookup::Known(Box::new(NodeView {
         system_id,
@@ -465,4 +442,87 @@ pub async fn load(db: &Db, key: NodeKey<'_>) -> Result<Lookup, ViewError> {
         jobservers,
         layers,
     })))
+}
+
+/// The image columns [`image_of`] reads, with its distro's; the caller
+/// appends the condition on `i`.
+fn image_select() -> String {
+    format!(
+        "SELECT i.id, i.slug, i.version, i.rootfs_sha256, i.rootfs_size, {}, d.id AS d_id, d.slug AS d_slug, {} FROM system_images i LEFT JOIN distros d ON d.id = i.distro_id WHERE ",
+        layer_columns("i", ""),
+        layer_columns("d", "d_")
+    )
+}
+
+/// The image of a row of [`image_select`], its layer and its distro's put
+/// in `layers`.
+fn image_of(r: &AnyRow, layers: &mut NodeLayers) -> Result<ImageView, sqlx::Error> {
+    let id = int(r, "id")?;
+    let slug = text(r, "slug")?;
+    let recorded = text(r, "rootfs_sha256")?;
+    let image = ImageView {
+        id,
+        slug: slug.clone(),
+        version: int(r, "version")?,
+        rootfs_sha256: recorded.parse::<Sha256>().map_err(|_| recorded),
+        rootfs_size: opt_int(r, "rootfs_size")?
+            .and_then(|s| u64::try_from(s).ok())
+            .unwrap_or(0),
+    };
+    layers.image = Some(Layer::from_row(r, "", id, slug)?);
+    if let Some(d) = opt_int(r, "d_id")? {
+        layers.distro = Some(Layer::from_row(r, "d_", d, text(r, "d_slug")?)?);
+    }
+    Ok(image)
+}
+
+/// The job servers hosting image `image_id`, with their registered
+/// addresses, in one statement.
+async fn hosting(db: &Db, image_id: i64) -> Result<Vec<JobServer>, sqlx::Error> {
+    let mut q = db.sql();
+    q.push("SELECT ")
+        .push(JOBSERVER_COLUMNS)
+        .push(" FROM jobservers j JOIN image_hosts h ON h.jobserver_id = j.id LEFT JOIN jobserver_addresses a ON a.jobserver_id = j.id WHERE h.image_id = ")
+        .bind(Val::Int(Some(image_id)))
+        .push(JOBSERVER_ORDER);
+    jobservers_of(&db.fetch_all(&q).await?, jiff::Timestamp::now())
+}
+
+/// The view a discovery boot reads ([`super::discovery`]): image `slug`
+/// (its layer and its distro's, no system's or group's) and the job servers
+/// hosting it, for a node on `network` (the network of the job server that
+/// leased the node its address; `None`: any). Two statements; `None` when
+/// no image has the slug.
+pub async fn load_image(
+    db: &Db,
+    slug: &str,
+    network: Option<i64>,
+) -> Result<Option<NodeView>, ViewError> {
+    let mut q = db.sql();
+    q.push(&image_select())
+        .push("i.slug = ")
+        .bind(Val::Text(Some(slug.to_owned())));
+    let Some(r) = db.fetch_optional(&q).await? else {
+        return Ok(None);
+    };
+    let mut layers = NodeLayers {
+        system: Layer {
+            name: super::DISCOVERY_HOST.to_owned(),
+            ..Layer::default()
+        },
+        ..NodeLayers::default()
+    };
+    let image = image_of(&r, &mut layers)?;
+    let jobservers = hosting(db, image.id).await?;
+    Ok(Some(NodeView {
+        system_id: 0,
+        hostname: super::DISCOVERY_HOST.to_owned(),
+        netboot: true,
+        run_request: 0,
+        network,
+        reserved_ip: None,
+        image: Some(image),
+        jobservers,
+        layers,
+    }))
 }

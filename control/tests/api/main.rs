@@ -6,6 +6,7 @@ mod backup;
 mod board;
 mod boot;
 mod common;
+mod discovery;
 mod flood;
 mod jobs;
 mod limits;
@@ -1159,12 +1160,47 @@ async fn board_pages_show_the_board_and_a_timeline(engine: Engine) {
     board::pages_show_the_board_and_a_timeline(engine).await;
 }
 
+async fn discovery_manual_parks_and_an_admin_assigns(engine: Engine) {
+    discovery::manual_parks_and_an_admin_assigns(engine).await;
+}
+
+async fn discovery_open_binds_a_free_port(engine: Engine) {
+    discovery::open_binds_a_free_port(engine).await;
+}
+
+async fn discovery_permissive_replaces_with_a_warning(engine: Engine) {
+    discovery::permissive_replaces_with_a_warning(engine).await;
+}
+
+async fn discovery_recabled_mac_warns_and_is_not_rebound(engine: Engine) {
+    discovery::recabled_mac_warns_and_is_not_rebound(engine).await;
+}
+
+async fn discovery_nonce_attacks_are_refused(engine: Engine) {
+    discovery::nonce_attacks_are_refused(engine).await;
+}
+
+async fn discovery_page_lists_and_assigns(engine: Engine) {
+    discovery::page_lists_and_assigns(engine).await;
+}
+
+async fn discovery_without_a_discovery_image_no_nonce(engine: Engine) {
+    discovery::without_a_discovery_image_no_nonce(engine).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn board_feed_on_a_real_service() {
     common::on_sqlite(board::feed_on_a_real_service).await;
 }
 
 engine_tests!(
+    discovery_manual_parks_and_an_admin_assigns,
+    discovery_open_binds_a_free_port,
+    discovery_permissive_replaces_with_a_warning,
+    discovery_recabled_mac_warns_and_is_not_rebound,
+    discovery_nonce_attacks_are_refused,
+    discovery_without_a_discovery_image_no_nonce,
+    discovery_page_lists_and_assigns,
     board_pages_show_the_board_and_a_timeline,
     board_states_snapshot_feed_and_timeline,
     board_statements_do_not_grow_with_systems,

@@ -125,6 +125,7 @@ pub const CONTROL: Spec = Spec {
                 "backup",
                 "board",
                 "boot",
+                "discovery",
                 "enrollment",
                 "first_start",
                 "identity",

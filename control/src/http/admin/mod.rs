@@ -18,6 +18,7 @@ pub mod account;
 pub mod assets;
 pub mod board;
 pub mod dashboard;
+pub mod discovery;
 pub mod identities;
 pub mod inventory;
 pub mod page;
@@ -61,6 +62,9 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/admin/identities/credentials/{id}/revoke",
             post(identities::revoke_credential),
         )
+        .route("/admin/discovery/", get(discovery::show))
+        .route("/admin/discovery/{mac}/assign", post(discovery::assign))
+        .route("/admin/discovery/{mac}/dismiss", post(discovery::dismiss))
         .route("/admin/account/", get(account::show))
         .route("/admin/account/passkeys", post(account::register))
         .route("/admin/account/passkeys/options", post(account::options))
