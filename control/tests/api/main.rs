@@ -6,6 +6,7 @@ mod backup;
 mod board;
 mod boot;
 mod common;
+mod filter;
 mod flood;
 mod jobs;
 mod limits;
