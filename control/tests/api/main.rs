@@ -13,6 +13,7 @@ mod limits;
 mod logs;
 mod openapi;
 mod pages;
+mod pages_bulk;
 mod pages_inventory;
 mod passkeys;
 mod process;
