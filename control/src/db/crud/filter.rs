@@ -35,8 +35,9 @@
 //! search-box syntax into our typed values. An IPv4 prefix is matched on the
 //! stored dotted text (the engines share no function that turns it into a
 //! number): the octet the prefix splits becomes the few decimal `LIKE`
-//! shapes that cover its range (`64-127` is `6_` minus ..., see
-//! [`octet_patterns`]), so `/26` costs about twenty bound patterns, not 64.
+//! shapes that cover its range (`64`..`127` is `64` to `69`, `7_`, `8_`,
+//! `9_`, `10_`, `11_` and `120` to `127`; see `octet_patterns`), so a `/26`
+//! costs about twenty bound patterns, not 64.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
