@@ -36,6 +36,8 @@
 //!   object, authenticatorData, clientDataJSON, a COSE key, or a whole
 //!   registration or sign-in response as JSON, checked for the site
 //!   `https://mpcc.cluster`.
+//! * [`systems_filter`]: UTF-8 (lossy) text of a systems filter, as
+//!   `?filter=`, the admin pages and `mash --filter` take it.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -45,11 +47,13 @@ use clap::Parser;
 use serde_json::{Map, Value, json};
 
 use crate::config::{Config, EXAMPLE_HOST_ARGS, Settings};
+use crate::db::crud::filter::{Filter, MAX_FILTER_LEN};
 use crate::db::crud::{
     FieldError, ListQuery, Mode, Obj, RefKey, StoreError, field_errors, parse_hostname, parse_mac,
     parse_slug, validate, writable_names,
 };
 use crate::db::kinds::{self, KINDS, Kind};
+use crate::db::{Engine, MAX_BINDS, Sql};
 use crate::effective::{EffectiveConfig, Layers, effective, validate_config_params, yaml_to_json};
 use crate::passkeys::{self, CoseKey, Site};
 use crate::secrets::{SecretBox, split_api_key};
@@ -67,6 +71,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("passkey_responses", passkey_responses),
     ("request_body", request_body),
     ("scalars", scalars),
+    ("systems_filter", systems_filter),
 ];
 
 /// The most rows of a bulk body validated, so one input stays fast.
@@ -814,6 +819,47 @@ fn passkey_auth_data(bytes: &[u8]) {
             Err(err) => panic!("an attested key does not parse from its own bytes: {err}"),
         }
         passkey_key(&cred.key);
+    }
+}
+
+/// A systems filter: one that parses prints to canonical text that parses
+/// back to the same filter and prints the same (when the print stays within
+/// [`MAX_FILTER_LEN`]: normalising a MAC or lowercasing may lengthen it),
+/// and compiles on every engine within [`MAX_BINDS`] bound values, the
+/// statement holding no value's text; an error names a term of the input
+/// (or none, for the whole) and says something.
+pub fn systems_filter(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let filter = match Filter::parse(&text) {
+        Ok(f) => f,
+        Err(e) => {
+            assert!(!e.message.is_empty());
+            assert!(e.term.is_empty() || text.contains(&e.term), "{e:?}");
+            return;
+        }
+    };
+    let printed = filter.to_string();
+    if printed.len() <= MAX_FILTER_LEN {
+        let again = Filter::parse(&printed)
+            .unwrap_or_else(|e| panic!("{printed:?}, printed from {text:?}, does not parse: {e}"));
+        assert_eq!(again, filter, "{printed:?}");
+        assert_eq!(again.to_string(), printed);
+    }
+    for engine in [Engine::Sqlite, Engine::Mysql, Engine::Postgres] {
+        let mut sql = Sql::new(engine);
+        filter.push_condition(&mut sql);
+        let statement = sql.text();
+        if engine == Engine::Sqlite {
+            assert!(statement.matches('?').count() <= MAX_BINDS, "{text:?}");
+        }
+        // Values are bound, never pasted: the statement is ASCII, and its
+        // only quotes are those of `ESCAPE '!'`.
+        assert!(statement.is_ascii(), "{statement}");
+        assert_eq!(
+            statement.matches('\'').count(),
+            2 * statement.matches("ESCAPE '!'").count(),
+            "{statement}"
+        );
     }
 }
 

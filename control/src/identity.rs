@@ -96,6 +96,17 @@ pub enum Principal {
 }
 
 impl Principal {
+    /// Who this is, as the audit log names it: the account, the API key or
+    /// the certificate's identity.
+    pub fn label(&self) -> String {
+        match self {
+            Principal::Anonymous => "anonymous".into(),
+            Principal::ApiKey { name, .. } => format!("api key {name}"),
+            Principal::Machine(m) => m.identity.clone(),
+            Principal::User { username, .. } => username.clone(),
+        }
+    }
+
     /// Whether this principal may write to the inventory.
     pub fn is_admin(&self) -> bool {
         match self {

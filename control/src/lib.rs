@@ -43,6 +43,7 @@ pub mod backup;
 pub mod board;
 pub mod boot;
 pub mod bootconfig;
+pub mod bulk;
 pub mod cli;
 pub mod config;
 pub mod db;

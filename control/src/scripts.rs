@@ -558,6 +558,16 @@ pub async fn image_runs(
     Ok(out)
 }
 
+/// The start of the statement that asks systems to run their post-boot
+/// scripts again: `UPDATE .. WHERE id`, to which the caller adds ` = ?` for
+/// one system ([`request_run`]) or ` IN (..)` for many
+/// ([`crate::bulk::apply`]).
+pub fn run_request_bump(db: &Db) -> crate::db::Sql {
+    let mut upd = db.sql();
+    upd.push("UPDATE systems SET run_request = run_request + 1 WHERE id");
+    upd
+}
+
 /// Bumps the run request of the system `key` (host name or id): its agent
 /// runs its post-boot scripts again. The system's host name and the new
 /// value.
@@ -572,9 +582,8 @@ pub async fn request_run(db: &Db, key: &str) -> Result<(String, i64), ScriptsErr
         return Err(ScriptsError::NoSystem(key.to_owned()));
     };
     // One statement, so concurrent requests each count.
-    let mut upd = db.sql();
-    upd.push("UPDATE systems SET run_request = run_request + 1 WHERE id = ")
-        .bind(Val::Int(Some(id)));
+    let mut upd = run_request_bump(db);
+    upd.push(" = ").bind(Val::Int(Some(id)));
     upd.query().execute(db.pool()).await?;
     let mut q = db.sql();
     q.push("SELECT run_request FROM systems WHERE id = ")

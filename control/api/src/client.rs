@@ -700,6 +700,40 @@ impl Client {
         self.call(Method::POST, url, None::<&()>).await
     }
 
+    /// A bulk action on the systems a filter matches
+    /// (`POST /api/v1/systems/actions`): without `confirm_count` the
+    /// preview, with it the action applied (a 409 when the count changed).
+    pub async fn bulk_action(
+        &self,
+        request: &crate::bulk::BulkRequest,
+    ) -> Result<crate::bulk::BulkAnswer, ClientError> {
+        let url = self.path_url(crate::bulk::ACTIONS_PATH)?;
+        self.call(Method::POST, url, Some(request)).await
+    }
+
+    /// One page of the audit log, newest first: at most `limit` entries
+    /// older than `cursor` (the previous page's `next`).
+    pub async fn audit(
+        &self,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<crate::bulk::AuditPage, ClientError> {
+        let mut url = self.path_url(crate::bulk::AUDIT_PATH)?;
+        {
+            let mut q = url.query_pairs_mut();
+            if let Some(limit) = limit {
+                q.append_pair("limit", &limit.to_string());
+            }
+            if let Some(cursor) = cursor {
+                q.append_pair("cursor", cursor);
+            }
+        }
+        if url.query() == Some("") {
+            url.set_query(None);
+        }
+        self.call(Method::GET, url, None::<&()>).await
+    }
+
     /// Enrolls a node with the nonce from its kernel command line.
     pub async fn enroll_node(
         &self,

@@ -21,6 +21,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod boot;
+pub mod bulk;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod enroll;

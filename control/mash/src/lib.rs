@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 mod boot;
+mod bulk;
 pub mod config;
 mod discovery;
 mod import;
@@ -173,6 +174,15 @@ pub enum Command {
     Import(ImportArgs),
     /// Boot timelines: what each node's boot went through, step by step
     Boot(BootArgs),
+    /// The audit log: every bulk action applied, newest first
+    Audit {
+        /// Show at most N entries
+        #[arg(short, long, value_name = "N")]
+        limit: Option<u32>,
+        /// Print JSON (the same as --output json)
+        #[arg(long)]
+        json: bool,
+    },
     /// Discovered nodes parked for an admin: list them, assign one to a
     /// system's NIC (its next boot is a normal one), or dismiss one
     Discovery(DiscoveryArgs),
@@ -356,7 +366,7 @@ impl Command {
             Command::Systems(SystemsArgs { action }) => {
                 return match action {
                     SystemsAction::Kind(a) => Some(("systems", a)),
-                    SystemsAction::RunScripts { .. } => None,
+                    SystemsAction::RunScripts { .. } | SystemsAction::Bulk { .. } => None,
                 };
             }
             Command::Groups(a) => ("groups", a),
@@ -372,7 +382,10 @@ impl Command {
             Command::Jobservers(a) => ("jobservers", a),
             Command::Apikeys(a) => ("apikeys", a),
             Command::Users(a) => ("users", a),
-            Command::Import(_) | Command::Boot(_) | Command::Discovery(_) => return None,
+            Command::Import(_)
+            | Command::Boot(_)
+            | Command::Discovery(_)
+            | Command::Audit { .. } => return None,
         };
         Some((name, &args.action))
     }
@@ -388,7 +401,26 @@ FIELD:=JSON sends any JSON as it is (nics:=[{...}], name:='\"null\"').
 --json '<object>' gives the whole body at once; FIELD=VALUE arguments override it.
 
 mash systems run-scripts HOST asks the node to run its post-boot scripts again,
-without a reboot; mash boot status HOST then shows each script as it ends.";
+without a reboot; mash boot status HOST then shows each script as it ends.
+
+A filter selects systems, in list --filter and bulk --filter: terms separated by
+spaces, all of which must match. A term is KEY:VALUE; KEY:A,B matches either value,
+a leading - negates it, * matches any run of characters, a value with spaces is
+double-quoted. Keys: hostname, group, image, rack, mac, ip (an address, an IPv4
+prefix such as 10.0.0.0/24, or a glob), bmc (the BMC's IPv4 address, as ip), phase
+(dhcp, ipxe, kernel, enrolled, image, scripts, ready, failed, or none).
+  mash systems list --filter 'group:compute rack:r1 -phase:ready'
+  mash systems list --filter 'mac:52:54:00:* ip:10.0.0.0/24'
+(--filter FIELD=VALUE still filters on one field, as for every kind.)
+
+mash systems bulk ACTION [ARG] --filter F changes every system F matches: first it
+prints how many match and the first host names, and changes nothing; run it again
+with --confirm N, N that count, to apply it (refused if the count changed meanwhile).
+Each applied action is in the audit log (mash audit). Actions:
+  add-to-group GROUP, remove-from-group GROUP, set-image IMAGE, set-netboot on|off,
+  run-scripts
+  mash systems bulk add-to-group gpu --filter 'rack:r1 -group:gpu'
+  mash systems bulk add-to-group gpu --filter 'rack:r1 -group:gpu' --confirm 40";
 
 /// The arguments of `mash systems`: the kind's actions and run-scripts.
 #[derive(Debug, Args)]
@@ -411,6 +443,21 @@ pub enum SystemsAction {
         /// The node's host name or id
         host: String,
     },
+    /// Change every system a filter matches: a preview (the count and the
+    /// first host names) unless --confirm gives that count
+    Bulk {
+        /// add-to-group, remove-from-group, set-image, set-netboot or
+        /// run-scripts
+        action: String,
+        /// The group or image (slug), or on/off for set-netboot
+        arg: Option<String>,
+        /// The systems: a filter such as 'group:compute -phase:ready'
+        #[arg(short, long, value_name = "FILTER", allow_hyphen_values = true)]
+        filter: String,
+        /// Apply it, if the filter still matches exactly N systems
+        #[arg(long, value_name = "N")]
+        confirm: Option<u64>,
+    },
 }
 
 /// The arguments of a kind command.
@@ -428,8 +475,15 @@ pub enum Action {
     /// List rows (all of them, page by page, unless --limit)
     #[command(visible_alias = "ls")]
     List {
-        /// Only rows whose FIELD equals VALUE; repeat to narrow further
-        #[arg(short, long = "filter", value_name = "FIELD=VALUE")]
+        /// Only rows whose FIELD equals VALUE; on systems also a filter such
+        /// as 'group:compute -phase:ready' (see mash systems --help); repeat
+        /// to narrow further
+        #[arg(
+            short,
+            long = "filter",
+            value_name = "FIELD=VALUE|FILTER",
+            allow_hyphen_values = true
+        )]
         filters: Vec<String>,
         /// Sort by FIELD, or by -FIELD for descending order
         #[arg(short, long, value_name = "FIELD", allow_hyphen_values = true)]
@@ -521,6 +575,33 @@ async fn run_async(cli: Cli, out: &mut dyn Write) -> Result<()> {
     if let Command::Discovery(DiscoveryArgs { action }) = &cli.command {
         let client = connect(&cli.conn)?;
         return discovery::run(&client, action, cli.output, out).await;
+    }
+    if let Command::Systems(SystemsArgs {
+        action:
+            SystemsAction::Bulk {
+                action,
+                arg,
+                filter,
+                confirm,
+            },
+    }) = &cli.command
+    {
+        let client = connect(&cli.conn)?;
+        return bulk::bulk(
+            &client,
+            action,
+            arg.as_deref(),
+            filter,
+            *confirm,
+            cli.output,
+            out,
+        )
+        .await;
+    }
+    if let Command::Audit { limit, json } = &cli.command {
+        let client = connect(&cli.conn)?;
+        let format = if *json { Format::Json } else { cli.output };
+        return bulk::audit(&client, *limit, format, out).await;
     }
     if let Command::Systems(SystemsArgs {
         action: SystemsAction::RunScripts { host },
@@ -667,11 +748,16 @@ async fn list(
     out: &mut dyn Write,
 ) -> Result<()> {
     let mut query: Vec<(String, String)> = Vec::new();
+    let mut expression = Vec::new();
     for filter in filters {
-        let Some((field, value)) = filter.split_once('=') else {
-            bail!("--filter {filter:?} is not FIELD=VALUE");
-        };
-        query.push((field.to_owned(), value.to_owned()));
+        match field_filter(filter) {
+            Some((field, value)) => query.push((field.to_owned(), value.to_owned())),
+            None => expression.push(filter.as_str()),
+        }
+    }
+    if !expression.is_empty() {
+        // Terms are ANDed, so several --filter expressions are one.
+        query.push(("filter".to_owned(), expression.join(" ")));
     }
     if let Some(sort) = sort {
         query.push(("sort".to_owned(), sort.to_owned()));
@@ -705,6 +791,17 @@ async fn list(
         Format::Table => out.write_all(output::list_table(kind, &items).as_bytes())?,
     }
     Ok(())
+}
+
+/// A `--filter` of the form FIELD=VALUE (a field name, then `=` before
+/// any `:`), else `None`: a filter expression (`group:compute`).
+fn field_filter(filter: &str) -> Option<(&str, &str)> {
+    let (field, value) = filter.split_once('=')?;
+    let name = !field.is_empty()
+        && field
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    name.then_some((field, value))
 }
 
 /// The networks' slugs by id, to name them in tables; empty when they
@@ -822,7 +919,7 @@ mod tests {
         }
         let kind_commands = cmd
             .get_subcommands()
-            .filter(|s| !matches!(s.get_name(), "import" | "boot"))
+            .filter(|s| !matches!(s.get_name(), "import" | "boot" | "audit"))
             .count();
         assert_eq!(kind_commands, kinds::KINDS.len());
     }
@@ -993,5 +1090,15 @@ mod tests {
         ] {
             assert!(help.contains(needle), "{needle} missing from:\n{help}");
         }
+    }
+
+    #[test]
+    fn a_filter_is_field_equals_value_or_an_expression() {
+        assert_eq!(field_filter("image=rocky9"), Some(("image", "rocky9")));
+        assert_eq!(field_filter("run_request=0"), Some(("run_request", "0")));
+        assert_eq!(field_filter("group:compute"), None);
+        assert_eq!(field_filter("rack:\"a=b\""), None);
+        assert_eq!(field_filter("-phase:ready"), None);
+        assert_eq!(field_filter("=x"), None);
     }
 }

@@ -822,5 +822,155 @@ fn discovery_list_assign_dismiss() {
             .args(["discovery", "dismiss", "52:54:00:d1:00:02"]),
     );
     assert!(err.contains("could not dismiss"), "{err}");
+/// `mash systems list --filter` takes the filter language (and still
+/// FIELD=VALUE), `mash systems bulk` previews, refuses a stale count and
+/// applies a confirmed one, and `mash audit` shows the entry.
+#[test]
+fn systems_filter_bulk_and_audit() {
+    let ctx = TestContext::start().expect("server");
+    ctx.add_image_and_network();
+    ctx.ok(&["groups", "add", "slug=compute"]);
+    ctx.ok(&["groups", "add", "slug=gpu"]);
+    for (host, rack) in [("n001", "r1"), ("n002", "r1"), ("n003", "r2")] {
+        ctx.ok(&[
+            "systems",
+            "add",
+            &format!("hostname={host}"),
+            &format!("rack={rack}"),
+            "groups=compute",
+            "image=rocky9",
+        ]);
+    }
+    ctx.ok(&["systems", "add", "hostname=n004"]);
+
+    let listed = ctx.json(&[
+        "systems",
+        "list",
+        "--filter",
+        "group:compute rack:r1",
+        "--sort",
+        "hostname",
+        "--json",
+    ]);
+    assert_eq!(ids(&listed), ["n001", "n002"]);
+    // The service's own system (mpcc) is in no group either.
+    let negated = ctx.json(&[
+        "systems",
+        "list",
+        "-f",
+        "-group:compute hostname:n*",
+        "--json",
+    ]);
+    assert_eq!(ids(&negated), ["n004"]);
+    // An expression and a FIELD=VALUE filter narrow together.
+    let both = ctx.json(&[
+        "systems",
+        "list",
+        "-f",
+        "rack:r*",
+        "-f",
+        "hostname=n003",
+        "--json",
+    ]);
+    assert_eq!(ids(&both), ["n003"]);
+    let err = ctx.fails(
+        ctx.mash()
+            .args(["systems", "list", "--filter", "colour:red"]),
+    );
+    assert!(
+        err.contains("unknown key \"colour\"") && err.contains("bmc, group, hostname"),
+        "{err}"
+    );
+
+    // The preview changes nothing and says how to apply.
+    let preview = ctx.ok(&[
+        "systems",
+        "bulk",
+        "add-to-group",
+        "gpu",
+        "--filter",
+        "rack:r1",
+    ]);
+    assert!(
+        preview.contains("2 systems match \"rack:r1\": n001, n002")
+            && preview.contains("--confirm 2"),
+        "{preview}"
+    );
+    let gpu = ctx.json(&["systems", "list", "-f", "group:gpu", "--json"]);
+    assert_eq!(ids(&gpu), Vec::<&str>::new());
+    // A count that is not the filter's now: refused, nothing applied.
+    let err = ctx.fails(ctx.mash().args([
+        "systems",
+        "bulk",
+        "add-to-group",
+        "gpu",
+        "--filter",
+        "rack:r1",
+        "--confirm",
+        "3",
+    ]));
+    assert!(err.contains("now matches 2 systems, not the 3"), "{err}");
+    let applied = ctx.ok(&[
+        "systems",
+        "bulk",
+        "add-to-group",
+        "gpu",
+        "--filter",
+        "rack:r1",
+        "--confirm",
+        "2",
+    ]);
+    assert!(applied.contains("applied to 2 systems"), "{applied}");
+    let gpu = ctx.json(&[
+        "systems",
+        "list",
+        "-f",
+        "group:gpu",
+        "--json",
+        "-s",
+        "hostname",
+    ]);
+    assert_eq!(ids(&gpu), ["n001", "n002"]);
+    let off = ctx.ok(&[
+        "systems",
+        "bulk",
+        "set-netboot",
+        "off",
+        "-f",
+        "-rack:r1 hostname:n*",
+        "--confirm",
+        "2",
+    ]);
+    assert!(
+        off.contains("set_netboot off: applied to 2 systems"),
+        "{off}"
+    );
+    assert_eq!(
+        ctx.json(&["systems", "show", "n004", "--json"])["netboot"],
+        false
+    );
+    assert_eq!(
+        ctx.json(&["systems", "show", "n001", "--json"])["netboot"],
+        true
+    );
+
+    let audit = ctx.json(&["audit", "--json"]);
+    let entries = audit.as_array().expect("a list");
+    assert_eq!(entries.len(), 2, "{audit}");
+    assert_eq!(entries[1]["action"], "add_to_group");
+    assert_eq!(entries[1]["filter"], "rack:r1");
+    assert_eq!(entries[1]["detail"], "group gpu");
+    assert_eq!(entries[1]["count"], 2);
+    assert_eq!(entries[1]["who"], "admin");
+    let table = ctx.ok(&["audit"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("id") && lines[0].contains("filter"),
+        "{table}"
+    );
+    assert!(
+        lines[1].contains("set_netboot") && lines[2].contains("add_to_group"),
+        "{table}"
+    );
     ctx.cleanup();
 }

@@ -287,6 +287,20 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+impl From<crate::bulk::BulkError> for ApiError {
+    fn from(err: crate::bulk::BulkError) -> ApiError {
+        use crate::bulk::BulkError;
+        match err {
+            BulkError::CountChanged { .. } => ApiError::Conflict {
+                message: err.to_string(),
+                field: Some("confirm_count".into()),
+            },
+            BulkError::Db(e) => e.into(),
+            BulkError::Invalid { field, message } => ApiError::invalid(field, message),
+        }
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {

@@ -10,6 +10,7 @@ pub mod api;
 pub mod auth;
 pub mod boot;
 pub mod discovery;
+pub mod bulk;
 pub mod enroll;
 pub mod error;
 pub mod ipxe;
@@ -237,6 +238,8 @@ pub fn router(state: AppState) -> Router {
         .route(mprov_api::boot::BOOTCONFIG_PATH, get(api::bootconfig))
         .route("/api/v1/systems/{key}/config", get(api::effective_config))
         .route(mprov_api::scripts::RUN_ROUTE, post(scripts::run_scripts))
+        .route(mprov_api::bulk::ACTIONS_PATH, post(bulk::actions))
+        .route(mprov_api::bulk::AUDIT_PATH, get(bulk::audit))
         .route(mprov_api::jobs::IMAGE_FILES_ROUTE, get(jobs::image_files))
         .route("/api/v1/discovery/", get(discovery::list))
         .route("/api/v1/discovery/{mac}/assign", post(discovery::assign))

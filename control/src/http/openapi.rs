@@ -251,6 +251,9 @@ fn list_params(kind: &Kind) -> Vec<Value> {
         json!({"name": "sort", "in": "query", "schema": {"type": "string"}, "description": "A field to sort by; prefix `-` for descending."}),
         json!({"name": "q", "in": "query", "schema": {"type": "string"}, "description": "Search: rows whose slug or short text fields contain this, ignoring case."}),
     ];
+    if kind.name == "systems" {
+        p.push(json!({"name": "filter", "in": "query", "schema": {"type": "string", "maxLength": crate::db::crud::filter::MAX_FILTER_LEN}, "description": FILTER_DOC}));
+    }
     for f in kind.fields {
         if matches!(
             f.ty,
@@ -426,6 +429,7 @@ fn build() -> Value {
     );
     enrollment_paths(&mut paths, &mut schemas);
     discovery_paths(&mut paths, &mut schemas);
+    bulk_paths(&mut paths);
     answered_everywhere(&mut paths);
     json!({
         "openapi": "3.1.0",
@@ -898,6 +902,63 @@ fn discovery_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Val
             "delete": {"summary": "Dismiss a parked node (administrators)",
                 "tags": ["discovery"],
                 "responses": dismissed}}),
+/// The systems filter language, as the `filter` parameter and bulk
+/// actions describe it.
+const FILTER_DOC: &str = "A systems filter: terms separated by spaces, all of which must match. A term is `key:value`; `key:a,b` matches either value, a leading `-` negates it, `*` matches any run of characters, a value with spaces is double-quoted. Keys: hostname, group, image, rack, mac, ip (an address, an IPv4 prefix such as 10.0.0.0/24, or a glob), bmc (the BMC's IPv4 address, as ip), phase (dhcp, ipxe, kernel, enrolled, image, scripts, ready, failed, or none for never seen). Example: `group:compute rack:r1 -phase:ready mac:52:54:00:* ip:10.0.0.0/24`. A bad filter is a 400 whose message names the term and what is allowed.";
+
+/// Bulk actions on the systems a filter matches, and the audit log.
+fn bulk_paths(paths: &mut Map<String, Value>) {
+    use mprov_api::bulk::{ACTIONS_PATH, AUDIT_PATH};
+    let mut answer = ok(
+        "200",
+        "A preview (`applied` false: the count and the first host names) or the action applied to `count` systems.",
+        json!({"type": "object", "additionalProperties": false, "required": ["applied", "count", "hosts"], "properties": {
+            "applied": {"type": "boolean"},
+            "count": {"type": "integer", "minimum": 0},
+            "hosts": {"type": "array", "items": {"type": "string"}, "maxItems": crate::bulk::PREVIEW_HOSTS}
+        }}),
+    );
+    answer.extend(error_responses(&["403", "409", "413", "415"]));
+    answer.insert(
+        "409".into(),
+        json!({"description": "The filter no longer matches `confirm_count` systems: nothing was changed; preview again.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
+    );
+    paths.insert(
+        ACTIONS_PATH.into(),
+        json!({"post": {"tags": ["systems"],
+            "summary": "A bulk action on every system a filter matches (administrators): without confirm_count a preview; with it, applied in one transaction with an audit entry if the filter still matches exactly that many systems",
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": false, "required": ["filter", "action"], "properties": {
+                    "filter": {"type": "string", "description": FILTER_DOC},
+                    "action": {"type": "string", "enum": crate::bulk::ACTIONS},
+                    "group": {"type": "string", "description": "The group's slug (add_to_group, remove_from_group)."},
+                    "image": {"type": "string", "description": "The image's slug (set_image)."},
+                    "netboot": {"type": "boolean", "description": "set_netboot: boot from the network, or locally."},
+                    "confirm_count": {"type": "integer", "minimum": 0, "description": "The count the preview showed."}
+                }}}}},
+            "responses": answer}}),
+    );
+    let entry = json!({"type": "object", "additionalProperties": false,
+    "required": ["id", "at", "who", "action", "filter", "count", "detail"], "properties": {
+        "id": {"type": "integer"},
+        "at": {"type": "string", "description": "RFC 3339, UTC."},
+        "who": {"type": "string", "description": "The account or API key."},
+        "action": {"type": "string"},
+        "filter": {"type": "string", "description": "The filter as written."},
+        "count": {"type": "integer", "description": "How many systems it changed."},
+        "detail": {"type": "string", "description": "What it set, e.g. `group compute`."}
+    }});
+    paths.insert(
+        AUDIT_PATH.into(),
+        json!({"get": {"summary": "The audit log of bulk actions, newest first (keyset pages)",
+            "parameters": [
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": crate::bulk::MAX_AUDIT_LIMIT}, "description": "Page size (default 100)."},
+                {"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "The `next` of the previous page."}
+            ],
+            "responses": ok("200", "A page of entries.", json!({"type": "object", "additionalProperties": false, "required": ["items", "next"], "properties": {
+                "items": {"type": "array", "items": entry},
+                "next": {"type": ["string", "null"]}
+            }}))}}),
     );
 }
 

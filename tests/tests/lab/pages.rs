@@ -452,3 +452,84 @@ fn pages_inventory_forms_and_a_2000_member_group_in_chromium() -> Result<()> {
         Ok(())
     })
 }
+
+/// The systems filter in the browser: filter the list by group (the URL is
+/// the bookmark), follow it to the bulk page, preview adding the result to
+/// another group, confirm the count, and find the entry on the audit page;
+/// axe-core audits each new page.
+#[test]
+fn pages_filter_bulk_add_and_audit_in_chromium() -> Result<()> {
+    block_on(async {
+        let home = tempfile::tempdir()?;
+        let control = Control::start(&target_dir().join("debug"), home.path(), None)?;
+        let base = control.http.clone();
+        let client = mprov_api::client::Client::new(
+            &base,
+            mprov_api::client::Auth::ApiKey(control.api_key()?),
+        )?;
+        for g in ["compute", "spare"] {
+            client
+                .create("groups", &serde_json::json!({"slug": g}))
+                .await?;
+        }
+        for (host, groups) in [
+            ("c01", vec!["compute"]),
+            ("c02", vec!["compute"]),
+            ("x03", vec![]),
+        ] {
+            client
+                .create(
+                    "systems",
+                    &serde_json::json!({"hostname": host, "groups": groups}),
+                )
+                .await?;
+        }
+
+        let b = Browser::start().await?;
+        b.sign_in(&base, ADMIN, SUPERUSER_PASSWORD).await?;
+        b.open(&format!("{base}/admin/systems/")).await?;
+        b.fill("#filter", "group:compute").await?;
+        b.submit("form.filters button[type=submit]").await?;
+        // The URL carries the filter: it is the bookmark.
+        ensure!(
+            b.path().await?.contains("filter=group%3Acompute"),
+            "{}",
+            b.path().await?
+        );
+        ensure!(b.text(".summary").await?.starts_with("2 matching"));
+        b.assert_accessible("systems filtered").await?;
+        // A bad filter: the message beside the box.
+        b.fill("#filter", "colour:red").await?;
+        b.submit("form.filters button[type=submit]").await?;
+        ensure!(b.text("#filter-error").await?.contains("unknown key"));
+        b.assert_accessible("systems with a bad filter").await?;
+
+        b.open(&format!("{base}/admin/systems/?filter=group%3Acompute"))
+            .await?;
+        b.submit("#bulk-link").await?;
+        b.fill("#arg", "spare").await?;
+        b.submit("#preview-button").await?;
+        ensure!(b.text("#preview-h").await? == "2 systems match");
+        ensure!(b.text("#preview-hosts").await? == "c01, c02");
+        b.assert_accessible("bulk preview").await?;
+        b.submit("#apply-button").await?;
+        ensure!(b.path().await? == "/admin/audit/", "{}", b.path().await?);
+        let row = b.text("#audit tbody tr").await?;
+        ensure!(
+            row.contains("add_to_group")
+                && row.contains("group spare")
+                && row.contains("group:compute"),
+            "{row}"
+        );
+        b.assert_accessible("audit log").await?;
+        let spare = client.get("groups", "spare").await?;
+        ensure!(
+            spare["systems"].as_array().map(Vec::len) == Some(2),
+            "{spare}"
+        );
+
+        b.close().await?;
+        control.stop()?;
+        Ok(())
+    })
+}

@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 use super::Val;
 use super::kinds::{Children, Field, ManyToMany};
 
+pub mod filter;
 mod hooks;
 pub mod read;
 #[cfg(test)]

@@ -9,11 +9,15 @@ use serde_json::{Value, json};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
+use super::filter::Filter;
 use super::validate::{null_of, parse_field, query_value};
 use super::{DEFAULT_LIMIT, MAX_LIMIT, Obj, Pending, RefKey, StoreError, invalid, unique};
 use crate::db::kinds::{self, Access, Field, Kind, ManyToMany, Ty};
 use crate::db::{Db, MAX_BINDS, Sql, Val, int, opt_bool, opt_int};
 use crate::secrets::SecretBox;
+
+/// The kind a [`ListQuery::filter`] applies to.
+const SYSTEMS: &str = "systems";
 
 /// The parsed query of a list request.
 #[derive(Debug, Clone, Default)]
@@ -35,6 +39,8 @@ pub struct ListQuery {
     /// Whether to leave out the relations and children of each row (a page
     /// that shows counts instead).
     pub bare: bool,
+    /// `filter`: a [filter](super::filter) over systems, as written.
+    pub filter: Option<String>,
 }
 
 impl ListQuery {
@@ -47,6 +53,7 @@ impl ListQuery {
                 "limit" => q.limit = Some(v.parse().unwrap_or(u64::MAX)),
                 "cursor" => q.cursor = Some(v),
                 "q" => q.search = Some(v).filter(|v| !v.trim().is_empty()),
+                "filter" => q.filter = Some(v).filter(|v| !v.trim().is_empty()),
                 _ => q.filters.push((k, v)),
             }
         }
@@ -249,6 +256,22 @@ impl Db {
                 filter.bind(Val::Text(Some(like_pattern(needle))));
                 filter.push(" ESCAPE '!'");
             }
+            filter.push(")");
+        }
+        if let Some(text) = &q.filter {
+            if kind.name != SYSTEMS {
+                return Err(invalid(
+                    "filter",
+                    format!(
+                        "only {SYSTEMS} lists take a filter; {} lists take q and field filters",
+                        kind.name
+                    ),
+                ));
+            }
+            let parsed = Filter::parse(text).map_err(|e| invalid("filter", e.to_string()))?;
+            conj(&mut filter, &mut first);
+            filter.push("(");
+            parsed.push_condition(&mut filter);
             filter.push(")");
         }
         if let Some((rel, owner, linked)) = q.related {

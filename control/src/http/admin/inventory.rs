@@ -57,7 +57,7 @@ fn pairs(q: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
-fn query_string<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+pub(super) fn query_string<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let s = url::form_urlencoded::Serializer::new(String::new())
         .extend_pairs(pairs)
         .finish();
@@ -192,6 +192,14 @@ struct ListPage {
     searchable: bool,
     sort: String,
     filters: Vec<Filter>,
+    /// Whether the kind takes a filter expression (systems).
+    filterable: bool,
+    /// The filter expression as given.
+    filter: String,
+    /// Why it did not parse, shown next to its box (the page is a 400).
+    filter_error: String,
+    /// The bulk actions page for this filter.
+    bulk_href: String,
     columns: Vec<Column>,
     rows: Vec<Row>,
     total: u64,
@@ -224,7 +232,23 @@ pub async fn list(
     let mut q = ListQuery::from_pairs(given.clone());
     q.bare = true;
     q.limit = Some(q.limit.unwrap_or(PAGE_ROWS));
-    let page = st.db.list(kind, &q).await?;
+    // A filter that does not parse is shown with its message next to its
+    // box, on a 400 page with no rows.
+    let mut filter_error = String::new();
+    let page = match st.db.list(kind, &q).await {
+        Err(StoreError::Invalid {
+            field: Some(f),
+            message,
+        }) if f == "filter" => {
+            filter_error = message;
+            crud::Page {
+                items: Vec::new(),
+                total: 0,
+                next: None,
+            }
+        }
+        other => other?,
+    };
     let cols = columns_of(kind);
 
     // The references' names and the relations' sizes: one statement each
@@ -384,20 +408,30 @@ pub async fn list(
             .map(|(k, v)| (k.as_str(), v.as_str())),
     );
     let chrome = Chrome::new(&st, &session, title(kind), kind.name);
-    Ok(page::render(&ListPage {
+    let filter = q.filter.clone().unwrap_or_default();
+    let bulk_href = query_string([("filter", filter.as_str())]);
+    let mut response = page::render(&ListPage {
         chrome,
         kind: kind.name,
         search: q.search.clone().unwrap_or_default(),
         searchable: kind.fields.iter().any(read::searched),
         sort,
         filters,
+        filterable: kind.name == "systems",
+        filter,
+        filter_error: filter_error.clone(),
+        bulk_href: format!("/admin/systems/bulk{bulk_href}"),
         columns,
         rows,
         total: page.total,
         next,
         first: if first.is_empty() { "?".into() } else { first },
         deep: q.cursor.is_some(),
-    }))
+    });
+    if !filter_error.is_empty() && response.status().is_success() {
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+    }
+    Ok(response)
 }
 
 // ---------------------------------------------------------------- forms

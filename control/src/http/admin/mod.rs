@@ -17,6 +17,7 @@
 pub mod account;
 pub mod assets;
 pub mod board;
+pub mod bulk;
 pub mod dashboard;
 pub mod discovery;
 pub mod identities;
@@ -69,6 +70,8 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/admin/account/passkeys", post(account::register))
         .route("/admin/account/passkeys/options", post(account::options))
         .route("/admin/account/passkeys/{id}/delete", post(account::delete))
+        .route("/admin/systems/bulk", get(bulk::form).post(bulk::apply))
+        .route("/admin/audit/", get(bulk::audit))
         .route("/admin/{kind}/", get(inventory::list))
         .route(
             "/admin/{kind}/new",
