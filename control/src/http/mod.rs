@@ -233,6 +233,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/systems/{key}/config", get(api::effective_config))
         .route(mprov_api::scripts::RUN_ROUTE, post(scripts::run_scripts))
         .route(mprov_api::jobs::IMAGE_FILES_ROUTE, get(jobs::image_files))
+        .route(mprov_api::jobs::RETRY_ROUTE, post(jobs::retry))
         .route(
             "/api/v1/images/{key}/hosts/{jobserver}",
             axum::routing::put(api::image_host).delete(api::image_host),

@@ -12,6 +12,7 @@ mod limits;
 mod logs;
 mod openapi;
 mod pages;
+mod pages_details;
 mod pages_inventory;
 mod passkeys;
 mod process;

@@ -435,13 +435,14 @@ async fn pages_throttle_passkey_sign_in_starts(engine: Engine) {
     let form = get(&c, "/admin/signin", None).await;
     let csrf = form.hidden("csrf");
     let cookie = format!("mprov_signin={csrf}");
+    let fields = [("csrf", csrf.as_str())];
     let start = || {
         post(
             &c,
             "/admin/signin/passkey/options",
             Some(&cookie),
             &[],
-            &[("csrf", &csrf)],
+            &fields,
         )
     };
     for i in 0..SIGN_IN_STARTS_PER_MINUTE {

@@ -18,6 +18,7 @@ pub mod account;
 pub mod assets;
 pub mod board;
 pub mod dashboard;
+pub mod details;
 pub mod identities;
 pub mod inventory;
 pub mod page;
@@ -65,6 +66,8 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/admin/account/passkeys", post(account::register))
         .route("/admin/account/passkeys/options", post(account::options))
         .route("/admin/account/passkeys/{id}/delete", post(account::delete))
+        .route("/admin/images/{key}/rebuild", post(details::rebuild))
+        .route("/admin/jobs/{key}/retry", post(details::retry))
         .route("/admin/{kind}/", get(inventory::list))
         .route(
             "/admin/{kind}/new",
