@@ -24,6 +24,16 @@
 //!   with the reason; job servers silent for `JOBSERVER_DELETE_AFTER_DAYS`
 //!   are deleted, with their certificates revoked.
 //!
+//! - **Retrying** ([`retry`]): an admin queues a failed job again (one the
+//!   job server reported failed, or one a sweep failed because its job
+//!   server fell silent: a timed-out job is a failed one). Any other job is
+//!   refused (409) with its state: a pending or running job is still on its
+//!   way, and a successful one is done.
+//! - **An image's builds** ([`image_builds`]): its versions, each with the
+//!   image-update jobs that built it, the recorded rootfs checksum, and for
+//!   the current version the job servers that host it; what the admin
+//!   pages show, in a fixed number of statements.
+//!
 //! A job's output is bounded by [`MAX_OUTPUT`] characters: a longer report
 //! is refused (400) by the field's validation, so the job server sends the
 //! tail of what it printed.
@@ -522,6 +532,267 @@ pub async fn files(
     })
 }
 
+/// Queues the failed job `key` (its id) again, at `now`: pending, claimed
+/// by nobody, its start, end and return code cleared, its output kept with
+/// a line saying it was queued again (the next run's report replaces it).
+/// A job for one job server stays for it. Refused (409) unless the job
+/// failed, naming its state; 404 when there is no such job. One
+/// transaction, bumping the revision; the job's id.
+pub async fn retry(db: &Db, key: &str, now: jiff::Timestamp) -> Result<i64, StoreError> {
+    let not_found = || StoreError::NotFound {
+        kind: "jobs",
+        key: key.to_owned(),
+    };
+    let id = key.trim().parse::<i64>().map_err(|_| not_found())?;
+    let stamp = format_ts(now);
+    let mut tx = db.pool().begin().await?;
+    bump_revision(&mut tx).await?;
+    let mut sel = db.sql();
+    sel.push("SELECT status, output FROM jobs WHERE id = ")
+        .bind(Val::Int(Some(id)));
+    let row = sel
+        .query()
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(not_found)?;
+    let state: String = row.try_get("status")?;
+    if let Some(refusal) = retry_refusal(id, &state) {
+        return Err(conflict(refusal));
+    }
+    let output: Option<String> = row.try_get("output")?;
+    let note = format!("queued again at {stamp} (retry after it failed)");
+    let mut upd = db.sql();
+    upd.push("UPDATE jobs SET status = ")
+        .bind(text(status::PENDING))
+        .push(", jobserver_id = ")
+        .bind(Val::Int(None))
+        .push(", started_at = ")
+        .bind(Val::Text(None))
+        .push(", ended_at = ")
+        .bind(Val::Text(None))
+        .push(", return_code = ")
+        .bind(Val::Int(None))
+        .push(", output = ")
+        .bind(text(append_bounded(
+            output.as_deref().unwrap_or_default(),
+            &note,
+        )))
+        .push(", updated_at = ")
+        .bind(text(stamp))
+        .push(" WHERE id = ")
+        .bind(Val::Int(Some(id)))
+        .push(" AND status = ")
+        .bind(text(status::FAILED));
+    if upd.query().execute(&mut *tx).await?.rows_affected() != 1 {
+        // Changed between the read and the write (on engines whose read
+        // does not lock the row): say what it is now.
+        tx.rollback().await?;
+        return Err(conflict(format!(
+            "job {id} changed while it was being queued again; reload and retry if it still failed"
+        )));
+    }
+    tx.commit().await?;
+    Ok(id)
+}
+
+/// Requests a rebuild of the image `key` (slug or id): the write the API's
+/// `PATCH /api/v1/images/{key}` with the kind's rebuild flag true makes, so
+/// the descriptor's [`Hook::Rebuild`](crate::db::kinds::Hook::Rebuild) does
+/// what a rebuild does (a new version, hosts and checksum cleared, an
+/// image-update job queued). The image as stored after.
+pub async fn rebuild(
+    db: &Db,
+    secrets: &crate::secrets::SecretBox,
+    key: &str,
+) -> Result<crate::db::crud::Obj, StoreError> {
+    let missing = |what: &str| StoreError::NotFound {
+        kind: "kinds",
+        key: what.to_owned(),
+    };
+    let images = kinds::kind("images").ok_or_else(|| missing("images"))?;
+    let flag = images
+        .hooks
+        .iter()
+        .find_map(|h| match h {
+            kinds::Hook::Rebuild { flag, .. } => Some(*flag),
+            _ => None,
+        })
+        .ok_or_else(|| missing("images' rebuild hook"))?;
+    let mut body = Map::new();
+    body.insert(flag.into(), Value::Bool(true));
+    let prepared =
+        crate::db::crud::validate(images, &body, crate::db::crud::Mode::Update, secrets, "")
+            .map_err(crate::db::crud::field_errors)?;
+    db.update(images, key, prepared).await
+}
+
+/// Why job `id` in state `state` may not be retried; `None` when it may
+/// (it failed). Pure.
+pub fn retry_refusal(id: i64, state: &str) -> Option<String> {
+    match state {
+        status::FAILED => None,
+        status::PENDING => Some(format!(
+            "job {id} is pending: it is already waiting for a job server; only a failed job is retried"
+        )),
+        status::RUNNING => Some(format!(
+            "job {id} is running; only a failed job is retried (a job whose job server falls silent is failed by the sweep, then it can be)"
+        )),
+        status::SUCCESS => Some(format!(
+            "job {id} succeeded; only a failed job is retried (to build an image again, request a rebuild)"
+        )),
+        other => Some(format!("job {id} is {other}; only a failed job is retried")),
+    }
+}
+
+/// The most versions [`image_builds`] lists, newest first.
+pub const BUILDS_SHOWN: i64 = 20;
+
+/// One job of an image's builds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildJob {
+    /// The job's id.
+    pub id: i64,
+    /// Its state (see [`status`]).
+    pub status: String,
+    /// The job server that claimed it, by name.
+    pub jobserver: Option<String>,
+    /// When it started and ended (stored form).
+    pub started_at: Option<String>,
+    /// When it ended.
+    pub ended_at: Option<String>,
+    /// Its exit status, once reported.
+    pub return_code: Option<i64>,
+}
+
+/// One version of an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageVersion {
+    /// The version number.
+    pub version: i64,
+    /// The rootfs's SHA-256 recorded when it was published; `None`: not
+    /// published (yet).
+    pub rootfs_sha256: Option<String>,
+    /// The rootfs's size in bytes, when published.
+    pub rootfs_size: Option<i64>,
+    /// The image-update jobs that built (or are building) it, newest first.
+    pub jobs: Vec<BuildJob>,
+    /// The job servers that host it, by name: only the current version has
+    /// hosts (a rebuild clears them).
+    pub hosts: Vec<String>,
+}
+
+/// An image's builds: what its page shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageBuilds {
+    /// The image's slug.
+    pub slug: String,
+    /// Its current version.
+    pub current: i64,
+    /// Whether a rebuild was requested and not published yet.
+    pub needs_rebuild: bool,
+    /// Its versions, newest first, at most [`BUILDS_SHOWN`]: every version
+    /// with recorded files or a build job, and the current one.
+    pub versions: Vec<ImageVersion>,
+}
+
+/// The builds of the image `key` (slug or id), in four statements whatever
+/// the number of versions, jobs or hosts.
+pub async fn image_builds(db: &Db, key: &str) -> Result<ImageBuilds, StoreError> {
+    let mut conn = db.pool().acquire().await?;
+    let (image_id, slug, current) = image(&mut conn, db, key).await?;
+    let mut sel = db.sql();
+    sel.push("SELECT needs_rebuild FROM system_images WHERE id = ")
+        .bind(Val::Int(Some(image_id)));
+    let row = sel.query().fetch_one(&mut *conn).await?;
+    let needs_rebuild = crate::db::opt_bool(&row, "needs_rebuild")?.unwrap_or(false);
+    let floor = current.saturating_sub(BUILDS_SHOWN - 1);
+
+    // The recorded rootfs of each version.
+    let mut files = db.sql();
+    files
+        .push("SELECT version, size, sha256 FROM image_files WHERE image_id = ")
+        .bind(Val::Int(Some(image_id)))
+        .push(" AND name = ")
+        .bind(text(ROOTFS))
+        .push(" AND version >= ")
+        .bind(Val::Int(Some(floor)));
+    let mut versions: std::collections::BTreeMap<i64, ImageVersion> = Default::default();
+    let blank = |version| ImageVersion {
+        version,
+        rootfs_sha256: None,
+        rootfs_size: None,
+        jobs: Vec::new(),
+        hosts: Vec::new(),
+    };
+    for r in files.query().fetch_all(&mut *conn).await? {
+        let v = int(&r, "version")?;
+        let e = versions.entry(v).or_insert_with(|| blank(v));
+        e.rootfs_sha256 = r.try_get("sha256")?;
+        e.rootfs_size = opt_int(&r, "size")?;
+    }
+    versions.entry(current).or_insert_with(|| blank(current));
+
+    // Its image-update jobs: the text match narrows, the parameters decide
+    // (a slug's `_` matches any character in LIKE).
+    let mut jobs = db.sql();
+    jobs.push("SELECT j.id, j.status, j.params, j.started_at, j.ended_at, j.return_code, s.name AS jobserver FROM jobs j LEFT JOIN jobservers s ON s.id = j.jobserver_id WHERE j.module = ")
+        .bind(text(module::IMAGE_UPDATE))
+        .push(" AND j.params LIKE ")
+        .bind(text(format!("%{slug}%")))
+        .push(" ORDER BY j.id DESC LIMIT ")
+        .bind(Val::Int(Some(BUILDS_SHOWN * 4)));
+    for r in jobs.query().fetch_all(&mut *conn).await? {
+        let params: Option<String> = r.try_get("params")?;
+        let params: Value = params
+            .and_then(|p| serde_json::from_str(&p).ok())
+            .unwrap_or(Value::Null);
+        if params.get("image").and_then(Value::as_str) != Some(slug.as_str()) {
+            continue;
+        }
+        let Some(v) = params.get("version").and_then(Value::as_i64) else {
+            continue;
+        };
+        if v < floor {
+            continue;
+        }
+        versions
+            .entry(v)
+            .or_insert_with(|| blank(v))
+            .jobs
+            .push(BuildJob {
+                id: int(&r, "id")?,
+                status: r.try_get("status")?,
+                jobserver: r.try_get("jobserver")?,
+                started_at: r.try_get("started_at")?,
+                ended_at: r.try_get("ended_at")?,
+                return_code: opt_int(&r, "return_code")?,
+            });
+    }
+
+    // The current version's hosts.
+    let mut hosts = db.sql();
+    hosts
+        .push("SELECT s.name FROM image_hosts h JOIN jobservers s ON s.id = h.jobserver_id WHERE h.image_id = ")
+        .bind(Val::Int(Some(image_id)))
+        .push(" ORDER BY s.name");
+    let names = hosts
+        .query()
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| r.try_get::<String, _>("name"))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(v) = versions.get_mut(&current) {
+        v.hosts = names;
+    }
+    Ok(ImageBuilds {
+        slug,
+        current,
+        needs_rebuild,
+        versions: versions.into_values().rev().collect(),
+    })
+}
+
 /// What a [`sweep`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Swept {
@@ -752,6 +1023,20 @@ mod tests {
         assert_eq!(out.chars().count(), MAX_OUTPUT);
         assert!(out.ends_with("\nthe reason"));
         assert!(out.starts_with('é'));
+    }
+
+    #[test]
+    fn only_a_failed_job_is_retried() {
+        assert_eq!(retry_refusal(1, status::FAILED), None);
+        for (state, says) in [
+            (status::PENDING, "already waiting"),
+            (status::RUNNING, "is running"),
+            (status::SUCCESS, "succeeded"),
+        ] {
+            let why = retry_refusal(7, state).expect(state);
+            assert!(why.starts_with("job 7 "), "{why}");
+            assert!(why.contains(says), "{why}");
+        }
     }
 
     #[test]

@@ -23,6 +23,13 @@
 //!   `script` event per script, and `failed` when the run failed or was
 //!   refused. An image-gen run from a job server is stored in `script_runs`
 //!   and shows on no node's timeline.
+//! - **Who runs it** ([`runners`]): the systems that list a script through
+//!   any layer (their own, a group's, their image's or its distro's), a
+//!   page at a time by system id, each with whether its effective
+//!   configuration keeps the script (the same [`NodeView::effective`] its
+//!   plan is built from) or a `disable_scripts` switches it off. Each
+//!   system's view costs its fixed statements, so a page is capped at
+//!   [`RUNNERS_PAGE`] systems and the total is a count.
 //! - **Run again**: [`request_run`] bumps a system's `run_request`, which the
 //!   plan carries; the node's agent runs again when it sees a value above
 //!   the one it last ran.
@@ -593,6 +600,142 @@ pub async fn request_run(db: &Db, key: &str) -> Result<(String, i64), ScriptsErr
         .await?
         .ok_or_else(|| ScriptsError::NoSystem(key.to_owned()))?;
     Ok((hostname, int(&row, "run_request")?))
+}
+
+/// The most systems one page of [`runners`] examines.
+pub const RUNNERS_PAGE: usize = 25;
+
+/// Whether a system that lists a script runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runs {
+    /// Its plan has the script, from this layer (`distro`, `group:<slug>`,
+    /// `image` or `system`).
+    Yes {
+        /// The first layer that listed it.
+        layer: String,
+    },
+    /// A layer lists it, and a `disable_scripts` of one switches it off.
+    Disabled,
+    /// Its layers do not combine (a layer's `config_params` is invalid):
+    /// it gets no plan at all.
+    Broken(String),
+}
+
+/// One system that lists a script through a layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runner {
+    /// The system's id.
+    pub system_id: i64,
+    /// Its host name.
+    pub hostname: String,
+    /// Whether it runs the script.
+    pub runs: Runs,
+}
+
+/// A page of the systems that list a script ([`runners`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runners {
+    /// The script's id.
+    pub script_id: i64,
+    /// Whether it is a post-boot script: only those run on nodes (an
+    /// image-gen script runs on the job server that builds an image).
+    pub post_boot: bool,
+    /// How many systems list it through a layer, in all.
+    pub listed: u64,
+    /// This page of them, by system id.
+    pub systems: Vec<Runner>,
+    /// The id to continue after, when there are more.
+    pub next: Option<i64>,
+}
+
+/// The systems that list the script `slug` through a layer, after system
+/// id `after`, at most [`RUNNERS_PAGE`]: each with whether its post-boot
+/// plan has the script, as its plan would be built.
+pub async fn runners(db: &Db, slug: &str, after: Option<i64>) -> Result<Runners, ScriptsError> {
+    let mut q = db.sql();
+    q.push("SELECT id, script_type FROM scripts WHERE slug = ")
+        .bind(Val::Text(Some(slug.to_owned())));
+    if let Ok(id) = slug.parse::<i64>() {
+        q.push(" OR id = ").bind(Val::Int(Some(id)));
+    }
+    let row = db
+        .fetch_optional(&q)
+        .await?
+        .ok_or_else(|| ScriptsError::NoScript(slug.to_owned()))?;
+    let script_id = int(&row, "id")?;
+    let post_boot = row.try_get::<Option<String>, _>("script_type")?.as_deref()
+        == Some(ScriptMode::PostBoot.as_str());
+    // The systems that list it through a layer, whatever disables it.
+    let listing = |q: &mut crate::db::Sql| {
+        let id = || Val::Int(Some(script_id));
+        q.push(" FROM systems s WHERE (s.id IN (SELECT system_id FROM system_scripts WHERE script_id = ")
+            .bind(id())
+            .push(") OR s.id IN (SELECT m.system_id FROM group_members m JOIN group_scripts gs ON gs.group_id = m.group_id WHERE gs.script_id = ")
+            .bind(id())
+            .push(") OR s.image_id IN (SELECT image_id FROM image_scripts WHERE script_id = ")
+            .bind(id())
+            .push(") OR s.image_id IN (SELECT i.id FROM system_images i JOIN distro_scripts ds ON ds.distro_id = i.distro_id WHERE ds.script_id = ")
+            .bind(id())
+            .push("))");
+    };
+    let mut count = db.sql();
+    count.push("SELECT COUNT(*) AS n");
+    listing(&mut count);
+    let listed = match db.fetch_optional(&count).await? {
+        Some(r) => u64::try_from(int(&r, "n")?).unwrap_or(0),
+        None => 0,
+    };
+    let mut page = db.sql();
+    page.push("SELECT s.id, s.hostname");
+    listing(&mut page);
+    if let Some(after) = after {
+        page.push(" AND s.id > ").bind(Val::Int(Some(after)));
+    }
+    page.push(" ORDER BY s.id LIMIT ")
+        .bind(Val::Int(Some(RUNNERS_PAGE as i64 + 1)));
+    let rows = db.fetch_all(&page).await?;
+    let more = rows.len() > RUNNERS_PAGE;
+    let mut systems = Vec::new();
+    for r in rows.iter().take(RUNNERS_PAGE) {
+        let system_id = int(r, "id")?;
+        let hostname = r
+            .try_get::<Option<String>, _>("hostname")?
+            .unwrap_or_default();
+        let key = system_id.to_string();
+        let runs = match load_node(db, NodeKey::System(&key)).await {
+            Ok(view) => runs_of(&view, script_id),
+            // Deleted meanwhile.
+            Err(ScriptsError::NoSystem(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        systems.push(Runner {
+            system_id,
+            hostname,
+            runs,
+        });
+    }
+    let next = more.then(|| systems.last().map(|r| r.system_id)).flatten();
+    Ok(Runners {
+        script_id,
+        post_boot,
+        listed,
+        systems,
+        next,
+    })
+}
+
+/// Whether the node of `view` runs the script `script_id`: what its
+/// effective configuration keeps, the plan's own source. Pure.
+pub fn runs_of(view: &NodeView, script_id: i64) -> Runs {
+    match view.effective() {
+        Ok(eff) => match eff.scripts.iter().find(|s| s.id == script_id) {
+            Some(s) => Runs::Yes {
+                layer: s.layer.clone(),
+            },
+            None => Runs::Disabled,
+        },
+        Err(e) => Runs::Broken(e.to_string()),
+    }
 }
 
 #[cfg(test)]

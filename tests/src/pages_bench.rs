@@ -9,8 +9,18 @@
 //! There is no incumbent to run beside it: the original's admin is a
 //! Django site we do not install, so the figures are absolute.
 //!
-//! The parts are [`PARTS`]: each measures some pages of a running service;
-//! another part (the boot board) is one more entry.
+//! The parts are [`PARTS`]: each measures some pages of a running service.
+//! The **boot board** part adds `nodes` systems (1,000) beside the list
+//! part's, then has every one of them report a boot step at once, three
+//! times over (DHCP, kernel, ready), while [`FEED_CLIENTS`] browsers'
+//! worth of live feeds (`/admin/board/events`) watch: it prints, per feed,
+//! the updates it got and the most in any one second (goal: at most one a
+//! second, coalesced), the shortest gap between two, and when the last
+//! change showed; then the time a reconnecting feed takes to receive its
+//! full snapshot; and the board page's own time and statements (which
+//! `tests/api/board.rs` holds constant whatever the number of systems).
+//! `MPROV_BENCH_ENGINES=sqlite` (a comma list of sqlite, mariadb,
+//! postgres) runs only those engines.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
@@ -34,6 +44,8 @@ pub struct Sizes {
     pub systems: usize,
     /// Requests of each page; the median counts.
     pub rounds: usize,
+    /// Nodes of the boot board part that change at once.
+    pub nodes: usize,
 }
 
 /// One page's figures.
@@ -66,10 +78,16 @@ pub struct Part {
 }
 
 /// The parts, run in order on each engine.
-pub const PARTS: &[Part] = &[Part {
-    name: "inventory lists",
-    run: inventory_lists,
-}];
+pub const PARTS: &[Part] = &[
+    Part {
+        name: "inventory lists",
+        run: inventory_lists,
+    },
+    Part {
+        name: "boot board",
+        run: boot_board,
+    },
+];
 
 /// Runs the benchmark; `smoke` makes it small.
 pub fn run(smoke: bool) -> Result<()> {
@@ -77,11 +95,13 @@ pub fn run(smoke: bool) -> Result<()> {
         Sizes {
             systems: 300,
             rounds: 3,
+            nodes: 50,
         }
     } else {
         Sizes {
             systems: 10_000,
             rounds: 15,
+            nodes: 1_000,
         }
     };
     let bin = build(&["mprov-control"], smoke)?;
@@ -90,8 +110,14 @@ pub fn run(smoke: bool) -> Result<()> {
         dir.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )?;
-    let mut figures = engine_run(&bin, dir.path(), "sqlite", None, sizes)?;
-    {
+    // `MPROV_BENCH_ENGINES=sqlite` (a comma list) runs only those engines.
+    let only = std::env::var("MPROV_BENCH_ENGINES").unwrap_or_default();
+    let wanted = |e: &str| only.is_empty() || only.split(',').any(|o| o.trim() == e);
+    let mut figures = Vec::new();
+    if wanted("sqlite") {
+        figures.extend(engine_run(&bin, dir.path(), "sqlite", None, sizes)?);
+    }
+    if wanted("mariadb") {
         let maria = MariaDb::start()?;
         maria.query("CREATE DATABASE bench")?;
         let url = maria
@@ -101,7 +127,7 @@ pub fn run(smoke: bool) -> Result<()> {
             .context("url")?;
         figures.extend(engine_run(&bin, dir.path(), "mariadb", Some(url), sizes)?);
     }
-    {
+    if wanted("postgres") {
         let pg = Postgres::start()?;
         pg.query("CREATE DATABASE bench")?;
         let url = pg
@@ -402,6 +428,243 @@ fn inventory_lists(
     out.push((
         "group members page".to_owned(),
         s.measure("/admin/groups/rack1/systems/?aq=n00", sizes.rounds)?,
+    ));
+    Ok(out)
+}
+
+/// Live feeds that watch the board while the nodes change.
+pub const FEED_CLIENTS: usize = 2;
+/// Boot events in flight at once while the nodes report.
+const IN_FLIGHT: usize = 64;
+/// How long a feed waits for every change to show.
+const FEED_WAIT: Duration = Duration::from_secs(120);
+
+/// One server-sent event: when it arrived, its name, its data.
+struct FeedEvent {
+    at: Instant,
+    name: String,
+    data: String,
+}
+
+/// Follows `/admin/board/events` over HTTP/1.0 (so the body is the bare
+/// stream, not chunked), calling `seen` with each event until it returns
+/// true or `wait` passes; every event, in order.
+fn follow_feed(
+    addr: &str,
+    cookie: &str,
+    wait: Duration,
+    mut seen: impl FnMut(&FeedEvent) -> bool,
+) -> Result<Vec<FeedEvent>> {
+    use std::io::BufRead as _;
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_millis(500)))?;
+    write!(
+        s,
+        "GET /admin/board/events?by=group HTTP/1.0\r\nHost: {addr}\r\nCookie: {cookie}\r\nAccept: text/event-stream\r\n\r\n"
+    )?;
+    let deadline = Instant::now() + wait;
+    let mut r = std::io::BufReader::new(s);
+    let (mut line, mut head_done) = (String::new(), false);
+    let (mut name, mut data) = (String::new(), String::new());
+    let mut out = Vec::new();
+    while Instant::now() < deadline {
+        match r.read_line(&mut line) {
+            Ok(0) => bail!("the feed closed"),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let l = line.trim_end_matches(['\r', '\n']).to_owned();
+        line.clear();
+        if !head_done {
+            if l.starts_with("HTTP/") {
+                ensure!(l.contains(" 200"), "the feed answered {l}");
+            }
+            head_done = l.is_empty();
+            continue;
+        }
+        if let Some(v) = l.strip_prefix("event:") {
+            name = v.trim().to_owned();
+        } else if let Some(v) = l.strip_prefix("data:") {
+            data.push_str(v.trim_start());
+        } else if l.is_empty() && !data.is_empty() {
+            let ev = FeedEvent {
+                at: Instant::now(),
+                name: std::mem::take(&mut name),
+                data: std::mem::take(&mut data),
+            };
+            let done = seen(&ev);
+            out.push(ev);
+            if done {
+                return Ok(out);
+            }
+        }
+    }
+    bail!("the feed did not show every change within {wait:?}")
+}
+
+/// The hosts of a feed message whose class has `state` (`s-ready`).
+fn hosts_in(data: &str, state: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+    v["cells"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| {
+            c["class"]
+                .as_str()
+                .is_some_and(|k| k.split(' ').any(|w| w == state))
+        })
+        .filter_map(|c| c["host"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn boot_board(
+    s: &Session,
+    client: &Client,
+    rt: &tokio::runtime::Runtime,
+    sizes: Sizes,
+) -> Measured {
+    use mprov_api::boot::{BootEventReport, BootPhase};
+    let n = sizes.nodes;
+    let hosts: Vec<String> = (0..n).map(|i| format!("b{i:04}")).collect();
+    rt.block_on(async {
+        client.create("groups", &json!({"slug": "board"})).await?;
+        let rows: Vec<Value> = hosts
+            .iter()
+            .map(|h| json!({"hostname": h, "groups": ["board"]}))
+            .collect();
+        for chunk in rows.chunks(2_000) {
+            client.bulk_create("systems", chunk).await?;
+        }
+        anyhow::Ok(())
+    })?;
+    let mut out = Vec::new();
+    out.push((
+        format!("board page, {} systems", sizes.systems + n),
+        s.measure("/admin/board/", sizes.rounds)?,
+    ));
+
+    // The feeds connect (each first gets its snapshot), then every node
+    // reports three steps, each step from all of them at once.
+    let mut feeds = Vec::new();
+    for _ in 0..FEED_CLIENTS {
+        let (addr, cookie) = (s.addr.clone(), s.cookie.clone());
+        let want: std::collections::HashSet<String> = hosts.iter().cloned().collect();
+        feeds.push(std::thread::spawn(move || {
+            let mut ready = std::collections::HashSet::new();
+            follow_feed(&addr, &cookie, FEED_WAIT, |ev| {
+                if ev.name == "update" || ev.name == "snapshot" {
+                    ready.extend(
+                        hosts_in(&ev.data, "s-ready")
+                            .into_iter()
+                            .filter(|h| want.contains(h)),
+                    );
+                }
+                ready.len() == want.len()
+            })
+        }));
+    }
+    // Let the feeds take their snapshots first.
+    std::thread::sleep(Duration::from_secs(2));
+    let started = Instant::now();
+    rt.block_on(async {
+        let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+        for phase in [
+            BootPhase::DhcpOffered,
+            BootPhase::KernelFetched,
+            BootPhase::Ready,
+        ] {
+            let mut tasks = tokio::task::JoinSet::new();
+            for h in &hosts {
+                let (client, limit) = (client.clone(), limit.clone());
+                let report = BootEventReport {
+                    phase,
+                    mac: None,
+                    system: Some(h.clone()),
+                    ip: None,
+                    detail: "bench".into(),
+                };
+                tasks.spawn(async move {
+                    let _slot = limit.acquire_owned().await?;
+                    client.report_boot_event(&report).await?;
+                    anyhow::Ok(())
+                });
+            }
+            while let Some(r) = tasks.join_next().await {
+                r??;
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    let posted = started.elapsed();
+    let mut lines = Vec::new();
+    for (i, f) in feeds.into_iter().enumerate() {
+        let events = f.join().map_err(|_| anyhow::anyhow!("a feed panicked"))??;
+        let updates: Vec<&FeedEvent> = events
+            .iter()
+            .filter(|e| e.name == "update" && e.at >= started)
+            .collect();
+        let last = events
+            .last()
+            .map_or(Duration::ZERO, |e| e.at.saturating_duration_since(started));
+        let mut most = 0;
+        for (j, u) in updates.iter().enumerate() {
+            let within = updates[j..]
+                .iter()
+                .take_while(|v| v.at.duration_since(u.at) < Duration::from_secs(1))
+                .count();
+            most = most.max(within);
+        }
+        let gap = updates
+            .windows(2)
+            .map(|w| w[1].at.duration_since(w[0].at))
+            .min()
+            .map_or_else(
+                || "none (fewer than two)".to_owned(),
+                |g| format!("{:.2} s", g.as_secs_f64()),
+            );
+        let per_s = updates.len() as f64 / last.as_secs_f64().max(0.001);
+        lines.push(format!(
+            "feed {}: {} updates in {:.1} s ({per_s:.2}/s), at most {most} in any second, shortest gap {gap}, every change shown {:.1} s after the first report",
+            i + 1,
+            updates.len(),
+            last.as_secs_f64(),
+            last.as_secs_f64(),
+        ));
+    }
+    // A reconnect: the time until its full snapshot has arrived.
+    let mut snaps = Vec::new();
+    for _ in 0..sizes.rounds.min(5) {
+        let t0 = Instant::now();
+        let first = follow_feed(&s.addr, &s.cookie, FEED_WAIT, |ev| ev.name == "snapshot")?;
+        ensure!(first.len() == 1, "the first event is the snapshot");
+        snaps.push(t0.elapsed());
+    }
+    snaps.sort();
+    let snap = snaps[snaps.len() / 2];
+    println!(
+        "boot board: {n} nodes x 3 steps reported at once ({} events in {:.1} s, {IN_FLIGHT} in flight), {FEED_CLIENTS} live feeds:\n  {}\n  snapshot on reconnect ({} systems): {:.1} ms (median of {})",
+        n * 3,
+        posted.as_secs_f64(),
+        lines.join("\n  "),
+        sizes.systems + n,
+        snap.as_secs_f64() * 1000.0,
+        snaps.len()
+    );
+    out.push((
+        format!(
+            "board page after the changes, {} systems",
+            sizes.systems + n
+        ),
+        s.measure("/admin/board/", sizes.rounds)?,
     ));
     Ok(out)
 }

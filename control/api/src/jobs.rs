@@ -140,6 +140,9 @@ pub fn image_files_path(image: &str) -> String {
 /// The route of [`image_files_path`], as the control service serves it.
 pub const IMAGE_FILES_ROUTE: &str = "/api/v1/images/{key}/files";
 
+/// Where an administrator queues a failed job again (the route's template).
+pub const RETRY_ROUTE: &str = "/api/v1/jobs/{key}/retry";
+
 /// The files recorded for an image version: what a copy is verified
 /// against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

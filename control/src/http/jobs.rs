@@ -11,12 +11,16 @@
 //! - `GET /api/v1/images/{key}/files[?version=N]`
 //!   ([`IMAGE_FILES_ROUTE`](mprov_api::jobs::IMAGE_FILES_ROUTE)): the files
 //!   recorded for a version, which a copy is verified against.
+//! - `POST /api/v1/jobs/{key}/retry` ([`RETRY_ROUTE`](mprov_api::jobs::RETRY_ROUTE)):
+//!   an administrator queues a failed job again ([`crate::jobs::retry`]);
+//!   who may is [`crate::access::check`], as for any inventory write.
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use mprov_api::jobs::{Claim, Hosting, ImageFiles};
+use serde_json::Value;
 
 use super::AppState;
 use super::error::ApiError;
@@ -99,4 +103,18 @@ pub async fn image_files(
         }
     }
     Ok(Json(crate::jobs::files(&st.db, &key, version).await?))
+}
+
+/// `POST /api/v1/jobs/{key}/retry` (admins: [`access::check`]): the job,
+/// pending again.
+pub async fn retry(
+    State(st): State<AppState>,
+    Path(key): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let id = crate::jobs::retry(&st.db, &key, jiff::Timestamp::now()).await?;
+    tracing::info!(job = id, "jobs: a failed job was queued again");
+    st.changed.notify_waiters();
+    let kind =
+        crate::db::kinds::kind("jobs").ok_or_else(|| ApiError::NotFound("no kind jobs".into()))?;
+    Ok(Json(Value::Object(st.db.get(kind, &id.to_string()).await?)))
 }

@@ -247,6 +247,7 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/discovery/{mac}",
             axum::routing::delete(discovery::dismiss),
         )
+        .route(mprov_api::jobs::RETRY_ROUTE, post(jobs::retry))
         .route(
             "/api/v1/images/{key}/hosts/{jobserver}",
             axum::routing::put(api::image_host).delete(api::image_host),

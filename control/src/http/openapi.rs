@@ -1038,6 +1038,15 @@ fn jobs_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) 
                 "parameters": [{"name": "version", "in": "query", "schema": {"type": "integer"}, "description": "The version; default the current one."}],
                 "responses": listed}}),
     );
+    let mut retried = ok("200", "The job, pending again.", schema_ref("Job"));
+    retried.extend(error_responses(&["401", "403", "404", "409", "426"]));
+    paths.insert(
+        mprov_api::jobs::RETRY_ROUTE.into(),
+        json!({"parameters": [{"name": "key", "in": "path", "required": true, "schema": {"type": "string"}, "description": "The job's id."}],
+            "post": {"summary": "Queue a failed job again (administrators): a job its job server reported failed, or one failed because its job server fell silent. It becomes pending, claimed by nobody, with its start, end and return code cleared and its output kept with a line saying so; a job for one job server stays for it. Any other job is refused (409) with its state",
+                "tags": ["jobs"],
+                "responses": retried}}),
+    );
 }
 
 /// The boot timeline, the boot manifest, and a job server's heartbeat and

@@ -21,9 +21,10 @@ document.addEventListener("DOMContentLoaded", () => {
     a.querySelector(".p").textContent = c.sub;
     return true;
   };
-  const said = () => {
-    if (live) {
-      live.textContent = "Updated " + new Date().toLocaleTimeString();
+  // The server's time in the pages' zone (TIME_ZONE), not the browser's.
+  const said = (msg) => {
+    if (live && msg.at) {
+      live.textContent = "Updated " + msg.at;
     }
   };
   const source = new EventSource("/admin/board/events?by=" + encodeURIComponent(board.dataset.by));
@@ -34,12 +35,12 @@ document.addEventListener("DOMContentLoaded", () => {
       return;
     }
     board.dataset.seq = msg.seq;
-    said();
+    said(msg);
   });
   source.addEventListener("update", (ev) => {
     const msg = JSON.parse(ev.data);
     msg.cells.forEach(apply);
     board.dataset.seq = msg.seq;
-    said();
+    said(msg);
   });
 });

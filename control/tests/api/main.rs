@@ -15,6 +15,7 @@ mod logs;
 mod openapi;
 mod pages;
 mod pages_bulk;
+mod pages_details;
 mod pages_inventory;
 mod passkeys;
 mod process;

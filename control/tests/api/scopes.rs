@@ -385,6 +385,8 @@ fn endpoints(ids: &Ids) -> Vec<(&'static str, String, Option<Value>)> {
             Some(json!({"mode": "post-boot", "outcome": "success", "results": []})),
         ),
         ("POST", mprov_api::scripts::run_path("no-such-system"), None),
+        // Retrying a job is an admin's inventory write (no such job: 404).
+        ("POST", "/api/v1/jobs/no-such-job/retry".into(), None),
         ("GET", format!("/api/v1/bmcs/?system={}", ids.a), None),
         ("PATCH", "/api/v1/jobservers/js1".into(), Some(bad.clone())),
         ("PATCH", "/api/v1/jobservers/js2".into(), Some(bad.clone())),

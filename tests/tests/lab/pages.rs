@@ -533,3 +533,104 @@ fn pages_filter_bulk_add_and_audit_in_chromium() -> Result<()> {
         Ok(())
     })
 }
+
+/// An image's, a script's and a job's pages: the image's versions and its
+/// Rebuild button (pressed: the image is at a new version with an
+/// image-update job queued), who runs a script (a system through its
+/// group), a failed job's output and its Retry button (pressed: pending
+/// again), and the 404 page; axe-core audits each.
+#[test]
+fn pages_image_script_and_job_pages_in_chromium() -> Result<()> {
+    use serde_json::json;
+    block_on(async {
+        let home = tempfile::tempdir()?;
+        let control = Control::start(&target_dir().join("debug"), home.path(), None)?;
+        let base = control.http.clone();
+        let client = mprov_api::client::Client::new(
+            &base,
+            mprov_api::client::Auth::ApiKey(control.api_key()?),
+        )?;
+        client.create("images", &json!({"slug": "compute"})).await?;
+        client
+            .create(
+                "scripts",
+                &json!({"slug": "base", "script_type": "post-boot", "content": "#!/bin/sh\n"}),
+            )
+            .await?;
+        client
+            .create(
+                "scripts",
+                &json!({"slug": "setup", "script_type": "post-boot",
+                    "content": "#!/bin/sh\necho setup\n", "depends_on": ["base"]}),
+            )
+            .await?;
+        client
+            .create("groups", &json!({"slug": "gpu", "scripts": ["setup"]}))
+            .await?;
+        client
+            .create("systems", &json!({"hostname": "g01", "groups": ["gpu"]}))
+            .await?;
+        let job = client
+            .create(
+                "jobs",
+                &json!({"module": "libgenders", "status": "failed", "return_code": 1,
+                    "output": "genders: cannot write /etc/genders\n"}),
+            )
+            .await?;
+        let job_id = job["id"].as_i64().unwrap_or_default();
+
+        let b = Browser::start().await?;
+        b.sign_in(&base, ADMIN, SUPERUSER_PASSWORD).await?;
+
+        // The image: its versions, then Rebuild.
+        b.open(&format!("{base}/admin/images/compute/")).await?;
+        ensure!(b.text("#builds-h").await? == "Versions and builds");
+        b.assert_accessible("an image").await?;
+        b.submit("form[action$='/rebuild'] button").await?;
+        ensure!(
+            b.text("#builds [role=status]")
+                .await?
+                .contains("Rebuild requested")
+        );
+        let image = client.get("images", "compute").await?;
+        ensure!(image["version"] == 2, "{image}");
+        let queued = client
+            .get_path("/api/v1/jobs/?module=image-update&status=pending")
+            .await?;
+        ensure!(
+            queued["items"][0]["params"] == json!({"image": "compute", "version": 2}),
+            "{queued}"
+        );
+        b.assert_accessible("an image after a rebuild").await?;
+
+        // The script: its dependency and who runs it.
+        b.open(&format!("{base}/admin/scripts/setup/")).await?;
+        ensure!(b.text("#runners").await?.contains("from group:gpu"));
+        b.find("a[href='/admin/scripts/base/']").await?;
+        ensure!(
+            b.find("#f-content").await?.attr("class").await?.as_deref() == Some("code"),
+            "the editor is a code textarea"
+        );
+        b.assert_accessible("a script").await?;
+
+        // The job: its output, then Retry.
+        b.open(&format!("{base}/admin/jobs/{job_id}/")).await?;
+        ensure!(b.text("pre.output").await?.contains("cannot write"));
+        b.assert_accessible("a failed job").await?;
+        b.submit("form[action$='/retry'] button").await?;
+        ensure!(b.text("#job [role=status]").await?.contains("Queued again"));
+        let job = client.get("jobs", &job_id.to_string()).await?;
+        ensure!(job["status"] == "pending", "{job}");
+        b.assert_accessible("a job queued again").await?;
+
+        // A page that does not exist.
+        b.open(&format!("{base}/admin/images/no-such-image/"))
+            .await?;
+        ensure!(b.source().await?.contains("404"));
+        b.assert_accessible("the 404 page").await?;
+
+        b.close().await?;
+        control.stop()?;
+        Ok(())
+    })
+}

@@ -219,6 +219,10 @@ pub async fn show(
 #[derive(Debug, Serialize)]
 struct Message {
     by: &'static str,
+    /// When it was sent, in the configured time zone (`TIME_ZONE`, else
+    /// `TZ`, else UTC), as the pages show times: the page says "Updated
+    /// <at>", never in the browser's own zone.
+    at: String,
     seq: i64,
     revision: i64,
     cells: Vec<CellView>,
@@ -233,6 +237,8 @@ struct Follower {
     flags: Flags,
     seq: i64,
     revision: i64,
+    /// The time zone the pages show times in.
+    tz: jiff::tz::TimeZone,
 }
 
 impl Follower {
@@ -257,6 +263,7 @@ impl Follower {
     fn event(&self, name: &str, cells: Vec<CellView>) -> Event {
         let msg = Message {
             by: self.grouping.as_str(),
+            at: page::local_time(&crate::time::format_ts(jiff::Timestamp::now()), &self.tz),
             seq: self.seq,
             revision: self.revision,
             cells,
@@ -345,6 +352,7 @@ pub async fn events(
         flags: Flags::default(),
         seq: 0,
         revision: 0,
+        tz: state.config.time_zone.1.clone(),
     };
     let first = follower.take(snap);
     let (tx, rx) = tokio::sync::mpsc::channel::<Event>(2);

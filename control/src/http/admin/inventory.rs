@@ -456,6 +456,10 @@ struct Input {
     /// A read-only reference's page.
     href: String,
     error: String,
+    /// A textarea holding code (a script, JSON, YAML): monospace, and
+    /// taller for long text.
+    code: bool,
+    rows: u32,
 }
 
 struct ChildList {
@@ -488,6 +492,9 @@ struct FormPage {
     created: String,
     updated: String,
     saved: bool,
+    /// The kind's own section beneath the form ([`details::section`]),
+    /// rendered.
+    details: String,
 }
 
 /// The widget of a field.
@@ -602,6 +609,12 @@ async fn inputs(
             step,
             href,
             error: errors.get(f.name).cloned().unwrap_or_default(),
+            code: matches!(f.ty, Ty::Json | Ty::Yaml | Ty::Text { max: 4096.. }),
+            rows: match f.ty {
+                Ty::Text { max: 4096.. } => 20,
+                Ty::Json | Ty::Yaml => 8,
+                _ => 4,
+            },
         });
     }
     Ok(out)
@@ -702,7 +715,9 @@ fn body_of(kind: &Kind, fields: &page::Fields, mode: Mode) -> (Obj, Vec<crud::Fi
                     continue;
                 }
             },
-            _ => Value::String(raw.clone()),
+            // A browser sends a textarea's lines ended by CRLF; stored text
+            // (a script above all) keeps Unix line ends.
+            _ => Value::String(raw.replace("\r\n", "\n")),
         };
         body.insert(name.clone(), value);
     }
@@ -786,6 +801,7 @@ async fn reshow(
         created: String::new(),
         updated: String::new(),
         saved: false,
+        details: String::new(),
     };
     let mut resp = page::render(&page);
     *resp.status_mut() = if status.is_client_error() {
@@ -842,6 +858,7 @@ pub async fn new_form(
         created: String::new(),
         updated: String::new(),
         saved: false,
+        details: String::new(),
     }))
 }
 
@@ -988,6 +1005,8 @@ pub async fn edit_form(
     } else {
         String::new()
     };
+    let query = pairs(raw.as_deref());
+    let details = super::details::section(&st, &chrome, kind.name, &row, &query).await?;
     Ok(page::render(&FormPage {
         chrome,
         kind: kind.name,
@@ -1000,7 +1019,8 @@ pub async fn edit_form(
         relations,
         created,
         updated,
-        saved: pairs(raw.as_deref()).iter().any(|(k, _)| k == "saved"),
+        saved: query.iter().any(|(k, _)| k == "saved"),
+        details,
     }))
 }
 

@@ -20,6 +20,7 @@ pub mod board;
 pub mod bulk;
 pub mod dashboard;
 pub mod discovery;
+pub mod details;
 pub mod identities;
 pub mod inventory;
 pub mod page;
@@ -72,6 +73,8 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/admin/account/passkeys/{id}/delete", post(account::delete))
         .route("/admin/systems/bulk", get(bulk::form).post(bulk::apply))
         .route("/admin/audit/", get(bulk::audit))
+        .route("/admin/images/{key}/rebuild", post(details::rebuild))
+        .route("/admin/jobs/{key}/retry", post(details::retry))
         .route("/admin/{kind}/", get(inventory::list))
         .route(
             "/admin/{kind}/new",
