@@ -822,6 +822,9 @@ fn discovery_list_assign_dismiss() {
             .args(["discovery", "dismiss", "52:54:00:d1:00:02"]),
     );
     assert!(err.contains("could not dismiss"), "{err}");
+    ctx.cleanup();
+}
+
 /// `mash systems list --filter` takes the filter language (and still
 /// FIELD=VALUE), `mash systems bulk` previews, refuses a stale count and
 /// applies a confirmed one, and `mash audit` shows the entry.

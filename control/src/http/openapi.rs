@@ -902,6 +902,9 @@ fn discovery_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Val
             "delete": {"summary": "Dismiss a parked node (administrators)",
                 "tags": ["discovery"],
                 "responses": dismissed}}),
+    );
+}
+
 /// The systems filter language, as the `filter` parameter and bulk
 /// actions describe it.
 const FILTER_DOC: &str = "A systems filter: terms separated by spaces, all of which must match. A term is `key:value`; `key:a,b` matches either value, a leading `-` negates it, `*` matches any run of characters, a value with spaces is double-quoted. Keys: hostname, group, image, rack, mac, ip (an address, an IPv4 prefix such as 10.0.0.0/24, or a glob), bmc (the BMC's IPv4 address, as ip), phase (dhcp, ipxe, kernel, enrolled, image, scripts, ready, failed, or none for never seen). Example: `group:compute rack:r1 -phase:ready mac:52:54:00:* ip:10.0.0.0/24`. A bad filter is a 400 whose message names the term and what is allowed.";
