@@ -919,7 +919,7 @@ mod tests {
         }
         let kind_commands = cmd
             .get_subcommands()
-            .filter(|s| !matches!(s.get_name(), "import" | "boot" | "audit"))
+            .filter(|s| !matches!(s.get_name(), "import" | "boot" | "audit" | "discovery"))
             .count();
         assert_eq!(kind_commands, kinds::KINDS.len());
     }
