@@ -634,3 +634,110 @@ fn pages_image_script_and_job_pages_in_chromium() -> Result<()> {
         Ok(())
     })
 }
+
+/// Discovery's page: a node reports what it heard through the real
+/// endpoint (curl, with the one-time nonce `/ipxe/` would have minted for
+/// its MAC, minted in the service's own database), waits on
+/// `/admin/discovery/` (under `manual`) with the switch port it heard and
+/// the NIC cabled there filled in, and is assigned from its form: the NIC
+/// has the MAC and nothing waits. axe-core audits the page both ways.
+#[test]
+fn pages_discovery_parks_and_assigns_in_chromium() -> Result<()> {
+    use mprov_api::nads::{NONCE_HEADER, REPORT_PATH};
+    use serde_json::json;
+    const MAC: &str = "52:54:00:d1:5c:01";
+    block_on(async {
+        let home = tempfile::tempdir()?;
+        let control = Control::start(&target_dir().join("debug"), home.path(), None)?;
+        let base = control.http.clone();
+        let client = mprov_api::client::Client::new(
+            &base,
+            mprov_api::client::Auth::ApiKey(control.api_key()?),
+        )?;
+        client
+            .create("switches", &json!({"hostname": "sw1"}))
+            .await?;
+        let port = client
+            .create(
+                "switchports",
+                &json!({"switch": "sw1", "name": "Ethernet1/1"}),
+            )
+            .await?;
+        client
+            .create("systems", &json!({"hostname": "c01"}))
+            .await?;
+        let nic = client
+            .create(
+                "nics",
+                &json!({"system": "c01", "name": "eno1", "switch_port": port["id"]}),
+            )
+            .await?;
+
+        let url = format!(
+            "sqlite://{}?mode=rwc",
+            home.path().join("var/db/mprov.sqlite3").display()
+        );
+        let db = mprov_control::db::Db::open(&url).await?;
+        let nonce = mprov_control::discovery::store::mint_nonce(&db, MAC).await?;
+        db.close().await;
+        let report = json!({
+            "boot_mac": MAC,
+            "links": [{"interface": "eth0", "mac": MAC, "neighbour": {
+                "chassis_id": "00:11:22:33:44:55", "chassis_id_subtype": "mac-address",
+                "port_id": "Eth1/1", "port_id_subtype": "interface-name",
+                "system_name": "sw1", "port_description": null,
+                "management_addresses": [], "vlan": null}}],
+            "hardware": {"vendor": "QEMU", "model": "Standard PC", "serial": null}
+        });
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--fail-with-body", "-H"])
+            .arg(mprov_api::version_header_line())
+            .arg("-H")
+            .arg(format!("{NONCE_HEADER}: {nonce}"))
+            .args(["-H", "Content-Type: application/json", "--data"])
+            .arg(report.to_string())
+            .arg(format!("{base}{REPORT_PATH}"))
+            .output()?;
+        let answer = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success() && answer.contains("\"parked\""),
+            "{answer} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        let b = Browser::start().await?;
+        b.sign_in(&base, ADMIN, SUPERUSER_PASSWORD).await?;
+        b.open(&format!("{base}/admin/discovery/")).await?;
+        let row = b.text("#parked tbody tr").await?;
+        ensure!(
+            row.contains(MAC) && row.contains("Eth1/1") && row.contains("QEMU"),
+            "{row}"
+        );
+        let system = b
+            .find("#parked input[name=system]")
+            .await?
+            .prop("value")
+            .await?;
+        ensure!(
+            system.as_deref() == Some("c01"),
+            "the matched system is filled in: {system:?}"
+        );
+        b.assert_accessible("discovery with a parked node").await?;
+        b.submit(&format!("button[aria-label='Assign {MAC}']"))
+            .await?;
+        let done = b.text("#form-done").await?;
+        ensure!(done.contains(MAC) && done.contains("c01"), "{done}");
+        ensure!(
+            b.text("#none-parked")
+                .await?
+                .starts_with("No discovered node")
+        );
+        b.assert_accessible("discovery, none waiting").await?;
+        let bound = client.get("nics", &nic["id"].to_string()).await?;
+        ensure!(bound["mac"] == MAC, "{bound}");
+
+        b.close().await?;
+        control.stop()?;
+        Ok(())
+    })
+}
