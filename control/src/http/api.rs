@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{FromRequest, Path, RawQuery, Request, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::AppState;
+pub use super::body::JsonBody;
 use super::error::ApiError;
 use crate::db::crud::{self, ListQuery, Mode, Obj};
 use crate::db::kinds::{self, KINDS, Kind};
@@ -20,36 +20,6 @@ use crate::netboot::{self, Lookup, NodeKey};
 
 /// The most rows one bulk create takes.
 pub const MAX_BULK_ROWS: usize = 20_000;
-
-/// A JSON request body, with our error format for every way it can be wrong.
-#[derive(Debug)]
-pub struct JsonBody(pub Value);
-
-impl<S: Send + Sync> FromRequest<S> for JsonBody {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
-            let ct = ct.to_str().unwrap_or_default().to_ascii_lowercase();
-            if !ct.starts_with("application/json") {
-                return Err(ApiError::UnsupportedMediaType);
-            }
-        }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge(super::BODY_LIMIT)
-            } else {
-                ApiError::bad_request(
-                    "bad_body",
-                    format!("could not read the body: {}", e.body_text()),
-                )
-            }
-        })?;
-        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
-            ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}"))
-        })
-    }
-}
 
 impl JsonBody {
     fn object(self) -> Result<Obj, ApiError> {

@@ -9,7 +9,7 @@ use axum::extract::{RawQuery, State};
 use mprov_api::bulk::{AuditPage, BulkAnswer, BulkRequest};
 
 use super::AppState;
-use super::api::JsonBody;
+use super::body::JsonBody;
 use super::error::ApiError;
 use crate::bulk::{self, Action};
 use crate::db::crud::filter::Filter;

@@ -125,6 +125,7 @@ pub const CONTROL: Spec = Spec {
                 "backup",
                 "board",
                 "boot",
+                "bulk",
                 "discovery",
                 "enrollment",
                 "first_start",
@@ -156,18 +157,19 @@ pub const CONTROL: Spec = Spec {
         },
     ],
     http_crates: HTTP_CRATES,
-    // `error` is the one error type, `auth` and `outage` the middleware; the
-    // router and `AppState` are `http` itself.
-    // In `http/admin/`, `page` is the pages' shared plumbing (the session
-    // layer, the chrome, forms, the error page).
+    // `error` is the one error type, `body` the JSON body extractor, `auth`
+    // and `outage` the middleware; the router and `AppState` are `http`
+    // itself. In `http/admin/`, `page` is the pages' shared plumbing (the
+    // session layer, the chrome, forms, the error page) and `sections` the
+    // read-only parts a kind's page shows beneath its form.
     handler_folders: &[
         HandlerFolder {
             folder: &["http"],
-            shared: &["auth", "error", "outage"],
+            shared: &["auth", "body", "error", "outage"],
         },
         HandlerFolder {
             folder: &["http", "admin"],
-            shared: &["page"],
+            shared: &["page", "sections"],
         },
     ],
     pathless: &["access"],

@@ -14,7 +14,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 
-use super::inventory::query_string;
+use super::page::query_string;
 use super::page::{self, Chrome, PageError, Posted};
 use crate::access::Method;
 use crate::bulk::{self, Action, BulkError};

@@ -19,6 +19,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde_json::Value;
 
+use super::page::query_string;
 use super::page::{self, Chrome, PageError, Posted};
 use crate::access::{self, Method, Target};
 use crate::db::crud::{self, ListQuery, Mode, Obj, StoreError, read};
@@ -55,13 +56,6 @@ fn pairs(q: Option<&str>) -> Vec<(String, String)> {
     url::form_urlencoded::parse(q.unwrap_or_default().as_bytes())
         .into_owned()
         .collect()
-}
-
-pub(super) fn query_string<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
-    let s = url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(pairs)
-        .finish();
-    if s.is_empty() { s } else { format!("?{s}") }
 }
 
 /// A value as a form shows it.
@@ -1006,7 +1000,7 @@ pub async fn edit_form(
         String::new()
     };
     let query = pairs(raw.as_deref());
-    let details = super::details::section(&st, &chrome, kind.name, &row, &query).await?;
+    let details = super::sections::section(&st, &chrome, kind.name, &row, &query).await?;
     Ok(page::render(&FormPage {
         chrome,
         kind: kind.name,

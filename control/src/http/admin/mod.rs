@@ -24,6 +24,7 @@ pub mod discovery;
 pub mod identities;
 pub mod inventory;
 pub mod page;
+pub mod sections;
 pub mod signin;
 pub mod timing;
 

@@ -476,6 +476,14 @@ pub async fn read_form(req: Request, state: &AppState) -> Result<Fields, PageErr
     parse_fields(&body, state.config.pages.max_fields)
 }
 
+/// `?k=v&...` of `pairs`, URL-encoded; empty for none.
+pub(super) fn query_string<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let s = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish();
+    if s.is_empty() { s } else { format!("?{s}") }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
