@@ -445,29 +445,13 @@ pub const NODE_DAYS: u32 = crate::config::NODE_DAYS;
 /// so the table holds at most one live nonce per system plus the used ones
 /// of the last [`NONCE_TTL`] (kept to recognise a replay).
 pub async fn mint_nonce(db: &Db, system_id: i64) -> Result<String, EnrollError> {
-    let nonce = secrets::random_token(24);
-    let expires = jiff::Timestamp::now()
-        .checked_add(jiff::SignedDuration::try_from(NONCE_TTL).unwrap_or_default())
-        .map(format_ts)?;
-    let mut tx = db.pool().begin().await?;
-    let mut gone = db.sql();
-    gone.push("DELETE FROM enroll_nonces WHERE expires_at <= ")
-        .bind(Val::Text(Some(now())))
-        .push(" OR (system_id = ")
-        .bind(Val::Int(Some(system_id)))
-        .push(" AND used_at IS NULL)");
-    gone.query().execute(&mut *tx).await?;
-    let mut sql = db.sql();
-    sql.push("INSERT INTO enroll_nonces (system_id, hash, created_at, expires_at) VALUES ")
-        .bind_list([
-            Val::Int(Some(system_id)),
-            Val::Text(Some(secrets::hash_api_secret(&nonce))),
-            Val::Text(Some(now())),
-            Val::Text(Some(expires)),
-        ]);
-    sql.query().execute(&mut *tx).await?;
-    tx.commit().await?;
-    Ok(nonce)
+    db.mint_nonce(
+        "enroll_nonces",
+        "system_id",
+        Val::Int(Some(system_id)),
+        NONCE_TTL,
+    )
+    .await
 }
 
 /// `POST /enroll/node/`: a certificate naming the system the nonce was

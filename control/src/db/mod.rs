@@ -407,6 +407,50 @@ impl Db {
         ins.query().execute(&mut *tx).await?;
         tx.commit().await
     }
+
+    /// Mints a one-time nonce into `table` (`enroll_nonces`,
+    /// `discovery_nonces`: columns `owner_column`, `hash`, `created_at`,
+    /// `expires_at`, `used_at`) for `owner`, good for `ttl`; only its hash
+    /// is kept. In the same transaction it cancels the owner's earlier
+    /// unused nonces (only the newest boot may use one) and deletes every
+    /// expired row. Both names are the callers' constants, never input.
+    pub async fn mint_nonce<E>(
+        &self,
+        table: &'static str,
+        owner_column: &'static str,
+        owner: Val,
+        ttl: std::time::Duration,
+    ) -> Result<String, E>
+    where
+        E: From<sqlx::Error> + From<jiff::Error>,
+    {
+        let nonce = crate::secrets::random_token(24);
+        let expires = jiff::Timestamp::now()
+            .checked_add(jiff::SignedDuration::try_from(ttl).unwrap_or_default())
+            .map(crate::time::format_ts)?;
+        let now = crate::time::now();
+        let mut tx = self.pool.begin().await?;
+        let mut gone = self.sql();
+        gone.push(&format!("DELETE FROM {table} WHERE expires_at <= "))
+            .bind(Val::Text(Some(now.clone())))
+            .push(&format!(" OR ({owner_column} = "))
+            .bind(owner.clone())
+            .push(" AND used_at IS NULL)");
+        gone.query().execute(&mut *tx).await?;
+        let mut sql = self.sql();
+        sql.push(&format!(
+            "INSERT INTO {table} ({owner_column}, hash, created_at, expires_at) VALUES "
+        ))
+        .bind_list([
+            owner,
+            Val::Text(Some(crate::secrets::hash_api_secret(&nonce))),
+            Val::Text(Some(now)),
+            Val::Text(Some(expires)),
+        ]);
+        sql.query().execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(nonce)
+    }
 }
 
 /// The migrations of `engine`, built into the binary.

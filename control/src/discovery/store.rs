@@ -29,7 +29,7 @@ use std::time::Duration;
 use super::{Decision, Inventory, Nic, Outcome, Policy, Switch, Warning};
 use crate::db::{Db, Val, int, opt_int};
 use crate::secrets;
-use crate::time::{format_ts, now};
+use crate::time::now;
 
 /// How long a discovery nonce is good for: the boot, the agent's listening
 /// window and the report, with room to spare.
@@ -108,29 +108,13 @@ pub enum DiscoveryError {
 /// unused nonces (only the newest boot reports) and deletes every expired
 /// row.
 pub async fn mint_nonce(db: &Db, mac: &str) -> Result<String, DiscoveryError> {
-    let nonce = secrets::random_token(24);
-    let expires = jiff::Timestamp::now()
-        .checked_add(jiff::SignedDuration::try_from(NONCE_TTL).unwrap_or_default())
-        .map(format_ts)?;
-    let mut tx = db.pool().begin().await?;
-    let mut gone = db.sql();
-    gone.push("DELETE FROM discovery_nonces WHERE expires_at <= ")
-        .bind(Val::Text(Some(now())))
-        .push(" OR (mac = ")
-        .bind(Val::Text(Some(mac.to_owned())))
-        .push(" AND used_at IS NULL)");
-    gone.query().execute(&mut *tx).await?;
-    let mut sql = db.sql();
-    sql.push("INSERT INTO discovery_nonces (mac, hash, created_at, expires_at) VALUES ")
-        .bind_list([
-            Val::Text(Some(mac.to_owned())),
-            Val::Text(Some(secrets::hash_api_secret(&nonce))),
-            Val::Text(Some(now())),
-            Val::Text(Some(expires)),
-        ]);
-    sql.query().execute(&mut *tx).await?;
-    tx.commit().await?;
-    Ok(nonce)
+    db.mint_nonce(
+        "discovery_nonces",
+        "mac",
+        Val::Text(Some(mac.to_owned())),
+        NONCE_TTL,
+    )
+    .await
 }
 
 /// What a report led to.
