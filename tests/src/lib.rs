@@ -4,7 +4,7 @@
 //! namespaces joined by veth pairs; [`vm`]: QEMU VMs that netboot; [`lab`]
 //! and [`netboot`]: the Debian node image and its network; [`agent`]: the
 //! agent's static binary; [`listen`]: where a started job server listens,
-//! from its listen file; [`loopfs`]: a small loop-mounted file system to
+//! from its listen file; [`lldpd`]: lldpd speaking for a switch; [`loopfs`]: a small loop-mounted file system to
 //! fill; [`flood`]: a bounded connection flood inside a lab namespace), the
 //! Rust benchmarks (`*_bench`), and the `cargo xtask` commands ([`xtask`]).
 //!
@@ -25,6 +25,7 @@ pub mod inventory_bench;
 pub mod lab;
 pub mod ldap;
 pub mod listen;
+pub mod lldpd;
 pub mod loopfs;
 pub mod netboot;
 pub mod netboot_bench;

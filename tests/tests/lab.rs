@@ -13,6 +13,8 @@ use mprov_tests::db::{MariaDb, Postgres};
 
 #[path = "lab/decisions.rs"]
 mod decisions;
+#[path = "lab/discovery.rs"]
+mod discovery;
 #[path = "lab/e2e.rs"]
 mod e2e;
 #[path = "lab/jobservers.rs"]
