@@ -19,7 +19,7 @@
 //!    `hostname`, with or without its domain) or by the chassis ID (the
 //!    row's management MAC or address, or its host name for a chassis ID
 //!    that is a name). The port is found among the NICs cabled to that
-//!    switch by [`normalise_port`]: first by the port ID, then by the port
+//!    switch by [`mprov_lldp::port_parts`]: first by the port ID, then by the port
 //!    description (a switch that sends a MAC or a local number as its port
 //!    ID usually names the port there).
 //! 4. Where the matched system has a `model` or `serial` set, the DMI facts
@@ -30,10 +30,11 @@
 //!    `permissive` also replaces a matched NIC's MAC, with a warning on
 //!    the system's timeline. Anything else is parked with its reason.
 //!
-//! Port names are compared by hand ([`normalise_port`]): no crate knows the
-//! vendors' spellings. TODO-robustness: unify with `mprov_lldp`'s
-//! `normalise_port` once that crate is on main, so the agent and the
-//! control service read port names the same way.
+//! Port names are compared on `mprov_lldp`'s one comparable form (the
+//! agent's pure LLDP crate, whose module `port` documents the rule: no
+//! crate knows the vendors' spellings): the same path and media word, or
+//! the same path where one side names no media; or, the seed's rule, a
+//! typed bare number that is the heard path's last part.
 
 pub mod store;
 
@@ -559,91 +560,24 @@ enum Strength {
 }
 
 /// How `inventory` (a switch port's name as typed) matches `heard` (as
-/// LLDP said it), if at all.
+/// LLDP said it), if at all, on the parts of their one comparable form
+/// ([`mprov_lldp::port_parts`], the rule the agent's crate documents).
 fn port_match(inventory: &str, heard: &str) -> Option<Strength> {
-    let (ti, pi) = parse_port(inventory);
-    let (th, ph) = parse_port(heard);
+    let (ti, pi) = mprov_lldp::port_parts(inventory);
+    let (th, ph) = mprov_lldp::port_parts(heard);
     if pi.is_empty() || ph.is_empty() {
         // No numbers: only the same words match.
-        let same = !pi.is_empty() || !ti.is_empty();
-        return (same && ti == th && pi == ph).then_some(Strength::Exact);
+        return (!ti.is_empty() && ti == th && pi == ph).then_some(Strength::Exact);
     }
     let typeless = ti.is_empty() || th.is_empty();
     if pi == ph && (ti == th || typeless) {
         return Some(Strength::Exact);
     }
-    if typeless && ti.is_empty() && pi.len() == 1 && ph.last() == pi.first() {
+    let last = ph.rsplit('/').next();
+    if ti.is_empty() && pi.chars().all(|c| c.is_ascii_digit()) && last == Some(pi.as_str()) {
         return Some(Strength::Suffix);
     }
     None
-}
-
-/// Interface-type words and their abbreviations, each family under the
-/// name [`normalise_port`] gives it.
-const PORT_TYPES: &[(&str, &[&str])] = &[
-    ("", &["", "port", "p", "interface", "if"]),
-    ("ethernet", &["ethernet", "eth", "et", "e"]),
-    ("fastethernet", &["fastethernet", "fa", "fe"]),
-    (
-        "gigabitethernet",
-        &["gigabitethernet", "gigabit", "gige", "gig", "gi", "ge", "g"],
-    ),
-    (
-        "tengigabitethernet",
-        &[
-            "tengigabitethernet",
-            "tengige",
-            "tengig",
-            "ten",
-            "te",
-            "xe",
-            "tg",
-        ],
-    ),
-    (
-        "twentyfivegige",
-        &["twentyfivegige", "twentyfivegigabitethernet", "twe", "tf"],
-    ),
-    (
-        "fortygigabitethernet",
-        &["fortygigabitethernet", "fortygige", "fo"],
-    ),
-    (
-        "hundredgige",
-        &["hundredgige", "hundredgigabitethernet", "hu"],
-    ),
-];
-
-/// A port name's interface type (canonical) and its numbers (leading zeros
-/// dropped; a part that is not a number kept lower-cased).
-fn parse_port(name: &str) -> (String, Vec<String>) {
-    let s = name.trim().to_ascii_lowercase();
-    let split = s.find(|c: char| c.is_ascii_digit()).unwrap_or(s.len());
-    let (word, rest) = s.split_at(split);
-    let word = word.trim_end_matches([' ', '-', '_', '.', ':', '/']).trim();
-    let ty = PORT_TYPES
-        .iter()
-        .find(|(_, spellings)| spellings.contains(&word))
-        .map_or(word, |(canonical, _)| canonical);
-    let parts = rest
-        .split(['/', ':', '-', ' '])
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            p.parse::<u64>()
-                .map_or_else(|_| p.to_owned(), |n| n.to_string())
-        })
-        .collect();
-    (ty.to_owned(), parts)
-}
-
-/// A switch port's name in one spelling whatever the vendor's: the
-/// interface type's full name (none for a bare number or `port N`), then
-/// its numbers joined by `/` without leading zeros. `Ethernet1/1`,
-/// `Eth1/1` and `et1/1` are `ethernet1/1`; `Gi1/0/1` and `ge-1/0/1` are
-/// `gigabitethernet1/0/1`; `Port 7` is `7`; `swp1` stays `swp1`.
-pub fn normalise_port(name: &str) -> String {
-    let (ty, parts) = parse_port(name);
-    format!("{ty}{}", parts.join("/"))
 }
 
 /// The text of a [`Hardware`] for people: `vendor model (serial)`.

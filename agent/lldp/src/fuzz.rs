@@ -7,9 +7,10 @@
 //! - whatever parses encodes, and the encoding parses to the same value;
 //! - an encoded frame is at least the 60 bytes Ethernet needs;
 //! - the port ID and description normalise to a form that normalises to
-//!   itself.
+//!   itself, and split ([`port_parts`]) into the same word and path as
+//!   that form does, the form being the word then the path.
 
-use crate::{Frame, Lldpdu, normalise_port};
+use crate::{Frame, Lldpdu, normalise_port, port_parts};
 
 /// The fuzz target: any bytes as an LLDP Ethernet frame and as an LLDPDU.
 pub fn lldp_frame(data: &[u8]) {
@@ -33,6 +34,13 @@ fn check_names(lldpdu: &Lldpdu) {
     for name in names.into_iter().flatten() {
         let once = normalise_port(&name);
         assert_eq!(normalise_port(&once), once, "{name:?}");
+        let (word, path) = port_parts(&name);
+        assert_eq!(port_parts(&once), (word.clone(), path.clone()), "{name:?}");
+        assert!(
+            path.is_empty() || path.starts_with(|c: char| c.is_ascii_digit()),
+            "{name:?}: path {path:?}"
+        );
+        assert!(once.starts_with(&word) && once.ends_with(&path), "{name:?}");
     }
     let _ = lldpdu.chassis_id.text();
     let _ = lldpdu.system_name();

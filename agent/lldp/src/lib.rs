@@ -38,7 +38,8 @@
 //! promise UTF-8; the readers ([`Lldpdu::system_name`]...) give it as text.
 //!
 //! [`normalise_port`] maps the many spellings of one switch port to one
-//! comparable form; its rules are in [`port`].
+//! comparable form, and [`port_parts`] splits it into media word and path
+//! (the control service matches ports on them); the rules are in [`port`].
 //!
 //! Why hand-written: of the published Rust LLDP code, one crate is a 0.1
 //! "simple parser" of a few TLVs, one lives inside a DHCP server, and one
@@ -70,7 +71,7 @@ pub use model::{
     MacPhy, ManagementAddress, PortId, PortSubtype, Tlv, mac_text,
 };
 pub use parse::{ParseError, TlvKind};
-pub use port::normalise_port;
+pub use port::{normalise_port, port_parts};
 
 /// The Ethernet type of LLDP frames.
 pub const ETHERTYPE: u16 = 0x88cc;

@@ -78,6 +78,29 @@ pub fn normalise_port(name: &str) -> String {
     }
 }
 
+/// A port name's comparable form split in two: its media word (a
+/// [`normalise_port`] token such as `eth` or `gi`, a Junos prefix such as
+/// `ge`, another word such as `swp`, or nothing for a bare path or `port
+/// N`) and its path (`1/1`, `0/0/1:2`). A name with no digit, and a MAC
+/// address, is all word and no path: it compares only as a whole.
+///
+/// The control service matches a port heard over LLDP to the one an
+/// admin typed on these parts: the same path and the same word, or the
+/// same path where one side names no media (`1/1` typed, `Ethernet1/1`
+/// heard).
+pub fn port_parts(name: &str) -> (String, String) {
+    let form = normalise_port(name);
+    if is_mac(&form) {
+        return (form, String::new());
+    }
+    let split = form
+        .find(|c: char| c.is_ascii_digit())
+        .unwrap_or(form.len());
+    let (word, path) = form.split_at(split);
+    let word = word.strip_suffix('-').unwrap_or(word);
+    (word.to_owned(), path.to_owned())
+}
+
 /// Six hex pairs joined by `:` or `-`.
 fn is_mac(text: &str) -> bool {
     let bytes = text.as_bytes();
@@ -193,6 +216,28 @@ mod tests {
         ];
         for (a, b) in apart {
             assert_ne!(normalise_port(a), normalise_port(b), "{a} and {b}");
+        }
+    }
+
+    #[test]
+    fn parts_split_word_from_path() {
+        for (name, word, path) in [
+            ("Ethernet1/1", "eth", "1/1"),
+            ("ge-0/0/1", "ge", "0/0/1"),
+            ("GigabitEthernet1/0/1", "gi", "1/0/1"),
+            ("Port 7", "", "7"),
+            ("1/1/1", "", "1/1/1"),
+            ("swp1s0", "swp", "1s0"),
+            ("xe-0/0/1:2", "xe", "0/0/1:2"),
+            ("uplink", "uplink", ""),
+            ("52:54:00:AA:00:01", "52:54:00:aa:00:01", ""),
+            ("", "", ""),
+        ] {
+            assert_eq!(
+                super::port_parts(name),
+                (word.to_owned(), path.to_owned()),
+                "{name:?}"
+            );
         }
     }
 
