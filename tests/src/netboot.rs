@@ -35,6 +35,9 @@ pub const BOOT_TIMEOUT: Duration = Duration::from_secs(600);
 pub enum Way {
     /// Our stack, end to end.
     Mprov,
+    /// Our stack with `MPROV_IPXE_CARRY_LEASE=0`: the agent asks DHCP
+    /// itself in the initramfs (what the lease iPXE carries saves).
+    MprovAgentDhcp,
     /// The whole root as one cpio initrd.
     Cpio,
     /// busybox `wget | zstd -d | tar x` into a tmpfs, then switch_root.
@@ -46,6 +49,7 @@ impl Way {
     pub fn name(self) -> &'static str {
         match self {
             Way::Mprov => "mprov (agent: enroll, stream, verify, switch_root)",
+            Way::MprovAgentDhcp => "mprov, the agent's own DHCP (lease not carried)",
             Way::Cpio => "whole root as one cpio initrd",
             Way::Stream => "busybox wget | zstd -d | tar x",
         }
@@ -252,7 +256,9 @@ impl IncumbentLab {
                     )
                 ),
             ),
-            Way::Mprov => bail!("the incumbents' lab does not boot our stack"),
+            Way::Mprov | Way::MprovAgentDhcp => {
+                bail!("the incumbents' lab does not boot our stack")
+            }
         };
         fs::write(
             self.lab_files.join(format!("{hex}.ipxe")),

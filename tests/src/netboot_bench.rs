@@ -7,6 +7,10 @@
 //!   to the agent (no second DHCP),
 //!   enrollment, manifest, streamed and verified `rootfs.tar.zst`,
 //!   `switch_root`, and `mprov-agent ready` with the node's certificate;
+//! - ours again on a second stack with `MPROV_IPXE_CARRY_LEASE=0`, the
+//!   agent asking DHCP itself in the initramfs: what carrying the lease
+//!   does to the time to ready (each boot's `agent_dhcp` event is checked
+//!   to say which way the agent got its address);
 //! - the whole root as one cpio initrd (Warewulf's way);
 //! - a busybox initramfs streaming `wget | zstd -d | tar x`.
 //!
@@ -14,15 +18,16 @@
 //! HTTP: the same transport, so only the boot method differs). The rounds
 //! take turns (cpio, stream, ours, then again), so a change in the machine's
 //! load falls on every way alike. Reported: each way's median time to ready,
-//! ours / cpio and ours / stream, and the serving processes' CPU per boot,
+//! ours / cpio, ours / stream and carried / agent DHCP, and the serving
+//! processes' CPU per boot,
 //! counted exactly by `perf stat -e task-clock` attached to them (all their
 //! threads, the control service's signing helper included) from power-on to
 //! ready. Ours is checked to have really verified and reported ready: the
 //! timeline, read after the count stops, holds `verified` and `ready`.
 //!
-//! `--smoke` boots only ours, once, on the busybox smoke root (a few MB to
-//! stream), with the same counting and checks: it proves the benchmark runs,
-//! its figures mean nothing. `MPROV_NETBOOT_ROUNDS` sets the rounds of a full
+//! `--smoke` boots only ours, once each way (lease carried, agent's DHCP),
+//! on the busybox smoke root (a few MB to stream), with the same counting
+//! and checks: it proves the benchmark runs, its figures mean nothing. `MPROV_NETBOOT_ROUNDS` sets the rounds of a full
 //! run (default 3).
 
 use std::fs;
@@ -67,12 +72,22 @@ pub fn run(smoke: bool) -> Result<()> {
     let agent = crate::agent::build_static()?;
     which("perf", "linux-perf")?;
     let tmp = tempfile::tempdir()?;
-    let our_stack = |image: &lab::Image| {
+    let our_stack = |image: &lab::Image, way: Way| {
+        let (dir, control_env) = match way {
+            Way::MprovAgentDhcp => (
+                "mprov-agent-dhcp",
+                vec![("MPROV_IPXE_CARRY_LEASE", "0".to_owned())],
+            ),
+            _ => ("mprov", Vec::new()),
+        };
         Stack::start(
             &bins,
             image,
-            &tmp.path().join("mprov"),
-            &StackOptions::default(),
+            &tmp.path().join(dir),
+            &StackOptions {
+                control_env,
+                ..StackOptions::default()
+            },
         )
     };
     let series = |way: Way| Series {
@@ -82,10 +97,14 @@ pub fn run(smoke: bool) -> Result<()> {
     };
     if smoke {
         let image = lab::busybox_image(&bins, &agent.path, &tmp.path().join("images"))?;
-        let stack = our_stack(&image)?;
-        let mut series = series(Way::Mprov);
-        boot_ours(&stack, 0, tmp.path(), &mut series)?;
-        return report(&[series], 1, "busybox smoke root (figures mean nothing)");
+        let mut all = Vec::new();
+        for way in [Way::Mprov, Way::MprovAgentDhcp] {
+            let stack = our_stack(&image, way)?;
+            let mut series = series(way);
+            boot_ours(&stack, 0, tmp.path(), &mut series)?;
+            all.push(series);
+        }
+        return report(&all, 1, "busybox smoke root (figures mean nothing)");
     }
 
     let rounds: usize = match std::env::var("MPROV_NETBOOT_ROUNDS") {
@@ -100,8 +119,9 @@ pub fn run(smoke: bool) -> Result<()> {
         &tmp.path().join("incumbents"),
         &[INCUMBENT_MAC],
     )?;
-    let stack = our_stack(&image)?;
-    let mut all: Vec<Series> = [Way::Cpio, Way::Stream, Way::Mprov]
+    let stack = our_stack(&image, Way::Mprov)?;
+    let dhcp_stack = our_stack(&image, Way::MprovAgentDhcp)?;
+    let mut all: Vec<Series> = [Way::Cpio, Way::Stream, Way::Mprov, Way::MprovAgentDhcp]
         .into_iter()
         .map(series)
         .collect();
@@ -110,15 +130,16 @@ pub fn run(smoke: bool) -> Result<()> {
             if series.failure.is_some() {
                 continue;
             }
-            if series.way == Way::Mprov {
-                boot_ours(&stack, round, tmp.path(), series)?;
-            } else {
-                boot_incumbent(&incumbents, round, tmp.path(), series)?;
+            match series.way {
+                Way::Mprov => boot_ours(&stack, round, tmp.path(), series)?,
+                Way::MprovAgentDhcp => boot_ours(&dhcp_stack, round, tmp.path(), series)?,
+                Way::Cpio | Way::Stream => boot_incumbent(&incumbents, round, tmp.path(), series)?,
             }
         }
     }
     report(&all, rounds, "the lab's Debian root (systemd, multi-user)")?;
     drop(stack);
+    drop(dhcp_stack);
     drop(incumbents);
     Ok(())
 }
@@ -146,9 +167,13 @@ fn boot_incumbent(lab: &IncumbentLab, round: usize, tmp: &Path, series: &mut Ser
 /// One boot of our stack, counted, on a node of its own (a node's nonce is
 /// spent once): power-on to the ready marker, then its timeline checked.
 fn boot_ours(stack: &Stack, round: usize, tmp: &Path, series: &mut Series) -> Result<()> {
+    let (name, mac_byte) = match series.way {
+        Way::MprovAgentDhcp => ("dhcp", 3),
+        _ => ("bench", 2),
+    };
     let node = stack.register(
-        &format!("bench{:02}", round + 1),
-        &format!("52:54:00:99:02:{:02x}", round + 1),
+        &format!("{name}{:02}", round + 1),
+        &format!("52:54:00:99:{mac_byte:02x}:{:02x}", round + 1),
         &format!("10.99.0.{}", 31 + round),
         true,
     )?;
@@ -187,6 +212,20 @@ fn boot_ours(stack: &Stack, round: usize, tmp: &Path, series: &mut Series) -> Re
             ));
             return Ok(());
         }
+    }
+    // The agent got its address the way this series measures.
+    let carried = events
+        .iter()
+        .find(|e| e.phase == BootPhase::AgentDhcp)
+        .map(|e| e.detail.contains("from the lease iPXE carried"));
+    let want = series.way == Way::Mprov;
+    if carried != Some(want) {
+        series.failure = Some(format!(
+            "the agent's address did not come {} the carried lease:\n{}",
+            if want { "from" } else { "without" },
+            stack.where_it_stopped(&node)
+        ));
+        return Ok(());
     }
     note(series.way, round, &booted, cpu);
     series.boots.push((booted.ready_after, cpu));
@@ -266,7 +305,11 @@ fn report(all: &[Series], rounds: usize, root: &str) -> Result<()> {
         );
     }
     if let Some(ours) = ours {
-        for (way, what) in [(Way::Cpio, "cpio"), (Way::Stream, "stream")] {
+        for (way, what) in [
+            (Way::Cpio, "cpio"),
+            (Way::Stream, "stream"),
+            (Way::MprovAgentDhcp, "ours with the agent's DHCP"),
+        ] {
             if let Some(theirs) = ready(way) {
                 println!(
                     "  ours / {what}: {:.2}x the time to ready{}",
