@@ -126,6 +126,22 @@ impl Netns {
         self.ip(&["link", "set", "dev", dev, "up"]).map(drop)
     }
 
+    /// Makes `bridge` forward LLDP (bit 14 of `group_fwd_mask`: the
+    /// nearest-bridge group address 01-80-C2-00-00-0E, which an 802.1D
+    /// bridge otherwise never forwards).
+    pub fn forward_lldp(&self, bridge: &str) -> Result<()> {
+        self.ip(&[
+            "link",
+            "set",
+            bridge,
+            "type",
+            "bridge",
+            "group_fwd_mask",
+            "0x4000",
+        ])
+        .map(drop)
+    }
+
     /// A UDP socket inside the namespace, bound to `addr` on `dev`: a helper
     /// thread enters the namespace (`setns` changes only the calling thread)
     /// and creates the socket, which stays in that namespace wherever it is

@@ -196,15 +196,7 @@ fn nads_through_a_bridge_that_forwards_lldp() -> Result<()> {
     assert_eq!(report.links[0].neighbour, None, "{report:?}");
 
     // With bit 14 (01-80-C2-00-00-0E) in group_fwd_mask it does.
-    lan.ip(&[
-        "link",
-        "set",
-        "br0",
-        "type",
-        "bridge",
-        "group_fwd_mask",
-        "0x4000",
-    ])?;
+    lan.forward_lldp("br0")?;
     let report = nads(&node, root.path(), 3600, EARLY).with_context(|| lldpd.log())?;
     let n = report.links[0]
         .neighbour

@@ -10,7 +10,7 @@ use mprov_tests::lldpd::Lldpd;
 use mprov_tests::netboot::{Machine, Node, Stack, StackOptions, tail};
 use mprov_tests::netns::{Netns, veth};
 
-use crate::e2e::{HEALTHY, agent_network, phases, ready_with_timeline};
+use crate::e2e::{HEALTHY, agent_network, phases, print_event, ready_with_timeline};
 use crate::netboot::{VM_TURN, image};
 
 /// The unknown node's MAC.
@@ -61,15 +61,7 @@ fn switch_on_the_bridge(stack: &Stack, dir: &std::path::Path) -> Result<(Netns, 
     let v = veth(&switch, &stack.net.ns)?;
     stack.net.ns.ip(&["link", "set", &v.b, "master", "br0"])?;
     stack.net.ns.up(&v.b)?;
-    stack.net.ns.ip(&[
-        "link",
-        "set",
-        "br0",
-        "type",
-        "bridge",
-        "group_fwd_mask",
-        "0x4000",
-    ])?;
+    stack.net.ns.forward_lldp("br0")?;
     let lldpd = Lldpd::start(
         &switch,
         dir,
@@ -200,15 +192,7 @@ fn vm_unknown_node_discovers_its_switch_port_and_boots_to_ready() -> Result<()> 
     );
 
     // The same machine powered on again: a normal boot to ready.
-    let booted = stack.boot(&node, Machine::BiosIpxe, |e| {
-        eprintln!(
-            "timeline: {} {} {} {}",
-            e.at,
-            e.phase.as_str(),
-            e.source,
-            e.detail
-        );
-    })?;
+    let booted = stack.boot(&node, Machine::BiosIpxe, print_event)?;
     eprintln!(
         "d01: ready {:.0?} after power-on, {:.0?} after the discovery boot's",
         booted.ready_after,

@@ -33,6 +33,17 @@ pub(crate) const HEALTHY: &[BootPhase] = &[
     BootPhase::Ready,
 ];
 
+/// Prints a timeline event as a boot reports it.
+pub(crate) fn print_event(e: &BootEvent) {
+    eprintln!(
+        "timeline: {} {} {} {}",
+        e.at,
+        e.phase.as_str(),
+        e.source,
+        e.detail
+    );
+}
+
 pub(crate) fn phases(events: &[BootEvent]) -> Vec<&'static str> {
     events.iter().map(|e| e.phase.as_str()).collect()
 }
@@ -549,15 +560,7 @@ fn vm_is_provisioned_by_our_stack_from_power_on_to_ready() -> Result<()> {
     let flood = start_flood(&stack)?;
 
     let started = Instant::now();
-    let booted = stack.boot(&node, Machine::BiosIpxe, |e| {
-        eprintln!(
-            "timeline: {} {} {} {}",
-            e.at,
-            e.phase.as_str(),
-            e.source,
-            e.detail
-        );
-    })?;
+    let booted = stack.boot(&node, Machine::BiosIpxe, print_event)?;
     eprintln!("n01: {READY_MARKER} after {:.0?}", started.elapsed());
     // Console and timeline: complete, in order, each step from its source.
     let events = ready_with_timeline(&stack, &node, &booted, HEALTHY)?;
