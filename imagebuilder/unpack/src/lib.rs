@@ -49,7 +49,7 @@ pub use crate::confine::confine;
 use crate::confine::{create_file, resolve, resolve_noting};
 use crate::meta::{Creator, FileMeta, apply_meta, creator_in, pax_xattrs, set_mtime};
 pub use crate::read_ahead::ReadAhead;
-use crate::writers::{COPY_BUF, FileJob, Writers, copy_data, copy_sparse, drain};
+use crate::writers::{COPY_BUF, Writers, copy_data, copy_sparse, drain};
 pub use crate::writers::{JOB_MAX, MAX_WRITERS};
 
 /// The OCI whiteout prefix.
@@ -304,15 +304,17 @@ fn unpack_entries<R: Read>(
                 // A real directory now: its entries' parent needs no walk.
                 parents.insert(rel.clone(), dest.clone());
             }
+            // The entry's size, a PAX `size` record's if it has one.
             EntryType::Regular | EntryType::Continuous
-                if pool.is_some() && header.size().is_ok_and(|n| n <= JOB_MAX) =>
+                if pool.is_some() && entry.size() <= JOB_MAX =>
             {
-                let mut data = Vec::with_capacity(header.size().unwrap_or(0) as usize);
-                entry.read_to_end(&mut data).map_err(read_err)?;
                 let creator = creator_in(creator, &parent, &fresh, &odd);
                 let meta = FileMeta::of(&header, xattrs, &dest, options, creator)?;
                 if let Some(writers) = pool {
-                    writers.send(FileJob { dest, data, meta });
+                    let size = usize::try_from(entry.size()).unwrap_or(usize::MAX);
+                    writers
+                        .send(dest, meta, size, |data| entry.read_exact(data))
+                        .map_err(read_err)?;
                 }
                 done.entries += 1;
                 continue;

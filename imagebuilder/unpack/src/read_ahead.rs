@@ -26,13 +26,32 @@ impl ReadAhead {
         let (tx, chunks) = std::sync::mpsc::sync_channel(Self::DEPTH);
         let (spare, spares) = std::sync::mpsc::channel::<Vec<u8>>();
         let feeder = move || {
+            // Chunks made so far. Once there are as many as can be in
+            // flight (the queue's, the reader's and this one), the reader
+            // is sure to give one back: wait for it rather than make
+            // another (fresh memory is a page fault per page, and an
+            // unbounded number of chunks when the reader is slow to give
+            // them back).
+            let mut made = 0;
             loop {
-                let mut chunk = match spares.try_recv() {
-                    Ok(mut chunk) => {
+                let spare = if made < Self::DEPTH + 2 {
+                    spares.try_recv().ok()
+                } else {
+                    match spares.recv() {
+                        Ok(chunk) => Some(chunk),
+                        // The reader is gone.
+                        Err(_) => break,
+                    }
+                };
+                let mut chunk = match spare {
+                    Some(mut chunk) => {
                         chunk.resize(Self::CHUNK, 0);
                         chunk
                     }
-                    Err(_) => vec![0u8; Self::CHUNK],
+                    None => {
+                        made += 1;
+                        vec![0u8; Self::CHUNK]
+                    }
                 };
                 let mut filled = 0;
                 let result = loop {
@@ -105,7 +124,11 @@ impl BufRead for ReadAhead {
                 Ok(chunk) => {
                     let used = std::mem::replace(&mut self.current, io::Cursor::new(chunk?));
                     // The feeder may be gone: then the chunk is just freed.
-                    let _ = self.spare.send(used.into_inner());
+                    // (The first, empty, is not one of its chunks.)
+                    let used = used.into_inner();
+                    if used.capacity() > 0 {
+                        let _ = self.spare.send(used);
+                    }
                 }
                 // The feeder is done: end of stream.
                 Err(_) => break,
@@ -127,7 +150,17 @@ mod tests {
     #[test]
     fn read_ahead_passes_every_byte_and_the_error() {
         let chunk = ReadAhead::CHUNK;
-        for len in [0, 1, chunk - 1, chunk, chunk + 1, 3 * chunk + 17] {
+        // The last: more chunks than are ever in flight, so the feeder waits
+        // for the reader to give chunks back and fills them again.
+        for len in [
+            0,
+            1,
+            chunk - 1,
+            chunk,
+            chunk + 1,
+            3 * chunk + 17,
+            20 * chunk + 3,
+        ] {
             let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
             let out = std::thread::scope(|scope| {
                 let (mut reader, feeder) = ReadAhead::new(&data[..]);

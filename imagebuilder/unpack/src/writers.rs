@@ -28,50 +28,64 @@ pub(crate) fn drain(pool: Option<&Writers>) {
     }
 }
 
-/// A regular file for a writer thread.
+/// A regular file for a writer thread: its data is a range of its batch's
+/// buffer.
 #[derive(Debug)]
-pub(crate) struct FileJob {
+struct FileJob {
     /// Where it goes (its parent already resolved).
-    pub(crate) dest: PathBuf,
-    /// Its whole content.
-    pub(crate) data: Vec<u8>,
+    dest: PathBuf,
+    /// Its content in [`Batch::data`].
+    at: std::ops::Range<usize>,
     /// Its metadata.
-    pub(crate) meta: FileMeta,
+    meta: FileMeta,
 }
 
 impl FileJob {
-    fn write(&self) -> Result<(), UnpackError> {
+    fn write(&self, data: &[u8]) -> Result<(), UnpackError> {
         let c = |err| create_err(self.dest.clone(), err);
         let mut file = create_file(&self.dest, self.meta.born_mode()).map_err(c)?;
-        file.write_all(&self.data).map_err(c)?;
+        let data = data
+            .get(self.at.clone())
+            .ok_or_else(|| c(io::Error::other("a file's data outside its batch")))?;
+        file.write_all(data).map_err(c)?;
         self.meta.apply(&file).map_err(c)
     }
 }
 
+/// Files for the writers, their data back to back in one buffer.
+#[derive(Debug, Default)]
+struct Batch {
+    /// The files' data. Its length is how much of it was ever written to:
+    /// a buffer comes back from the writers to be filled again, so only
+    /// its first use pays for initializing (and faulting in) its memory.
+    data: Vec<u8>,
+    /// The bytes of `data` the files use.
+    used: usize,
+    jobs: Vec<FileJob>,
+}
+
 /// The writer threads' shared state: the batch being filled, a bounded
-/// queue of batches, how many batches are not yet written, and the first
-/// error.
+/// queue of batches, how many batches are not yet written, the buffers
+/// written batches gave back, and the first error.
 ///
 /// Files go to the writers in batches ([`Writers::BATCH_FILES`] files or
 /// [`Writers::BATCH_BYTES`] of data, whichever comes first), not one by one:
 /// most files of a root are a few KiB, and handing each over on its own
 /// cost a wake-up and a context switch per file, more CPU than writing it.
+/// A batch's files share one buffer, used again and again: a fresh
+/// allocation per file cost a page fault per new page (with transparent
+/// huge pages, 2 MiB cleared at a time) and a `memset` of its size, 7% of
+/// an agent's stream in `perf record` (tests/bench/RESULTS.md, "agent").
 #[derive(Debug)]
 pub(crate) struct Writers {
     batch: std::sync::Mutex<Batch>,
-    queue: std::sync::Mutex<Option<std::sync::mpsc::SyncSender<Vec<FileJob>>>>,
-    jobs: std::sync::Mutex<std::sync::mpsc::Receiver<Vec<FileJob>>>,
+    queue: std::sync::Mutex<Option<std::sync::mpsc::SyncSender<Batch>>>,
+    jobs: std::sync::Mutex<std::sync::mpsc::Receiver<Batch>>,
     pending: std::sync::Mutex<usize>,
     idle: std::sync::Condvar,
+    spares: std::sync::Mutex<Vec<Vec<u8>>>,
     error: std::sync::Mutex<Option<UnpackError>>,
     failed: std::sync::atomic::AtomicBool,
-}
-
-/// The files not yet handed to a writer, and their bytes.
-#[derive(Debug, Default)]
-struct Batch {
-    jobs: Vec<FileJob>,
-    bytes: usize,
 }
 
 impl Writers {
@@ -82,6 +96,9 @@ impl Writers {
     const BATCH_FILES: usize = 64;
     /// A batch is handed on once it holds this much data.
     const BATCH_BYTES: usize = 1024 * 1024;
+    /// The most a batch's buffer holds: a file of up to [`JOB_MAX`] added
+    /// to a batch just short of [`Writers::BATCH_BYTES`].
+    const BATCH_CAPACITY: usize = Self::BATCH_BYTES + JOB_MAX as usize;
 
     pub(crate) fn new(writers: usize) -> Writers {
         let (tx, rx) = std::sync::mpsc::sync_channel(Self::DEPTH * writers);
@@ -91,6 +108,7 @@ impl Writers {
             jobs: std::sync::Mutex::new(rx),
             pending: std::sync::Mutex::new(0),
             idle: std::sync::Condvar::new(),
+            spares: std::sync::Mutex::new(Vec::new()),
             error: std::sync::Mutex::new(None),
             failed: std::sync::atomic::AtomicBool::new(false),
         }
@@ -105,35 +123,63 @@ impl Writers {
         self.failed.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Adds a file to the batch, handing the batch on once it is full
-    /// (waiting while the queue is full).
-    pub(crate) fn send(&self, job: FileJob) {
+    /// Adds a file of `size` bytes (at most [`JOB_MAX`]) to the batch, its
+    /// data put in place by `fill`, and hands the batch on once it is full
+    /// (waiting while the queue is full). When `fill` fails, the file is
+    /// not added.
+    pub(crate) fn send(
+        &self,
+        dest: PathBuf,
+        meta: FileMeta,
+        size: usize,
+        fill: impl FnOnce(&mut [u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
         let full = {
             let mut batch = Self::lock(&self.batch);
-            batch.bytes += job.data.len();
-            batch.jobs.push(job);
-            (batch.jobs.len() >= Self::BATCH_FILES || batch.bytes >= Self::BATCH_BYTES)
+            if batch.data.capacity() == 0 {
+                batch.data = Self::lock(&self.spares)
+                    .pop()
+                    .unwrap_or_else(|| Vec::with_capacity(Self::BATCH_CAPACITY));
+            }
+            let start = batch.used;
+            let end = start + size;
+            if batch.data.len() < end {
+                batch.data.resize(end, 0);
+            }
+            fill(&mut batch.data[start..end])?;
+            batch.used = end;
+            batch.jobs.push(FileJob {
+                dest,
+                at: start..end,
+                meta,
+            });
+            (batch.jobs.len() >= Self::BATCH_FILES || batch.used >= Self::BATCH_BYTES)
                 .then(|| std::mem::take(&mut *batch))
         };
         if let Some(batch) = full {
-            self.queue_batch(batch.jobs);
+            self.queue_batch(batch);
         }
+        Ok(())
     }
 
     /// Hands on the batch being filled, if it holds anything.
     fn flush(&self) {
-        let batch = std::mem::take(&mut *Self::lock(&self.batch));
-        if !batch.jobs.is_empty() {
-            self.queue_batch(batch.jobs);
-        }
+        let batch = {
+            let mut batch = Self::lock(&self.batch);
+            if batch.jobs.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *batch)
+        };
+        self.queue_batch(batch);
     }
 
-    fn queue_batch(&self, jobs: Vec<FileJob>) {
+    fn queue_batch(&self, batch: Batch) {
         *Self::lock(&self.pending) += 1;
         let sent = Self::lock(&self.queue)
             .as_ref()
             .map(|tx| tx.clone())
-            .map(|tx| tx.send(jobs));
+            .map(|tx| tx.send(batch));
         if !matches!(sent, Some(Ok(()))) {
             self.finished();
         }
@@ -173,23 +219,27 @@ impl Writers {
     }
 
     /// A writer thread's loop: writes queued batches until the queue
-    /// closes. After a failure the rest are dropped unwritten.
+    /// closes, and gives each batch's buffer back. After a failure the rest
+    /// are dropped unwritten.
     pub(crate) fn work(&self) {
         loop {
-            let jobs = Self::lock(&self.jobs).recv();
-            let Ok(jobs) = jobs else {
+            let batch = Self::lock(&self.jobs).recv();
+            let Ok(batch) = batch else {
                 return;
             };
-            for job in jobs {
+            for job in &batch.jobs {
                 if self.failed() {
                     break;
                 }
-                if let Err(err) = job.write() {
+                if let Err(err) = job.write(&batch.data) {
                     Self::lock(&self.error).get_or_insert(err);
                     self.failed
                         .store(true, std::sync::atomic::Ordering::Release);
                 }
             }
+            // No more buffers than batches ever were at once: the queue's,
+            // the one being filled and the writers'.
+            Self::lock(&self.spares).push(batch.data);
             self.finished();
         }
     }
