@@ -15,6 +15,8 @@ use mprov_tests::db::{MariaDb, Postgres};
 mod decisions;
 #[path = "lab/e2e.rs"]
 mod e2e;
+#[path = "lab/idle_flood.rs"]
+mod idle_flood;
 #[path = "lab/jobservers.rs"]
 mod jobservers;
 #[path = "lab/netboot.rs"]
