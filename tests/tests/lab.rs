@@ -17,6 +17,8 @@ mod decisions;
 mod discovery;
 #[path = "lab/e2e.rs"]
 mod e2e;
+#[path = "lab/idle_flood.rs"]
+mod idle_flood;
 #[path = "lab/jobservers.rs"]
 mod jobservers;
 #[path = "lab/netboot.rs"]
