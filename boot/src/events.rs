@@ -11,7 +11,11 @@
 //!
 //! A `dhcp_acked` with the leased address is what lets `/ipxe/` hand a node
 //! its enrollment nonce, so reports go out at once, in order; the servers
-//! never wait for them (a full channel drops the report, not the reply).
+//! never wait for them (a full channel drops the report, not the reply),
+//! except that a full queue drops an offer's report but keeps a lease
+//! report, waiting for room ([`forward_dhcp`]): without it a boot storm of
+//! 1,000 nodes left 212 of them with no lease report, retrying `/ipxe/`
+//! for nothing (`tests/bench/RESULTS.md`, storm).
 
 use std::time::Duration;
 
