@@ -107,7 +107,7 @@ enum Cmd {
         /// The image: small (busybox, a few MB) or debian (the lab's).
         #[arg(long, default_value = "small", value_parser = ["small", "debian"])]
         image: String,
-        /// Where storm.txt and storm.svg go (default: <target>/storm).
+        /// Where storm.txt and storm.svg go (default: `<target>/storm`).
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
         /// Debug builds of the servers (faster to build, slower to run).
