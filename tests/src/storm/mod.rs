@@ -109,7 +109,8 @@ pub struct StormOptions {
     pub out: PathBuf,
     /// Release builds of the servers (the full run); debug otherwise.
     pub release: bool,
-    /// A fault to inject once a third of the nodes have a lease.
+    /// A fault to inject: the job server's once a third of the nodes
+    /// hold a lease, the control service's once a third are enrolled.
     pub fault: Option<Fault>,
     /// How long nodes may take before they count as lost.
     pub limit: Duration,
@@ -541,6 +542,7 @@ fn storm(lab: &mut StormLab, options: &StormOptions) -> Result<Report> {
         random: Default::default(),
         ipxe_bytes: AtomicU64::new(0),
         leased: AtomicU64::new(0),
+        enrolled: AtomicU64::new(0),
         stop: AtomicBool::new(false),
     });
     let down0 = tx_bytes(&lab.stack.net.ns, &lab.link.a)?;
@@ -571,13 +573,19 @@ fn storm(lab: &mut StormLab, options: &StormOptions) -> Result<Report> {
             })?
     };
     eprintln!("storm: {} nodes powered on", options.nodes);
-    // The fault, once a third of the nodes hold a lease.
+    // The fault (see `StormOptions::fault` for when).
     let mut fault = None;
     // CPU of servers that were replaced, counted before they went.
     let mut lost_cpu = (Duration::ZERO, Duration::ZERO);
     if let Some(kind) = options.fault {
         let until = started + options.limit;
-        while (shared.leased.load(Ordering::Relaxed) as usize) * 3 < options.nodes
+        // The job server while leases are being handed out; the control
+        // service while nodes enroll and report their boot events.
+        let counter = match kind {
+            Fault::KillJobServer => &shared.leased,
+            Fault::RestartControl => &shared.enrolled,
+        };
+        while (counter.load(Ordering::Relaxed) as usize) * 3 < options.nodes
             && Instant::now() < until
             && !driver.is_finished()
         {

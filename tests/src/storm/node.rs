@@ -95,6 +95,8 @@ pub struct Shared {
     pub random: RandomState,
     /// Nodes that hold a lease.
     pub leased: AtomicU64,
+    /// Nodes enrolled (reporting their boot events from then on).
+    pub enrolled: AtomicU64,
     /// Bytes the nodes downloaded as iPXE (kernel and initramfs).
     pub ipxe_bytes: AtomicU64,
     /// Whether to stop at once (the driver failed).
@@ -344,7 +346,10 @@ fn run(shared: &Shared, spec: &Spec, outcome: &mut Outcome) -> Result<(), Lost> 
                 }
             }
             match enroll_node(&params) {
-                Ok(s) => session = Some(s),
+                Ok(s) => {
+                    shared.enrolled.fetch_add(1, Ordering::Relaxed);
+                    session = Some(s);
+                }
                 Err(e) => {
                     outcome.retries.push(format!("enrolling: {e}"));
                     pause(shared, backoff(attempt), "enrolling")?;
