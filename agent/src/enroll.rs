@@ -300,6 +300,27 @@ fn json_reply<T: serde::de::DeserializeOwned>(
     client.wait(response.json()).map_err(http)
 }
 
+/// Tries per boot event ([`Control::report`]): about 25 s of pauses in
+/// all, longer than a restart of the control service takes.
+pub const REPORT_TRIES: u32 = 6;
+
+/// The pause after the `attempt`-th failed try of a boot event: 0.5 s
+/// doubling each time, plus up to half again from `random`, so nodes that
+/// failed together do not come back together.
+pub fn report_pause(attempt: u32, random: u32) -> Duration {
+    let base = Duration::from_millis(500) * (1 << attempt.clamp(1, 6).saturating_sub(1));
+    base + base.mul_f64(f64::from(random % 1000) / 2000.0)
+}
+
+/// Whether a failed exchange may succeed if tried again.
+fn transient(err: &EnrollError) -> bool {
+    match err {
+        EnrollError::Http { .. } => true,
+        EnrollError::Refused { status, .. } => *status >= 500 || *status == 429,
+        _ => false,
+    }
+}
+
 /// The node's mTLS session with the control service.
 #[derive(Debug, Clone)]
 pub struct Control {
@@ -347,7 +368,12 @@ impl Control {
         self.exchange(request, url, what, |status| (200..300).contains(&status))
     }
 
-    /// `POST EVENTS_PATH`: one step of this node's boot.
+    /// `POST EVENTS_PATH`: one step of this node's boot. A failure that
+    /// may pass (no connection, a `5xx`, a `429`: the control service
+    /// restarting or busy) is tried again, [`REPORT_TRIES`] times in all,
+    /// after a growing, jittered pause ([`report_pause`]), so a restart of
+    /// the control service loses no event of a booting node; a refusal is
+    /// not.
     pub fn report(&self, phase: BootPhase, detail: &str) -> Result<(), EnrollError> {
         let report = BootEventReport {
             phase,
@@ -356,8 +382,17 @@ impl Control {
             ip: None,
             detail: detail.to_owned(),
         };
-        self.post_json(EVENTS_PATH, &report, "reporting a boot event")
-            .map(drop)
+        let mut attempt = 1;
+        loop {
+            match self.post_json(EVENTS_PATH, &report, "reporting a boot event") {
+                Ok(_) => return Ok(()),
+                Err(err) if attempt < REPORT_TRIES && transient(&err) => {
+                    std::thread::sleep(report_pause(attempt, getrandom::u32().unwrap_or(0)));
+                    attempt += 1;
+                }
+                Err(err) => return Err(err),
+            }
+        }
     }
 
     /// Sends `request` (to `url`) with the version header: the reply's body
@@ -486,5 +521,27 @@ mod tests {
         let pem = "-----BEGIN CERTIFICATE-----\nAAEC\nAw==\n-----END CERTIFICATE-----\n";
         assert_eq!(pem_der(pem), Some(vec![0, 1, 2, 3]));
         assert_eq!(pem_der("junk"), None);
+    }
+
+    #[test]
+    fn a_boot_event_is_retried_only_when_it_may_pass_and_for_a_bounded_time() {
+        let refused = |status| EnrollError::Refused {
+            what: "reporting a boot event",
+            url: "https://ctl/api/v1/boot/events".to_owned(),
+            status,
+            body: String::new(),
+        };
+        assert!(transient(&refused(503)));
+        assert!(transient(&refused(429)));
+        assert!(!transient(&refused(403)));
+        assert!(!transient(&refused(400)));
+        // The pauses grow, differ by node, and all the tries together end
+        // within a minute whatever the random draws.
+        assert!(report_pause(2, 0) > report_pause(1, 999));
+        assert_ne!(report_pause(3, 0), report_pause(3, 999));
+        let longest: Duration = (1..REPORT_TRIES).map(|a| report_pause(a, 999)).sum();
+        let shortest: Duration = (1..REPORT_TRIES).map(|a| report_pause(a, 0)).sum();
+        assert!(shortest >= Duration::from_secs(15), "{shortest:?}");
+        assert!(longest <= Duration::from_secs(60), "{longest:?}");
     }
 }

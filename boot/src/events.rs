@@ -11,7 +11,11 @@
 //!
 //! A `dhcp_acked` with the leased address is what lets `/ipxe/` hand a node
 //! its enrollment nonce, so reports go out at once, in order; the servers
-//! never wait for them (a full channel drops the report, not the reply).
+//! never wait for them (a full channel drops the report, not the reply),
+//! except that a full queue drops an offer's report but keeps a lease
+//! report, waiting for room ([`forward_dhcp`]): without it a boot storm of
+//! 1,000 nodes left 212 of them with no lease report, retrying `/ipxe/`
+//! for nothing (`tests/bench/RESULTS.md`, storm).
 
 use std::time::Duration;
 
@@ -99,14 +103,36 @@ fn unmapped(ip: std::net::IpAddr) -> std::net::IpAddr {
 }
 
 /// Turns the DHCP server's replies into reports on `tx` until `rx` closes.
+///
+/// When the queue is full (a boot storm: every node's DISCOVERs, OFFERs
+/// and retransmissions at once), an offer's report is dropped, but a lease
+/// report (`dhcp_acked`, `proxy_answered`) waits for room: it is what
+/// `/ipxe/` waits for before it hands the node its nonce, so a dropped one
+/// leaves the node retrying for nothing. The DHCP server itself never
+/// waits: its channel to here absorbs the wait.
 pub async fn forward_dhcp(mut rx: mpsc::Receiver<Sent>, tx: mpsc::Sender<BootEventReport>) {
     while let Some(sent) = rx.recv().await {
-        if let Some(event) = from_dhcp(&sent)
-            && tx.try_send(event).is_err()
-        {
-            tracing::warn!(mac = %sent.mac, "the boot event queue is full; a DHCP report is dropped");
+        let Some(event) = from_dhcp(&sent) else {
+            continue;
+        };
+        match tx.try_send(event) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(event)) if attests(&event) => {
+                if tx.send(event).await.is_err() {
+                    return;
+                }
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(mac = %sent.mac, "the boot event queue is full; a DHCP offer's report is dropped");
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return,
         }
     }
+}
+
+/// Whether `event` is a lease report `/ipxe/` attests a node with.
+fn attests(event: &BootEventReport) -> bool {
+    matches!(event.phase, BootPhase::DhcpAcked | BootPhase::ProxyAnswered)
 }
 
 /// Posts every report from `rx` until `stop`. Only reports made with the
@@ -282,6 +308,51 @@ mod tests {
             BootPhase::ProxyAnswered
         );
         assert_eq!(from_dhcp(&sent(ReplyKind::Nak, false)), None);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_offers_but_waits_to_keep_every_lease_report() {
+        let sent = |kind, last: u8| Sent {
+            kind,
+            mac: format!("52:54:00:00:00:{last:02x}"),
+            ip: Some(std::net::Ipv4Addr::new(10, 0, 0, last)),
+            proxy: false,
+        };
+        let (sent_tx, sent_rx) = mpsc::channel(16);
+        let (tx, mut rx) = mpsc::channel(1);
+        // The queue is full before the storm's replies arrive.
+        tx.try_send(from_dhcp(&sent(ReplyKind::Offer, 1)).unwrap())
+            .unwrap();
+        for (kind, last) in [
+            (ReplyKind::Offer, 2),
+            (ReplyKind::Ack, 3),
+            (ReplyKind::Offer, 4),
+            (ReplyKind::Ack, 5),
+        ] {
+            sent_tx.send(sent(kind, last)).await.unwrap();
+        }
+        drop(sent_tx);
+        let forward = tokio::spawn(forward_dhcp(sent_rx, tx));
+        // On this one-thread runtime the forwarder runs until it waits for
+        // room (the first ack) before anything is taken off the queue.
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+        let mut got = Vec::new();
+        while let Some(event) = rx.recv().await {
+            got.push((event.phase, event.mac.unwrap_or_default()));
+        }
+        forward.await.unwrap();
+        // The offer queued first, then both acks (each waited for room);
+        // the offers that found the queue full are gone.
+        assert_eq!(
+            got,
+            [
+                (BootPhase::DhcpOffered, "52:54:00:00:00:01".to_owned()),
+                (BootPhase::DhcpAcked, "52:54:00:00:00:03".to_owned()),
+                (BootPhase::DhcpAcked, "52:54:00:00:00:05".to_owned()),
+            ]
+        );
     }
 
     #[test]

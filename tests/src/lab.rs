@@ -1218,6 +1218,21 @@ impl LabControl {
         }
         Ok(())
     }
+
+    /// Stops it with SIGTERM and starts it again on the same folders (its
+    /// database, CA and password), as an upgrade or a host restart does.
+    pub fn restart(
+        &mut self,
+        net: &LabNet,
+        bins: &Binaries,
+        file_limit: Option<u64>,
+    ) -> Result<()> {
+        if let Some(process) = self.process.take() {
+            process.stop()?;
+        }
+        *self = LabControl::start(net, bins, &self.home.clone(), file_limit)?;
+        Ok(())
+    }
 }
 
 /// Writes a file and makes it world-readable.

@@ -32,6 +32,7 @@ pub mod netboot_bench;
 pub mod netns;
 pub mod pages_bench;
 mod process;
+pub mod storm;
 pub mod vm;
 pub mod xtask;
 

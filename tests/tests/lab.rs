@@ -29,6 +29,8 @@ mod pages;
 mod passkeys;
 #[path = "lab/seam.rs"]
 mod seam;
+#[path = "lab/storm.rs"]
+mod storm;
 #[path = "lab/uefi.rs"]
 mod uefi;
 

@@ -91,6 +91,36 @@ enum Cmd {
         #[arg(long)]
         deny: bool,
     },
+    /// The boot storm: N simulated nodes (the agent's own code, many per
+    /// process) power on at once against the job server and the control
+    /// service in the lab, over a link shaped with tc; prints nodes ready
+    /// and lost, time-to-ready percentiles, the run against the bandwidth
+    /// bound, server CPU per node and boot-event figures, and saves a
+    /// picture of nodes per phase (SVG). Fails if any node or event is lost.
+    Storm {
+        /// Nodes powered on at once.
+        #[arg(long, default_value_t = 1000)]
+        nodes: usize,
+        /// The link's rate, as tc writes it (1gbit, 500mbit).
+        #[arg(long, default_value = "1gbit")]
+        rate: String,
+        /// The image: small (busybox, a few MB) or debian (the lab's).
+        #[arg(long, default_value = "small", value_parser = ["small", "debian"])]
+        image: String,
+        /// Where storm.txt and storm.svg go (default: `<target>/storm`).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Debug builds of the servers (faster to build, slower to run).
+        #[arg(long)]
+        debug: bool,
+        /// A fault mid-storm: kill-jobserver (SIGKILL, then started again)
+        /// or restart-control.
+        #[arg(long, value_parser = ["kill-jobserver", "restart-control"])]
+        fault: Option<String>,
+        /// Seconds before a node that is not ready counts as lost.
+        #[arg(long, default_value_t = 3600)]
+        limit: u64,
+    },
     /// Install what the tests need, then run fmt, clippy and every test with
     /// real MariaDB and PostgreSQL servers.
     Test {
@@ -114,6 +144,15 @@ fn main() -> ExitCode {
         Cmd::Demo { check } => xtask::demo(&DemoOptions { check }),
         Cmd::Install { root, debug, bins } => xtask::install(&InstallOptions { root, debug, bins }),
         Cmd::Layering { deny } => xtask::layering(&LayeringOptions { deny }),
+        Cmd::Storm {
+            nodes,
+            rate,
+            image,
+            out,
+            debug,
+            fault,
+            limit,
+        } => storm(nodes, &rate, &image, out, debug, fault.as_deref(), limit),
         Cmd::Test { cargo_test_args } => xtask::test(&TestOptions { cargo_test_args }),
     };
     match result {
@@ -123,4 +162,39 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `cargo xtask storm`: the options into a run; fails unless it was clean.
+fn storm(
+    nodes: usize,
+    rate: &str,
+    image: &str,
+    out: Option<PathBuf>,
+    debug: bool,
+    fault: Option<&str>,
+    limit: u64,
+) -> anyhow::Result<()> {
+    use mprov_tests::storm::{self, Fault, ImageChoice, StormOptions};
+    let options = StormOptions {
+        nodes,
+        rate_mbit: storm::parse_rate(rate)?,
+        image: if image == "debian" {
+            ImageChoice::Debian
+        } else {
+            ImageChoice::Small
+        },
+        out: out.unwrap_or_else(|| xtask::target_dir().join("storm")),
+        release: !debug,
+        fault: fault.map(|f| {
+            if f == "kill-jobserver" {
+                Fault::KillJobServer
+            } else {
+                Fault::RestartControl
+            }
+        }),
+        limit: std::time::Duration::from_secs(limit),
+    };
+    let report = storm::run(&options)?;
+    anyhow::ensure!(report.clean(), "the storm lost something (see above)");
+    Ok(())
 }

@@ -53,6 +53,10 @@ pub const RUST_BENCHES: &[RustBench] = &[
         name: "pages",
         run: crate::pages_bench::run,
     },
+    RustBench {
+        name: "storm",
+        run: crate::storm::bench,
+    },
 ];
 
 /// One benchmark found.

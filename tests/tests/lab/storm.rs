@@ -1,0 +1,62 @@
+//! The boot storm's faults (`mprov_tests::storm`), at 40 nodes: the job
+//! server killed with SIGKILL mid-storm and started again on its state,
+//! and the control service restarted mid-storm. Either way every node
+//! reaches ready, no node's lease is lost (the job server's lease log
+//! holds each ready node's address bound to its MAC), no address is handed
+//! to two nodes or a node moved to another, and every boot event a node
+//! was told was stored is in its timeline, as are the job server's lease
+//! report and downloads for it.
+
+use anyhow::Result;
+use mprov_tests::storm::{self, Fault, Report, StormOptions};
+
+/// Nodes in each fault's storm.
+const NODES: usize = 40;
+
+/// A storm of [`NODES`] with `fault` (see [`StormOptions::fault`] for when).
+fn storm_with(fault: Fault) -> Result<Report> {
+    let out = tempfile::tempdir()?;
+    storm::run(&StormOptions {
+        fault: Some(fault),
+        ..StormOptions::smoke(NODES, out.path())
+    })
+}
+
+/// What both faults must leave: nothing lost.
+fn nothing_lost(report: &Report) {
+    let summary = report.summary();
+    assert!(report.fault.is_some(), "no fault injected:\n{summary}");
+    assert!(report.lost.is_empty(), "{summary}");
+    assert_eq!(report.ready, NODES, "{summary}");
+    assert!(report.duplicate_addresses.is_empty(), "{summary}");
+    assert_eq!(report.moved_nodes, Vec::<String>::new(), "{summary}");
+    assert_eq!(report.leases_missing, Vec::<String>::new(), "{summary}");
+    assert_eq!(report.events_missing, 0, "{summary}");
+    assert_eq!(report.events_failed, 0, "{summary}");
+    assert_eq!(report.jobserver_events_missing, 0, "{summary}");
+    assert!(report.clean(), "{summary}");
+}
+
+/// Ignored: it fails today, and says what is missing. Run by hand on
+/// 2026-12-04 (`cargo xtask storm --nodes 40 --debug --fault
+/// kill-jobserver`), the job server killed 0.2 s into the storm took the
+/// lease reports it had not yet posted with it; the restarted job server
+/// holds every lease (its log) but does not report them again, so `/ipxe/`
+/// refused 35 of the 40 nodes their nonce (359 retry scripts) until the
+/// deadline. Needed: the lease reports made durable with the lease (or
+/// re-sent from the lease log on start, within `/ipxe/`'s attestation
+/// window), or a retry script that takes a new lease.
+#[test]
+#[ignore = "fails: a killed job server's unposted lease reports are lost (see the doc comment)"]
+fn a_storm_rides_out_the_job_server_killed_and_restarted() -> Result<()> {
+    let report = storm_with(Fault::KillJobServer)?;
+    nothing_lost(&report);
+    Ok(())
+}
+
+#[test]
+fn a_storm_rides_out_the_control_service_restarted() -> Result<()> {
+    let report = storm_with(Fault::RestartControl)?;
+    nothing_lost(&report);
+    Ok(())
+}
