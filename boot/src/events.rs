@@ -29,10 +29,15 @@ use tokio_util::sync::CancellationToken;
 
 /// Reports waiting to be sent at most; more are dropped (and logged).
 pub const QUEUE: usize = 4096;
-/// Tries per report while the control service does not answer.
-const TRIES: u32 = 3;
-/// The pause before the first retry; doubled for each further one.
+/// How long one report is retried while the control service does not
+/// answer, answers 5xx or 429 (a restart, an upgrade, a storm): the ones
+/// behind it wait in the queue meanwhile, so a restart loses none.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
+/// The pause before the first retry; doubled for each further one, up to
+/// [`MAX_PAUSE`].
 const RETRY: Duration = Duration::from_millis(300);
+/// The longest pause between two tries.
+const MAX_PAUSE: Duration = Duration::from_secs(5);
 
 /// The report of a DHCP reply, if it is one the timeline keeps (not NAKs).
 pub fn from_dhcp(sent: &Sent) -> Option<BootEventReport> {
@@ -130,6 +135,30 @@ pub async fn forward_dhcp(mut rx: mpsc::Receiver<Sent>, tx: mpsc::Sender<BootEve
     }
 }
 
+/// Reports again the leases a job server that started on its lease log
+/// bound within `/ipxe/`'s attestation window
+/// ([`mprov_dhcp::Server::recent_acks`]): a report queued but not posted
+/// when it stopped died with it. Each waits for room, as a lease report
+/// does.
+pub async fn report_again(acks: Vec<Sent>, tx: &mpsc::Sender<BootEventReport>) {
+    if !acks.is_empty() {
+        tracing::info!(
+            leases = acks.len(),
+            "DHCP: reporting again the leases bound in the last {} s, which /ipxe/ attests nodes with",
+            mprov_api::boot::ATTEST_WINDOW.as_secs()
+        );
+    }
+    for sent in acks {
+        let Some(mut event) = from_dhcp(&sent) else {
+            continue;
+        };
+        event.detail = "reported again: the job server started on its lease log".to_owned();
+        if tx.send(event).await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Whether `event` is a lease report `/ipxe/` attests a node with.
 fn attests(event: &BootEventReport) -> bool {
     matches!(event.phase, BootPhase::DhcpAcked | BootPhase::ProxyAnswered)
@@ -144,6 +173,7 @@ pub async fn report(
     stop: CancellationToken,
 ) {
     let mut warned = false;
+    let mut waiting = false;
     loop {
         let event = tokio::select! {
             () = stop.cancelled() => return,
@@ -155,30 +185,43 @@ pub async fn report(
         // The current client: the job server renews its certificate.
         let client = clients.borrow().clone();
         let mut pause = RETRY;
-        for attempt in 1..=TRIES {
+        let started = tokio::time::Instant::now();
+        loop {
             match client.report_boot_event(&event).await {
                 Ok(_) => {
                     warned = false;
+                    if waiting {
+                        tracing::info!("the control service takes boot events again");
+                        waiting = false;
+                    }
                     break;
                 }
                 // Refused (a MAC the inventory does not know is still stored;
                 // a 4xx means this job server may not report): no retry.
-                Err(e) if e.status().is_some_and(|s| s.is_client_error()) => {
+                Err(e)
+                    if e.status()
+                        .is_some_and(|s| s.is_client_error() && s.as_u16() != 429) =>
+                {
                     if !warned {
                         tracing::warn!(error = %e, "the control service refused a boot event; nodes on this job server will not get enrollment nonces (check this job server's certificate)");
                         warned = true;
                     }
                     break;
                 }
-                Err(e) if attempt == TRIES => {
-                    tracing::warn!(error = %e, mac = event.mac.as_deref().unwrap_or_default(), phase = event.phase.as_str(), "cannot report a boot event; dropped");
+                Err(e) if started.elapsed() >= GIVE_UP_AFTER => {
+                    tracing::warn!(error = %e, mac = event.mac.as_deref().unwrap_or_default(), phase = event.phase.as_str(), "cannot report a boot event for {} s; dropped", GIVE_UP_AFTER.as_secs());
+                    break;
                 }
-                Err(_) => {
+                Err(e) => {
+                    if !waiting {
+                        tracing::warn!(error = %e, "the control service does not take boot events; they wait here and are retried (each for up to {} s)", GIVE_UP_AFTER.as_secs());
+                        waiting = true;
+                    }
                     tokio::select! {
                         () = stop.cancelled() => return,
                         () = tokio::time::sleep(pause) => {}
                     }
-                    pause *= 2;
+                    pause = (pause * 2).min(MAX_PAUSE);
                 }
             }
         }

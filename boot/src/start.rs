@@ -258,7 +258,12 @@ impl Start {
         if let Some(reports) = reports.clone() {
             let (sent_tx, sent_rx) = mpsc::channel(events::QUEUE);
             server = server.with_events(sent_tx);
+            let again = server.recent_acks(
+                mprov_dhcp::store::unix_now(),
+                mprov_api::boot::ATTEST_WINDOW,
+            );
             self.tasks.spawn(async move {
+                events::report_again(again, &reports).await;
                 events::forward_dhcp(sent_rx, reports).await;
                 Ok(())
             });

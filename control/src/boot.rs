@@ -46,8 +46,7 @@ use crate::time::format_ts;
 
 /// A pause after which a node's next event starts a new boot.
 pub const BOOT_GAP: Duration = Duration::from_secs(30 * 60);
-/// How recent a job server's lease report must be to attest `/ipxe/`.
-pub const ATTEST_WINDOW: Duration = Duration::from_secs(5 * 60);
+pub use mprov_api::boot::ATTEST_WINDOW;
 /// The most events one read returns.
 pub const MAX_EVENTS: i64 = 1000;
 /// The longest detail kept.

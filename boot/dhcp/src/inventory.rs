@@ -204,6 +204,13 @@ impl Inventory {
         self.networks.iter().find(|n| n.contains(ip))
     }
 
+    /// Whether `ip` is reserved for the host with `mac`.
+    pub fn reserved_for(&self, ip: Ipv4Addr, mac: &Mac) -> bool {
+        self.reserved
+            .get(&ip)
+            .is_some_and(|m| m.as_ref() == Some(mac))
+    }
+
     /// Whether `ip` is assigned to a host other than the one with `mac`.
     pub fn reserved_for_other(&self, ip: Ipv4Addr, mac: &Mac) -> bool {
         self.reserved

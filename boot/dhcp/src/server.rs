@@ -108,6 +108,44 @@ impl Server {
         self
     }
 
+    /// The leases bound within `window` before `now` (Unix seconds), as
+    /// the acknowledgements that made them, oldest first: what a job server
+    /// that started again on its lease log reports again. A report it had
+    /// queued but not posted when it stopped (killed, a power cut) died
+    /// with it, and `/ipxe/` attests a node only by a lease reported within
+    /// its window; without this the node retries until its lease is old.
+    /// A lease began at its end less the lease it was given: a
+    /// reservation's for an address the inventory reserves for that MAC,
+    /// else the pool's.
+    pub fn recent_acks(&self, now: u64, window: Duration) -> Vec<Sent> {
+        let inventory = lock(&self.inventory).1.clone();
+        let mut recent: Vec<(u64, Sent)> = lock(&self.table)
+            .bound_leases(now)
+            .filter_map(|(ip, binding)| {
+                let lease = if inventory.reserved_for(ip, &binding.mac) {
+                    self.config.reserved_lease
+                } else {
+                    self.config.pool_lease
+                };
+                let began = binding.until.saturating_sub(lease.as_secs());
+                (began + window.as_secs() >= now).then(|| {
+                    let mac = binding.mac.map(|b| format!("{b:02x}")).join(":");
+                    (
+                        began,
+                        Sent {
+                            kind: ReplyKind::Ack,
+                            mac,
+                            ip: Some(ip),
+                            proxy: false,
+                        },
+                    )
+                })
+            })
+            .collect();
+        recent.sort_by_key(|(began, _)| *began);
+        recent.into_iter().map(|(_, sent)| sent).collect()
+    }
+
     /// Uses `metrics` (usually from [`Metrics::register`]).
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
         let bound = lock(&self.table).bound_entries();

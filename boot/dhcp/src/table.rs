@@ -214,6 +214,14 @@ impl LeaseTable {
         self.exhausted.remove(&pool)
     }
 
+    /// Every unexpired bound lease: address, holder and end.
+    pub fn bound_leases(&self, now: u64) -> impl Iterator<Item = (Ipv4Addr, Binding)> + '_ {
+        self.by_ip
+            .iter()
+            .filter(move |(_, b)| b.state == State::Bound && b.until > now)
+            .map(|(ip, b)| (*ip, *b))
+    }
+
     /// Unexpired bound leases.
     pub fn bound(&self, now: u64) -> usize {
         self.by_ip

@@ -535,3 +535,69 @@ async fn acks_leave_only_after_their_lease_is_durable_and_are_counted() -> Resul
     }
     Ok(())
 }
+
+/// A job server that starts again on its lease log reports again the
+/// leases it bound within `/ipxe/`'s attestation window, and only those,
+/// oldest first: a reserved address's lease began its reserved length
+/// before its end, a pool address's the pool's. No namespace needed.
+#[test]
+fn leases_bound_within_the_attestation_window_are_reported_again() -> Result<()> {
+    use mprov_dhcp::ReplyKind;
+    use mprov_dhcp::store::{LeaseKind, unix_now};
+    let mut config = DhcpConfig::new(LAB_SERVER);
+    config.pool_lease = Duration::from_secs(3600);
+    config.reserved_lease = Duration::from_secs(12 * 3600);
+    let now = unix_now();
+    let at = |last: u8| Ipv4Addr::new(10, 77, 0, last);
+    let mac = |last: u8| [2, 0, 0, 0, 0, last];
+    let bound = |last: u8, began: u64, lease: Duration| LeaseRecord {
+        kind: LeaseKind::Bound,
+        mac: mac(last),
+        ip: at(last),
+        expires: began + lease.as_secs(),
+    };
+    let records = [
+        // Reserved, bound a minute ago: again.
+        bound(5, now - 60, config.reserved_lease),
+        // Reserved, bound an hour ago (its lease runs 11 more hours): not.
+        bound(6, now - 3600, config.reserved_lease),
+        // Pool, bound half a minute ago: again.
+        bound(20, now - 30, config.pool_lease),
+        // Pool, bound 20 minutes ago: not.
+        bound(21, now - 1200, config.pool_lease),
+        // Pool, bound and freed: not.
+        bound(22, now - 10, config.pool_lease),
+        LeaseRecord {
+            kind: LeaseKind::Free,
+            ..bound(22, now - 10, config.pool_lease)
+        },
+    ];
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("leases.log");
+    std::fs::write(
+        &log,
+        records
+            .iter()
+            .flat_map(LeaseRecord::encode)
+            .collect::<Vec<u8>>(),
+    )?;
+    let store = LeaseStore::open(&log, StoreOptions::default())?;
+    let hosts = vec![
+        reservation("02:00:00:00:00:05", at(5), "r5"),
+        reservation("02:00:00:00:00:06", at(6), "r6"),
+    ];
+    let (_tx, rx) = watch::channel(Arc::new(snapshot(LAB_SERVER, hosts)));
+    let server = Server::new(config, rx, store);
+    let again = server.recent_acks(now, mprov_api::boot::ATTEST_WINDOW);
+    let got: Vec<(String, Option<Ipv4Addr>)> =
+        again.iter().map(|s| (s.mac.clone(), s.ip)).collect();
+    assert_eq!(
+        got,
+        [
+            ("02:00:00:00:00:05".to_owned(), Some(at(5))),
+            ("02:00:00:00:00:14".to_owned(), Some(at(20))),
+        ]
+    );
+    assert!(again.iter().all(|s| s.kind == ReplyKind::Ack && !s.proxy));
+    Ok(())
+}

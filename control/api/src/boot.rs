@@ -249,6 +249,11 @@ pub struct BootManifest {
 /// know, nothing for the latest event of every node.
 pub const EVENTS_PATH: &str = "/api/v1/boot/events";
 
+/// How recent a job server's lease report (`dhcp_acked`, `proxy_answered`)
+/// must be to attest a node's `/ipxe/` request; a job server that started
+/// again reports the leases it bound within it once more.
+pub const ATTEST_WINDOW: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
 /// Where a job server reports its load ([`Heartbeat`]) with its own
 /// certificate, which names the row written: the control service stores it
 /// (`load_avg`, `heartbeat_at` of the job server), and `/ipxe/` lists the
