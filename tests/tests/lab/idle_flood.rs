@@ -20,13 +20,15 @@ use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use mprov_api::boot::{DEFAULT_HTTP_PORT, ImageFile, image_file_path};
 use mprov_tests::flood::{Flood, FloodSpec};
 use mprov_tests::lab::{
     self, Binaries, BootConfigSource, JobServer, JobServerSpec, LabNet, SERVER_IP,
 };
 use mprov_tests::netboot::tail;
+
+use crate::jobservers::wait_for;
 
 /// Idle connections the flood holds against the image port.
 const IDLE: usize = 10_000;
@@ -126,6 +128,7 @@ fn ten_thousand_idle_connections_do_not_keep_an_image_from_a_node() -> Result<()
     let evicted_enough = u64::try_from(IDLE)? - cap;
     wait_for(
         "the flood opened its connections and the server made room",
+        WAIT,
         || {
             let opened = flood.counts[0].opened.load(Ordering::Relaxed);
             let closed = metric(&net, "mprov_http_closed_idle_connections_total")?;
@@ -187,7 +190,7 @@ fn ten_thousand_idle_connections_do_not_keep_an_image_from_a_node() -> Result<()
 
     // After it: serving, and the flood's connections let go.
     download(&net, &url, &out, &want).context("after the flood")?;
-    let after = wait_for("the server let go of the flood's connections", || {
+    let after = wait_for("the server let go of the flood's connections", WAIT, || {
         let now = usage(js.pid)?;
         let open = metric(&net, "mprov_http_open_connections")?;
         Ok((open == 0 && now.fds <= before.fds + 4).then_some(now))
@@ -316,21 +319,4 @@ fn usage(pid: u32) -> Result<Usage> {
         fds: u64::try_from(fds)?,
         rss: rss_kib * 1024,
     })
-}
-
-/// Polls `probe` every half second until it gives a value, up to [`WAIT`].
-fn wait_for<T>(what: &str, mut probe: impl FnMut() -> Result<Option<T>>) -> Result<T> {
-    let deadline = Instant::now() + WAIT;
-    let mut last = String::from("nothing yet");
-    loop {
-        match probe() {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last = format!("{e:#}"),
-        }
-        if Instant::now() > deadline {
-            bail!("{what}: not within {WAIT:?} (last: {last})");
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }

@@ -40,7 +40,7 @@ const FAIL_JOBS_AFTER_MINUTES: &str = "1";
 
 /// Polls `probe` every half second until it gives a value, up to `limit`;
 /// the error names `what` and the last reason `probe` gave.
-fn wait_for<T>(
+pub(crate) fn wait_for<T>(
     what: &str,
     limit: Duration,
     mut probe: impl FnMut() -> Result<Option<T>>,
