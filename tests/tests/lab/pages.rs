@@ -14,6 +14,16 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::block_on;
 
+/// A control service in `home` and an API client with its admin key.
+fn control_and_client(home: &std::path::Path) -> Result<(Control, mprov_api::client::Client)> {
+    let control = Control::start(&target_dir().join("debug"), home, None)?;
+    let client = mprov_api::client::Client::new(
+        &control.http,
+        mprov_api::client::Auth::ApiKey(control.api_key()?),
+    )?;
+    Ok((control, client))
+}
+
 /// The first-start admin of [`Control::start`].
 const ADMIN: &str = "admin";
 
@@ -351,12 +361,8 @@ pub(crate) fn watch_board(
 fn pages_inventory_forms_and_a_2000_member_group_in_chromium() -> Result<()> {
     block_on(async {
         let home = tempfile::tempdir()?;
-        let control = Control::start(&target_dir().join("debug"), home.path(), None)?;
+        let (control, client) = control_and_client(home.path())?;
         let base = control.http.clone();
-        let client = mprov_api::client::Client::new(
-            &base,
-            mprov_api::client::Auth::ApiKey(control.api_key()?),
-        )?;
         client
             .create("groups", &serde_json::json!({"slug": "big"}))
             .await?;
@@ -461,12 +467,8 @@ fn pages_inventory_forms_and_a_2000_member_group_in_chromium() -> Result<()> {
 fn pages_filter_bulk_add_and_audit_in_chromium() -> Result<()> {
     block_on(async {
         let home = tempfile::tempdir()?;
-        let control = Control::start(&target_dir().join("debug"), home.path(), None)?;
+        let (control, client) = control_and_client(home.path())?;
         let base = control.http.clone();
-        let client = mprov_api::client::Client::new(
-            &base,
-            mprov_api::client::Auth::ApiKey(control.api_key()?),
-        )?;
         for g in ["compute", "spare"] {
             client
                 .create("groups", &serde_json::json!({"slug": g}))
@@ -544,12 +546,8 @@ fn pages_image_script_and_job_pages_in_chromium() -> Result<()> {
     use serde_json::json;
     block_on(async {
         let home = tempfile::tempdir()?;
-        let control = Control::start(&target_dir().join("debug"), home.path(), None)?;
+        let (control, client) = control_and_client(home.path())?;
         let base = control.http.clone();
-        let client = mprov_api::client::Client::new(
-            &base,
-            mprov_api::client::Auth::ApiKey(control.api_key()?),
-        )?;
         client.create("images", &json!({"slug": "compute"})).await?;
         client
             .create(
@@ -648,12 +646,8 @@ fn pages_discovery_parks_and_assigns_in_chromium() -> Result<()> {
     const MAC: &str = "52:54:00:d1:5c:01";
     block_on(async {
         let home = tempfile::tempdir()?;
-        let control = Control::start(&target_dir().join("debug"), home.path(), None)?;
+        let (control, client) = control_and_client(home.path())?;
         let base = control.http.clone();
-        let client = mprov_api::client::Client::new(
-            &base,
-            mprov_api::client::Auth::ApiKey(control.api_key()?),
-        )?;
         client
             .create("switches", &json!({"hostname": "sw1"}))
             .await?;
