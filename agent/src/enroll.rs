@@ -11,7 +11,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use mprov_api::boot::{BootEventReport, BootPhase, EVENTS_PATH, MANIFEST_PATH};
+use mprov_api::boot::{
+    BatchOutcome, BootEventReport, BootPhase, EVENTS_BATCH_PATH, EVENTS_PATH, MANIFEST_PATH,
+};
 use mprov_api::enroll::{Enrolled, NODE_PATH, NodeEnrollment};
 use sha2::{Digest, Sha256};
 
@@ -91,6 +93,18 @@ pub enum EnrollError {
         /// The cause.
         #[source]
         err: reqwest::Error,
+    },
+    /// The control service answered something this agent cannot read (a
+    /// control service of another version).
+    #[error("{what} at {url}: the answer is not what this agent expects")]
+    Answer {
+        /// What was being done.
+        what: &'static str,
+        /// The URL.
+        url: String,
+        /// The cause.
+        #[source]
+        err: serde_json::Error,
     },
     /// The control service refused.
     #[error("{what} at {url}: HTTP {status}: {body}")]
@@ -357,7 +371,7 @@ impl Control {
     }
 
     /// `POST path` with `body` as JSON: the reply's body on any `2xx`.
-    pub fn post_json<B: serde::Serialize>(
+    pub fn post_json<B: serde::Serialize + ?Sized>(
         &self,
         path: &str,
         body: &B,
@@ -382,15 +396,38 @@ impl Control {
             ip: None,
             detail: detail.to_owned(),
         };
+        self.retried(|| self.post_json(EVENTS_PATH, &report, "reporting a boot event"))
+            .map(drop)
+    }
+
+    /// `POST EVENTS_BATCH_PATH`: many steps of this node's boot at once
+    /// (at most [`MAX_BATCH`](mprov_api::boot::MAX_BATCH)), tried again as [`Self::report`] is: what
+    /// was stored, and which were refused and why.
+    pub fn report_all(&self, reports: &[BootEventReport]) -> Result<BatchOutcome, EnrollError> {
+        const WHAT: &str = "reporting boot events";
+        let body = self.retried(|| self.post_json(EVENTS_BATCH_PATH, reports, WHAT))?;
+        serde_json::from_slice(&body).map_err(|err| EnrollError::Answer {
+            what: WHAT,
+            url: format!("{}{EVENTS_BATCH_PATH}", self.url),
+            err,
+        })
+    }
+
+    /// `send`, tried again while it fails in a way that may pass (no
+    /// connection, a `5xx`, a `429`): [`REPORT_TRIES`] times in all, after
+    /// a growing, jittered pause ([`report_pause`]).
+    fn retried<T>(
+        &self,
+        mut send: impl FnMut() -> Result<T, EnrollError>,
+    ) -> Result<T, EnrollError> {
         let mut attempt = 1;
         loop {
-            match self.post_json(EVENTS_PATH, &report, "reporting a boot event") {
-                Ok(_) => return Ok(()),
+            match send() {
                 Err(err) if attempt < REPORT_TRIES && transient(&err) => {
                     std::thread::sleep(report_pause(attempt, getrandom::u32().unwrap_or(0)));
                     attempt += 1;
                 }
-                Err(err) => return Err(err),
+                done => return done,
             }
         }
     }

@@ -60,6 +60,7 @@ pub mod cli;
 pub mod cmdline;
 pub mod dhcp;
 pub mod enroll;
+pub mod events;
 #[cfg(any(test, feature = "fuzz"))]
 #[doc(hidden)]
 pub mod fuzz;

@@ -3,8 +3,9 @@
 //! report by [`from_dhcp`]), the TFTP server of every boot file it sent
 //! whole ([`from_tftp`]), the file server of every finished download
 //! of an image's kernel or agent initramfs ([`from_download`]), and one task
-//! posts them to the control service's `POST /api/v1/boot/events` with the
-//! job server's own client (its certificate over HTTPS, as renewed).
+//! posts them to the control service's `POST /api/v1/boot/events/batch`,
+//! as many at once as are queued ([`report`]), with the job server's own
+//! client (its certificate over HTTPS, as renewed).
 //!
 //! Beside them, [`heartbeat`] reports the machine's load (every
 //! [`HEARTBEAT_EVERY`] by default) to `POST /api/v1/boot/heartbeat`.
@@ -19,7 +20,7 @@
 
 use std::time::Duration;
 
-use mprov_api::boot::{BootEventReport, BootPhase, ImageFile};
+use mprov_api::boot::{BootEventReport, BootPhase, ImageFile, MAX_BATCH};
 use mprov_api::client::Client;
 use mprov_dhcp::ReplyKind;
 use mprov_dhcp::server::Sent;
@@ -29,9 +30,9 @@ use tokio_util::sync::CancellationToken;
 
 /// Reports waiting to be sent at most; more are dropped (and logged).
 pub const QUEUE: usize = 4096;
-/// How long one report is retried while the control service does not
-/// answer, answers 5xx or 429 (a restart, an upgrade, a storm): the ones
-/// behind it wait in the queue meanwhile, so a restart loses none.
+/// How long one batch of reports is retried while the control service
+/// does not answer, answers 5xx or 429 (a restart, an upgrade, a storm):
+/// the ones behind it wait in the queue meanwhile, so a restart loses none.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
 /// The pause before the first retry; doubled for each further one, up to
 /// [`MAX_PAUSE`].
@@ -164,9 +165,11 @@ fn attests(event: &BootEventReport) -> bool {
     matches!(event.phase, BootPhase::DhcpAcked | BootPhase::ProxyAnswered)
 }
 
-/// Posts every report from `rx` until `stop`. Only reports made with the
-/// job server's own certificate attest nodes' `/ipxe/` requests; on the API
-/// key they are stored but do not count.
+/// Posts every report from `rx` until `stop`, as many at once as are
+/// queued (up to [`MAX_BATCH`]: one request and one database transaction
+/// for a whole batch, so the queue drains as fast as a storm fills it).
+/// Only reports made with the job server's own certificate attest nodes'
+/// `/ipxe/` requests; on the API key they are stored but do not count.
 pub async fn report(
     clients: watch::Receiver<Client>,
     mut rx: mpsc::Receiver<BootEventReport>,
@@ -174,47 +177,64 @@ pub async fn report(
 ) {
     let mut warned = false;
     let mut waiting = false;
+    let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
-        let event = tokio::select! {
+        batch.clear();
+        tokio::select! {
             () = stop.cancelled() => return,
-            s = rx.recv() => match s {
-                Some(s) => s,
-                None => return,
+            n = rx.recv_many(&mut batch, MAX_BATCH) => if n == 0 {
+                return;
             },
-        };
+        }
         // The current client: the job server renews its certificate.
         let client = clients.borrow().clone();
         let mut pause = RETRY;
         let started = tokio::time::Instant::now();
         loop {
-            match client.report_boot_event(&event).await {
-                Ok(_) => {
-                    warned = false;
+            match client.report_boot_events(&batch).await {
+                Ok(outcome) => {
                     if waiting {
                         tracing::info!("the control service takes boot events again");
                         waiting = false;
                     }
+                    match outcome.refused.first() {
+                        None => warned = false,
+                        Some(first) if !warned => {
+                            let event = batch.get(first.index);
+                            tracing::warn!(
+                                refused = outcome.refused.len(),
+                                of = batch.len(),
+                                mac = event.and_then(|e| e.mac.as_deref()).unwrap_or_default(),
+                                phase = event.map(|e| e.phase.as_str()).unwrap_or_default(),
+                                "the control service refused boot events ({}: {}); the others were stored (further refusals are not logged until a batch passes whole)",
+                                first.status,
+                                first.message
+                            );
+                            warned = true;
+                        }
+                        Some(_) => {}
+                    }
                     break;
                 }
-                // Refused (a MAC the inventory does not know is still stored;
-                // a 4xx means this job server may not report): no retry.
+                // Refused whole (a 4xx means this job server may not
+                // report): no retry.
                 Err(e)
                     if e.status()
                         .is_some_and(|s| s.is_client_error() && s.as_u16() != 429) =>
                 {
                     if !warned {
-                        tracing::warn!(error = %e, "the control service refused a boot event; nodes on this job server will not get enrollment nonces (check this job server's certificate)");
+                        tracing::warn!(error = %e, "the control service refused boot events; nodes on this job server will not get enrollment nonces (check this job server's certificate)");
                         warned = true;
                     }
                     break;
                 }
                 Err(e) if started.elapsed() >= GIVE_UP_AFTER => {
-                    tracing::warn!(error = %e, mac = event.mac.as_deref().unwrap_or_default(), phase = event.phase.as_str(), "cannot report a boot event for {} s; dropped", GIVE_UP_AFTER.as_secs());
+                    tracing::warn!(error = %e, events = batch.len(), "cannot report boot events for {} s; dropped", GIVE_UP_AFTER.as_secs());
                     break;
                 }
                 Err(e) => {
                     if !waiting {
-                        tracing::warn!(error = %e, "the control service does not take boot events; they wait here and are retried (each for up to {} s)", GIVE_UP_AFTER.as_secs());
+                        tracing::warn!(error = %e, "the control service does not take boot events; they wait here and are retried (each batch for up to {} s)", GIVE_UP_AFTER.as_secs());
                         waiting = true;
                     }
                     tokio::select! {

@@ -534,6 +534,15 @@ impl Reporter<'_> {
     }
 }
 
+/// Whether `role` may report boot events at all (a batch is refused
+/// whole when it may not). Pure.
+pub fn may_report_any(role: &BootRole) -> Result<(), AccessError> {
+    match role {
+        BootRole::Reader => Err(AccessError::BootEventsReadOnly),
+        BootRole::Node(_) | BootRole::JobServer(_) | BootRole::Admin(_) => Ok(()),
+    }
+}
+
 /// Whether `role` may report `phase`, and as whom. Pure.
 pub fn may_report(role: &BootRole, phase: BootPhase) -> Result<Reporter<'_>, AccessError> {
     match role {

@@ -127,13 +127,38 @@ pub async fn record(db: &Db, ev: NewEvent) -> Result<BootEvent, BootError> {
 const RECORD_RETRIES: u32 = 20;
 
 /// [`record`] as if it were `at` (tests of the retention store old events).
-/// Concurrent reports of one node collide in the database; each is tried
-/// again, a little later.
 pub async fn record_at(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<BootEvent, BootError> {
+    let mut stored = record_all_at(db, std::slice::from_ref(&ev), at).await?;
+    stored
+        .pop()
+        .ok_or_else(|| BootError::Db(sqlx::Error::Protocol("no event was stored".into())))
+}
+
+/// Stores events in order, each in the boot it belongs to, in one
+/// transaction (a batch: one commit for all). Concurrent reports of one
+/// node collide in the database; the batch is tried again, a little later.
+pub async fn record_all(db: &Db, evs: &[NewEvent]) -> Result<Vec<BootEvent>, BootError> {
+    record_all_at(db, evs, jiff::Timestamp::now()).await
+}
+
+async fn record_all_at(
+    db: &Db,
+    evs: &[NewEvent],
+    at: jiff::Timestamp,
+) -> Result<Vec<BootEvent>, BootError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match try_record(db, ev.clone(), at).await {
+        let tried = async {
+            let mut tx = db.pool().begin().await?;
+            let mut stored = Vec::with_capacity(evs.len());
+            for ev in evs {
+                stored.push(insert(db, &mut tx, ev.clone(), at).await?);
+            }
+            tx.commit().await?;
+            Ok::<_, BootError>(stored)
+        };
+        match tried.await {
             Err(BootError::Db(e))
                 if attempt < RECORD_RETRIES && crate::db::health::collision(&e) =>
             {
@@ -144,8 +169,13 @@ pub async fn record_at(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<Boo
     }
 }
 
-async fn try_record(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<BootEvent, BootError> {
-    let mut tx = db.pool().begin().await?;
+/// Writes one event inside `tx`.
+async fn insert(
+    db: &Db,
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    ev: NewEvent,
+    at: jiff::Timestamp,
+) -> Result<BootEvent, BootError> {
     let key = |sql: &mut crate::db::Sql| match (&ev.system_id, &ev.mac) {
         (Some(id), _) => {
             sql.push(" system_id = ").bind(Val::Int(Some(*id)));
@@ -159,7 +189,7 @@ async fn try_record(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<BootEv
     prev.push("SELECT boot_id, phase, at FROM boot_events WHERE");
     key(&mut prev);
     prev.push(" ORDER BY id DESC LIMIT 1");
-    let previous = prev.query().fetch_optional(&mut *tx).await?;
+    let previous = prev.query().fetch_optional(&mut **tx).await?;
     let now = format_ts(at);
     let gap_start = format_ts(
         at.checked_sub(jiff::SignedDuration::try_from(BOOT_GAP).unwrap_or_default())
@@ -182,7 +212,7 @@ async fn try_record(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<BootEv
                 .bind(Val::Text(Some(BootPhase::ScriptServed.as_str().into())))
                 .push(" AND");
             key(&mut q);
-            int(&q.query().fetch_one(&mut *tx).await?, "n")? > 0
+            int(&q.query().fetch_one(&mut **tx).await?, "n")? > 0
         }
         _ => false,
     };
@@ -192,7 +222,7 @@ async fn try_record(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<BootEv
         Some(b) if !starts_new_boot(previous_step, boot_has_script, ev.phase, &gap_start) => b,
         _ => {
             let r = sqlx::query("SELECT COALESCE(MAX(id), 0) + 1 AS next_id FROM boot_events")
-                .fetch_one(&mut *tx)
+                .fetch_one(&mut **tx)
                 .await?;
             int(&r, "next_id")?
         }
@@ -211,15 +241,15 @@ async fn try_record(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<BootEv
             Val::Text(Some(ev.detail.clone())),
         ]);
     let id = if db.engine() == Engine::Mysql {
-        let done = ins.query().execute(&mut *tx).await?;
+        let done = ins.query().execute(&mut **tx).await?;
         done.last_insert_id()
             .ok_or_else(|| sqlx::Error::Protocol("the insert returned no id".into()))?
     } else {
         ins.push(" RETURNING id");
-        int(&ins.query().fetch_one(&mut *tx).await?, "id")?
+        int(&ins.query().fetch_one(&mut **tx).await?, "id")?
     };
     if let Some(sid) = ev.system_id {
-        keep_node_state(db, &mut tx, sid, boot_id, &ev, &now).await?;
+        keep_node_state(db, tx, sid, boot_id, &ev, &now).await?;
     }
     let hostname = match ev.system_id {
         Some(sid) => {
@@ -227,13 +257,12 @@ async fn try_record(db: &Db, ev: NewEvent, at: jiff::Timestamp) -> Result<BootEv
             q.push("SELECT hostname FROM systems WHERE id = ")
                 .bind(Val::Int(Some(sid)));
             q.query()
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut **tx)
                 .await?
                 .and_then(|r| text(&r, "hostname"))
         }
         None => None,
     };
-    tx.commit().await?;
     Ok(BootEvent {
         id,
         system: ev.system_id,

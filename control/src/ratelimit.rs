@@ -77,12 +77,12 @@ impl Bucket {
         self.at = now;
     }
 
-    /// How long until a token is there (zero: now).
-    fn wait(&self, rate: &Rate) -> Duration {
-        if self.tokens >= 1.0 {
+    /// How long until `cost` tokens are there (zero: now).
+    fn wait(&self, rate: &Rate, cost: f64) -> Duration {
+        if self.tokens >= cost {
             return Duration::ZERO;
         }
-        Duration::try_from_secs_f64((1.0 - self.tokens) / rate.per_sec()).unwrap_or(rate.per)
+        Duration::try_from_secs_f64((cost - self.tokens) / rate.per_sec()).unwrap_or(rate.per)
     }
 }
 
@@ -113,6 +113,14 @@ impl Limiter {
     /// Takes a token for `key` at `now`, or says how long until one is
     /// there (at least a second).
     pub fn check(&self, key: &str, now: Instant) -> Result<(), Duration> {
+        self.check_n(key, 1, now)
+    }
+
+    /// Takes `cost` tokens for `key` at `now` (a batch of that many), all or
+    /// none, or says how long until they are there (at least a second). A
+    /// cost above the burst is charged as the whole burst: it waits for a
+    /// full bucket, never forever.
+    pub fn check_n(&self, key: &str, cost: u32, now: Instant) -> Result<(), Duration> {
         let Ok(mut s) = self.state.lock() else {
             return Err(self.per_key.per);
         };
@@ -132,19 +140,21 @@ impl Limiter {
             .entry(key.to_owned())
             .or_insert_with(|| Bucket::full(&rate, now));
         bucket.refill(&rate, now);
+        let own = f64::from(cost.max(1)).min(rate.burst);
         // The key's own limit first: one client retrying fast must not use
         // up everyone's budget.
-        if bucket.tokens < 1.0 {
-            return Err(bucket.wait(&rate).max(Duration::from_secs(1)));
+        if bucket.tokens < own {
+            return Err(bucket.wait(&rate, own).max(Duration::from_secs(1)));
         }
         if let (Some(all), Some(total)) = (all.as_mut(), &self.total) {
             all.refill(total, now);
-            if all.tokens < 1.0 {
-                return Err(all.wait(total).max(Duration::from_secs(1)));
+            let shared = f64::from(cost.max(1)).min(total.burst);
+            if all.tokens < shared {
+                return Err(all.wait(total, shared).max(Duration::from_secs(1)));
             }
-            all.tokens -= 1.0;
+            all.tokens -= shared;
         }
-        bucket.tokens -= 1.0;
+        bucket.tokens -= own;
         Ok(())
     }
 }
@@ -172,6 +182,22 @@ mod tests {
         );
         // Another key is not held back by the first.
         assert!(l.allow("bb", t0 + Duration::from_secs(20)));
+    }
+
+    #[test]
+    fn a_batch_takes_a_token_per_item_all_or_none() {
+        let t0 = Instant::now();
+        let l = Limiter::new(Rate::per_minute(60), None);
+        assert_eq!(l.check_n("js", 50, t0), Ok(()));
+        // 10 left: a batch of 20 takes none of them, and is told when 20
+        // are there (10 more at one a second).
+        assert_eq!(l.check_n("js", 20, t0), Err(Duration::from_secs(10)));
+        assert_eq!(l.check_n("js", 10, t0), Ok(()));
+        assert!(!l.allow("js", t0));
+        // A batch above the burst waits for a full bucket, then passes.
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!(l.check_n("js", 500, later), Ok(()));
+        assert!(!l.allow("js", later));
     }
 
     #[test]

@@ -28,6 +28,7 @@ use super::{network, say};
 use crate::cmdline::BootParams;
 use crate::dhcp::{self, Lease};
 use crate::enroll::{self, Control, Identity};
+use crate::events::Reporter;
 use crate::image::{self, Event, VerifiedRoot};
 
 /// Where the image is unpacked: a tmpfs of its own.
@@ -199,15 +200,10 @@ fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never
             (identity, session, true)
         }
     };
-    let report = |phase: BootPhase, detail: &str| {
-        if let Err(err) = session.report(phase, detail) {
-            say!(
-                "mprov-agent: reporting {}: {}",
-                phase.as_str(),
-                super::chain(&err)
-            );
-        }
-    };
+    // Sent from a thread of their own, batched while a post is in flight
+    // (`crate::events`): the stream never waits for them.
+    let events = Reporter::start(session.clone());
+    let report = |phase: BootPhase, detail: &str| events.report(phase, detail);
     report(
         BootPhase::AgentDhcp,
         &format!(
@@ -285,6 +281,15 @@ fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never
 
     // Step 5.
     report(BootPhase::SwitchRoot, &format!("into {}", manifest.image));
+    let tally = events.finish();
+    for (phase, why) in &tally.failed {
+        say!("mprov-agent: reporting {}: {why}", phase.as_str());
+    }
+    say!(
+        "step 5: {} boot events reported in {} requests",
+        tally.sent.len(),
+        tally.posts
+    );
     say!("step 5: switch_root into {}", manifest.image);
     Err(fatal(5, switch_root(&root)))
 }

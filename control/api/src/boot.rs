@@ -249,6 +249,44 @@ pub struct BootManifest {
 /// know, nothing for the latest event of every node.
 pub const EVENTS_PATH: &str = "/api/v1/boot/events";
 
+/// Where many boot events are written at once (`POST`, a JSON array of
+/// [`BootEventReport`]s, at most [`MAX_BATCH`]): a job server drains its
+/// queue into it, and a node its reports made while a post was in flight.
+/// Each event is judged as [`EVENTS_PATH`] would judge it alone; the
+/// refused ones are named in the answer ([`BatchOutcome`]), the others are
+/// stored in order, in one transaction. The budget of boot events a
+/// certificate may report counts each event of a batch.
+pub const EVENTS_BATCH_PATH: &str = "/api/v1/boot/events/batch";
+
+/// The most events one batch carries (no more than a node's budget of boot
+/// events a minute by default, so a whole batch always fits in it).
+pub const MAX_BATCH: usize = 100;
+
+/// The answer to a batch of boot events ([`EVENTS_BATCH_PATH`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchOutcome {
+    /// How many were stored.
+    pub stored: usize,
+    /// The ones refused, each as [`EVENTS_PATH`] would have refused it.
+    #[serde(default)]
+    pub refused: Vec<BatchRefusal>,
+}
+
+/// One refused event of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRefusal {
+    /// Its place in the batch, from 0.
+    pub index: usize,
+    /// The HTTP status [`EVENTS_PATH`] would have answered (4xx).
+    pub status: u16,
+    /// The stable error code.
+    pub error: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
 /// How recent a job server's lease report (`dhcp_acked`, `proxy_answered`)
 /// must be to attest a node's `/ipxe/` request; a job server that started
 /// again reports the leases it bound within it once more.

@@ -571,6 +571,18 @@ impl Client {
         self.call(Method::POST, url, Some(report)).await
     }
 
+    /// Reports many steps of boots at once
+    /// (`POST /api/v1/boot/events/batch`, at most
+    /// [`MAX_BATCH`](crate::boot::MAX_BATCH)): what was stored and what
+    /// was refused, event by event.
+    pub async fn report_boot_events(
+        &self,
+        reports: &[crate::boot::BootEventReport],
+    ) -> Result<crate::boot::BatchOutcome, ClientError> {
+        let url = self.path_url(crate::boot::EVENTS_BATCH_PATH)?;
+        self.call(Method::POST, url, Some(reports)).await
+    }
+
     /// Reports this job server's load (`POST /api/v1/boot/heartbeat`), with
     /// its own certificate.
     pub async fn heartbeat(&self, beat: &crate::boot::Heartbeat) -> Result<(), ClientError> {

@@ -10,6 +10,11 @@
 //!   by MAC, host name or the address they leased; a node reports its own
 //!   steps with its certificate and can name no other node; `/ipxe/` records
 //!   `script_served` itself.
+//! - `POST /api/v1/boot/events/batch` ([`EVENTS_BATCH_PATH`](mprov_api::boot::EVENTS_BATCH_PATH)):
+//!   up to [`MAX_BATCH`] of them at once (a job server's queue, a node's
+//!   reports made while a post was in flight), each judged as alone; the
+//!   refused ones are named in the answer, the rest stored in one
+//!   transaction.
 //! - `GET /api/v1/boot/events?system=<host|id>[&boot=all]`: a node's last
 //!   boot (or all its events), oldest first; without `system`, the latest
 //!   event of every node. `mac=` reads a node the inventory does not know.
@@ -29,8 +34,8 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use mprov_api::boot::{
-    BootEvent, BootEventReport, BootManifest, BootPhase, Heartbeat, ImageFile, image_file_url,
-    jobserver_base_url,
+    BatchOutcome, BatchRefusal, BootEvent, BootEventReport, BootManifest, BootPhase, Heartbeat,
+    ImageFile, MAX_BATCH, image_file_url, jobserver_base_url,
 };
 use mprov_api::jobs::{REGISTER_PATH, Registered, Registration};
 
@@ -38,8 +43,9 @@ use super::AppState;
 use super::error::ApiError;
 use crate::access::{self, BootRole};
 use crate::boot::{
-    MAX_DETAIL, NewEvent, Timeline, by_leased_ip, record, system_by_key, system_by_mac,
+    MAX_DETAIL, NewEvent, Timeline, by_leased_ip, record, record_all, system_by_key, system_by_mac,
 };
+use crate::db::Db;
 use crate::identity::Principal;
 use crate::jobservers::Beat;
 use crate::netboot::{Lookup, NodeKey};
@@ -122,32 +128,95 @@ pub async fn post_event(
     axum::Extension(principal): axum::Extension<Principal>,
     Json(body): Json<BootEventReport>,
 ) -> Result<Response, ApiError> {
-    let db = &st.db;
     let role = role(&st, &principal)?;
+    take_budget(&st, &role, 1)?;
+    let ev = judge(&st.db, &role, body).await?;
+    let stored = record(&st.db, ev.clone()).await?;
+    announce(&st, std::slice::from_ref(&ev));
+    Ok((StatusCode::CREATED, Json(stored)).into_response())
+}
+
+/// `POST /api/v1/boot/events/batch`: each event judged as
+/// [`post_event`] judges one; the refused ones named by their place, the
+/// others stored in one transaction. A failure that is not the event's
+/// (the database) fails the whole batch, which the reporter sends again.
+pub async fn post_events(
+    State(st): State<AppState>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Json(body): Json<Vec<BootEventReport>>,
+) -> Result<Json<BatchOutcome>, ApiError> {
+    let role = role(&st, &principal)?;
+    access::may_report_any(&role)?;
+    if body.is_empty() || body.len() > MAX_BATCH {
+        return Err(ApiError::invalid(
+            "events",
+            format!(
+                "a batch carries 1 to {MAX_BATCH} events, not {}; send the rest in further batches",
+                body.len()
+            ),
+        ));
+    }
+    take_budget(&st, &role, u32::try_from(body.len()).unwrap_or(u32::MAX))?;
+    let mut valid = Vec::with_capacity(body.len());
+    let mut refused = Vec::new();
+    for (index, report) in body.into_iter().enumerate() {
+        match judge(&st.db, &role, report).await {
+            Ok(ev) => valid.push(ev),
+            Err(err) => {
+                let (status, error, message, _) = err.parts();
+                if !status.is_client_error() {
+                    return Err(err);
+                }
+                refused.push(BatchRefusal {
+                    index,
+                    status: status.as_u16(),
+                    error: error.to_owned(),
+                    message,
+                });
+            }
+        }
+    }
+    if !valid.is_empty() {
+        record_all(&st.db, &valid).await?;
+        announce(&st, &valid);
+    }
+    Ok(Json(BatchOutcome {
+        stored: valid.len(),
+        refused,
+    }))
+}
+
+/// Takes `count` boot events from the reporter's budget (each node's and
+/// job server's own), before any database work.
+fn take_budget(st: &AppState, role: &BootRole, count: u32) -> Result<(), ApiError> {
+    match role {
+        BootRole::Node(host) => st.within_budget_n(
+            &st.node_events_limiter,
+            &format!("node:{host}"),
+            "boot events",
+            count,
+        ),
+        BootRole::JobServer(name) => st.within_budget_n(
+            &st.jobserver_events_limiter,
+            &format!("jobserver:{name}"),
+            "boot events",
+            count,
+        ),
+        BootRole::Admin(_) | BootRole::Reader => Ok(()),
+    }
+}
+
+/// The event `body` from `role` stores, with the node it names looked up,
+/// or why it may not be stored.
+async fn judge(db: &Db, role: &BootRole, body: BootEventReport) -> Result<NewEvent, ApiError> {
     if body.detail.len() > MAX_DETAIL {
         return Err(ApiError::invalid(
             "detail",
             format!("at most {MAX_DETAIL} bytes"),
         ));
     }
-    // Each node's and job server's budget before any database work.
-    match &role {
-        BootRole::Node(host) => {
-            st.within_budget(
-                &st.node_events_limiter,
-                &format!("node:{host}"),
-                "boot events",
-            )?;
-        }
-        BootRole::JobServer(name) => st.within_budget(
-            &st.jobserver_events_limiter,
-            &format!("jobserver:{name}"),
-            "boot events",
-        )?,
-        BootRole::Admin(_) | BootRole::Reader => {}
-    }
     let mac = body.mac.as_deref().map(normal_mac).transpose()?;
-    let ev = match access::may_report(&role, body.phase)? {
+    let ev = match access::may_report(role, body.phase)? {
         reporter @ access::Reporter::Node(host) => {
             let own = system_by_key(db, host).await?.map(|(i, _)| i);
             let named_system = match &body.system {
@@ -222,18 +291,20 @@ pub async fn post_event(
             }
         }
     };
-    let lease_of = ev
-        .jobserver_id
-        .is_some()
-        .then_some(ev.mac.clone())
-        .flatten()
-        .filter(|_| matches!(ev.phase, BootPhase::DhcpAcked | BootPhase::ProxyAnswered));
-    let stored = record(db, ev).await?;
+    Ok(ev)
+}
+
+/// After `stored` were written: the board's readers wake, and so does an
+/// `/ipxe/` request waiting for a job server's lease report of its MAC.
+fn announce(st: &AppState, stored: &[NewEvent]) {
     st.boot_events.notify_waiters();
-    if let Some(mac) = lease_of {
-        st.lease_waiters.wake(&mac);
+    for ev in stored {
+        let attests = ev.jobserver_id.is_some()
+            && matches!(ev.phase, BootPhase::DhcpAcked | BootPhase::ProxyAnswered);
+        if let (true, Some(mac)) = (attests, &ev.mac) {
+            st.lease_waiters.wake(mac);
+        }
     }
-    Ok((StatusCode::CREATED, Json(stored)).into_response())
 }
 
 /// `GET /api/v1/boot/events`.

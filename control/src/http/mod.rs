@@ -161,8 +161,20 @@ impl Inner {
         identity: &str,
         what: &str,
     ) -> Result<(), error::ApiError> {
+        self.within_budget_n(limiter, identity, what, 1)
+    }
+
+    /// [`Self::within_budget`] for a batch of `count`: all its tokens or
+    /// none.
+    pub fn within_budget_n(
+        &self,
+        limiter: &Limiter,
+        identity: &str,
+        what: &str,
+        count: u32,
+    ) -> Result<(), error::ApiError> {
         let now = std::time::Instant::now();
-        let Err(wait) = limiter.check(identity, now) else {
+        let Err(wait) = limiter.check_n(identity, count, now) else {
             return Ok(());
         };
         let retry_after = crate::ratelimit::retry_after_secs(wait);
@@ -214,6 +226,7 @@ pub fn router(state: AppState) -> Router {
             mprov_api::boot::EVENTS_PATH,
             get(boot::get_events).post(boot::post_event),
         )
+        .route(mprov_api::boot::EVENTS_BATCH_PATH, post(boot::post_events))
         .route(mprov_api::boot::MANIFEST_PATH, get(boot::manifest))
         .route(mprov_api::boot::HEARTBEAT_PATH, post(boot::heartbeat))
         .route(mprov_api::jobs::CLAIM_PATH, post(jobs::claim))

@@ -1103,14 +1103,44 @@ fn boot_paths(paths: &mut Map<String, Value>, schemas: &mut Map<String, Value>) 
                 "responses": listed},
             "post": {"summary": "Report a step of a boot: a node for itself only (its certificate), a job server for the node it names by mac, system or leased ip",
                 "security": [{"clientCertificate": []}, {"apiKey": []}, {"basic": []}],
-                "requestBody": {"required": true, "content": {"application/json": {"schema": {
-                    "type": "object", "properties": {
-                        "phase": {"type": "string", "enum": phases},
-                        "mac": {"type": ["string", "null"]}, "system": {"type": ["string", "null"]},
-                        "ip": {"type": ["string", "null"]}, "detail": {"type": "string"}
-                    }, "required": ["phase"], "additionalProperties": false}}}},
+                "requestBody": {"required": true, "content": {"application/json": {"schema": schema_ref("BootEventReport")}}},
                 "responses": created}
         }),
+    );
+    schemas.insert(
+        "BootEventReport".into(),
+        json!({"type": "object", "properties": {
+            "phase": {"type": "string", "enum": phases},
+            "mac": {"type": ["string", "null"]}, "system": {"type": ["string", "null"]},
+            "ip": {"type": ["string", "null"]}, "detail": {"type": "string"}
+        }, "required": ["phase"], "additionalProperties": false}),
+    );
+    schemas.insert(
+        "BatchOutcome".into(),
+        json!({"type": "object", "properties": {
+            "stored": {"type": "integer", "description": "How many events were stored (in order, in one transaction)."},
+            "refused": {"type": "array", "items": {"type": "object", "properties": {
+                "index": {"type": "integer", "description": "The event's place in the batch, from 0."},
+                "status": {"type": "integer", "description": "What the one-event path would have answered."},
+                "error": {"type": "string"}, "message": {"type": "string"}
+            }, "required": ["index", "status", "error", "message"], "additionalProperties": false}}
+        }, "required": ["stored"], "additionalProperties": false}),
+    );
+    let mut batched = ok(
+        "200",
+        "What was stored and which events were refused, and why.",
+        schema_ref("BatchOutcome"),
+    );
+    batched.extend(error_responses(&["400", "401", "403", "426", "429"]));
+    json_reader_refusals(&mut batched);
+    paths.insert(
+        mprov_api::boot::EVENTS_BATCH_PATH.into(),
+        json!({"post": {"summary": format!("Report up to {} steps of boots at once (a job server's queue, a node's reports made while a post was in flight): each judged as the one-event path judges it; the refused ones are named in the answer, the others stored. Each event counts against the reporter's budget of boot events (429 for the whole batch when it does not fit)", mprov_api::boot::MAX_BATCH),
+            "security": [{"clientCertificate": []}, {"apiKey": []}, {"basic": []}],
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                "type": "array", "minItems": 1, "maxItems": mprov_api::boot::MAX_BATCH,
+                "items": schema_ref("BootEventReport")}}}},
+            "responses": batched}}),
     );
     let mut beat = error_responses(&["400", "401", "403", "409", "426"]);
     beat.insert(

@@ -6,8 +6,8 @@
 
 use axum::http::StatusCode;
 use mprov_api::boot::{
-    BootEvent, BootManifest, EVENTS_PATH, ImageFile, MANIFEST_PATH, image_file_url,
-    jobserver_base_url,
+    BatchOutcome, BootEvent, BootManifest, EVENTS_BATCH_PATH, EVENTS_PATH, ImageFile,
+    MANIFEST_PATH, MAX_BATCH, image_file_url, jobserver_base_url,
 };
 use mprov_control::db::{Engine, Val};
 use serde_json::{Value, json};
@@ -328,7 +328,155 @@ pub(crate) async fn boot_timeline_manifest_and_nonces(engine: Engine) {
     let (_, latest) = send(&c.app, "GET", EVENTS_PATH, &Cred::Key(c.key.clone()), None).await;
     let latest = events(&latest);
     assert_eq!(latest.len(), 2, "one line per node: {latest:?}");
+
+    boot_events_in_batches(&c, &node1, &node2, &js1).await;
     c.cleanup().await;
+}
+
+/// What a batch's answer says was refused: (place, status).
+fn refused(v: &Value) -> Vec<(usize, u16)> {
+    let outcome: BatchOutcome =
+        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"));
+    outcome
+        .refused
+        .iter()
+        .map(|r| (r.index, r.status))
+        .collect()
+}
+
+/// `EVENTS_BATCH_PATH`: each event of a batch is judged as it would be
+/// alone; the refused ones are named by their place, the others stored in
+/// order; each counts against the reporter's budget, all or none.
+async fn boot_events_in_batches(c: &Ctx, node1: &Cred, node2: &Cred, js1: &Cred) {
+    let timeline = |host: &'static str| {
+        let app = c.app.clone();
+        let key = Cred::Key(c.key.clone());
+        async move {
+            let (_, all) = send(
+                &app,
+                "GET",
+                &format!("{EVENTS_PATH}?system={host}&boot=all"),
+                &key,
+                None,
+            )
+            .await;
+            events(&all)
+        }
+    };
+    let c02_before = timeline("c02").await.len();
+    // A node: naming another node, or a job server's phase, is refused;
+    // its own steps around them are stored, in order.
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        EVENTS_BATCH_PATH,
+        node1,
+        Some(json!([
+            {"phase": "progress", "detail": "batch: first"},
+            {"phase": "progress", "system": "c02", "detail": "batch: not mine"},
+            {"phase": "dhcp_acked", "detail": "batch: not a node's"},
+            {"phase": "verified", "detail": "batch: last"},
+        ])),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["stored"], 2, "{v}");
+    assert_eq!(refused(&v), [(1, 403), (2, 400)], "{v}");
+    let c01 = timeline("c01").await;
+    let tail: Vec<(&str, &str)> = c01[c01.len() - 2..]
+        .iter()
+        .map(|e| (e.phase.as_str(), e.detail.as_str()))
+        .collect();
+    assert_eq!(
+        tail,
+        [("progress", "batch: first"), ("verified", "batch: last")]
+    );
+    assert!(
+        c01.iter()
+            .all(|e| e.source != "node:c01" || e.hostname.as_deref() == Some("c01"))
+    );
+    assert_eq!(
+        timeline("c02").await.len(),
+        c02_before,
+        "nothing written for c02"
+    );
+
+    // A job server: a lease outside its network is refused, the rest kept.
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        EVENTS_BATCH_PATH,
+        js1,
+        Some(json!([
+            {"phase": "dhcp_acked", "mac": C02, "ip": "10.0.0.51"},
+            {"phase": "dhcp_acked", "mac": C02, "ip": "10.9.0.60"},
+            {"phase": "kernel_fetched", "system": "c02"},
+        ])),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["stored"], 2, "{v}");
+    let refusals = refused(&v);
+    assert_eq!(refusals.len(), 1, "{v}");
+    assert_eq!(refusals[0].0, 1, "{v}");
+    assert!((400..500).contains(&refusals[0].1), "{v}");
+    let c02: Vec<String> = timeline("c02")
+        .await
+        .iter()
+        .skip(c02_before)
+        .map(|e| {
+            format!(
+                "{} {}",
+                e.phase.as_str(),
+                e.ip.map(|i| i.to_string()).unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(c02, ["dhcp_acked 10.0.0.51", "kernel_fetched "], "{c02:?}");
+
+    // Empty, too long, anonymous: refused whole.
+    let too_many: Vec<Value> = (0..=MAX_BATCH)
+        .map(|_| json!({"phase": "progress"}))
+        .collect();
+    for (body, cred, want) in [
+        (json!([]), node2, StatusCode::BAD_REQUEST),
+        (Value::Array(too_many), node2, StatusCode::BAD_REQUEST),
+        (
+            json!([{"phase": "progress"}]),
+            &Cred::None,
+            StatusCode::UNAUTHORIZED,
+        ),
+    ] {
+        let (status, v) = send(&c.app, "POST", EVENTS_BATCH_PATH, cred, Some(body)).await;
+        assert_eq!(status, want, "{v}");
+    }
+    assert_eq!(timeline("c02").await.len(), c02_before + 2);
+
+    // The budget (120 a minute by default) counts each event: a full
+    // batch fits, the next finds too few tokens and stores nothing.
+    let full: Vec<Value> = (0..MAX_BATCH)
+        .map(|i| json!({"phase": "progress", "detail": format!("{i}")}))
+        .collect();
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        EVENTS_BATCH_PATH,
+        node2,
+        Some(Value::Array(full.clone())),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["stored"], MAX_BATCH, "{v}");
+    let (status, v) = send(
+        &c.app,
+        "POST",
+        EVENTS_BATCH_PATH,
+        node2,
+        Some(Value::Array(full)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(timeline("c02").await.len(), c02_before + 2 + MAX_BATCH);
 }
 
 /// Nonce farming: one MAC asking again and again, and many MACs at once,

@@ -167,7 +167,9 @@ pub struct Report {
     /// Node events accepted (2xx) but missing from the timeline.
     pub events_missing: usize,
     /// Node events that failed every try.
-    pub events_failed: u64,
+    pub events_failed: usize,
+    /// The agents' stream events, and the requests that carried them.
+    pub stream_events: (usize, usize),
     /// Nodes whose timeline lacks a job server event of theirs (the lease
     /// report, the kernel or initramfs download).
     pub jobserver_events_missing: usize,
@@ -233,6 +235,10 @@ impl Report {
             self.events_missing,
             self.events_failed,
             self.jobserver_events_missing
+        ));
+        s.push_str(&format!(
+            "the agents' stream events: {} in {} requests (batched while a post is in flight)\n",
+            self.stream_events.0, self.stream_events.1
         ));
         s.push_str(&format!(
             "DHCP packets: {} before the /ipxe/ script (iPXE's), {} after (the agent's; goal 0)\n",
@@ -720,6 +726,8 @@ fn figures(
         report.dhcp_before_ipxe += outcome.dhcp_before;
         report.dhcp_after_ipxe += outcome.dhcp_after;
         report.events_failed += outcome.events_failed;
+        report.stream_events.0 += outcome.stream_events;
+        report.stream_events.1 += outcome.event_posts;
         for r in &outcome.retries {
             let kind: String = r.split(':').next().unwrap_or(r).to_owned();
             *report.retries.entry(kind).or_default() += 1;

@@ -31,6 +31,7 @@ use anyhow::{Context, Result, bail};
 use mprov_agent::cmdline::BootParams;
 use mprov_agent::dhcp::{self, Action, Lease};
 use mprov_agent::enroll::{self, Control, EnrollError};
+use mprov_agent::events::Reporter;
 use mprov_agent::image::{self, Event};
 use mprov_api::boot::BootPhase;
 
@@ -128,7 +129,11 @@ pub struct Outcome {
     /// Boot events the control service accepted from it, by phase.
     pub events_sent: Vec<BootPhase>,
     /// Boot events it could not report (every try failed).
-    pub events_failed: u64,
+    pub events_failed: usize,
+    /// Its stream's events (the agent's reporter thread's).
+    pub stream_events: usize,
+    /// Requests that carried them (batched while a post was in flight).
+    pub event_posts: usize,
     /// Attempts that failed and were retried, with why.
     pub retries: Vec<String>,
     /// Why it was lost, if it was.
@@ -639,8 +644,9 @@ fn stream(
     let client =
         image::client_trusting(&identity.ca_pem).map_err(|e| retry("the image client", &e))?;
     // The agent's reports while streaming, as /init makes them: each phase
-    // once, progress every tenth of the image.
-    let events: Mutex<Vec<(BootPhase, String)>> = Mutex::new(Vec::new());
+    // once, progress every tenth of the image, sent as they happen by the
+    // agent's own reporter thread (batched while a post is in flight).
+    let events = Reporter::start(control.clone());
     let next_tenth = AtomicU64::new(1);
     let observe = |event: &Event<'_>| {
         let phase = match event {
@@ -661,10 +667,7 @@ fn stream(
             Event::Verified { .. } => BootPhase::Verified,
             _ => return,
         };
-        events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((phase, image::describe(event)));
+        events.report(phase, &image::describe(event));
     };
     let options = mprov_unpack::UnpackOptions {
         whiteouts: false,
@@ -678,11 +681,15 @@ fn stream(
         options,
         &observe,
     );
-    // The events go out after the stream here (the agent sends them as
-    // they happen, from the stream's threads); each counts the same.
-    let events = events.into_inner().unwrap_or_else(|e| e.into_inner());
-    for (phase, detail) in &events {
-        report(shared, spec, outcome, control, *phase, detail)?;
+    let tally = events.finish();
+    outcome.stream_events += tally.sent.len() + tally.failed.len();
+    outcome.events_sent.extend(tally.sent);
+    outcome.events_failed += tally.failed.len();
+    outcome.event_posts += tally.posts;
+    for (phase, why) in tally.failed {
+        outcome
+            .retries
+            .push(format!("reporting {}: {why}", phase.as_str()));
     }
     let root = match fetched {
         Ok(root) => root,
