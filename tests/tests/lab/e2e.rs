@@ -420,7 +420,38 @@ pub(crate) fn ready_with_timeline(
             phase.as_str()
         );
     }
+    // The agent's own count of what it reported from the initramfs (its
+    // reporter thread, batched while a post was in flight) is what the
+    // timeline holds from the node up to its switch_root.
+    let (told, posts) = events_reported(&booted.console).with_context(|| {
+        format!(
+            "the agent's count of its boot events on the console:\n{}",
+            tail(&booted.console, 80)
+        )
+    })?;
+    let switched = events
+        .iter()
+        .position(|e| e.phase == BootPhase::SwitchRoot)
+        .with_context(|| format!("no switch_root: {events:#?}"))?;
+    let stored = events[..=switched]
+        .iter()
+        .filter(|e| e.source == format!("node:{}", node.hostname))
+        .count();
+    ensure!(
+        told == stored && (1..=told).contains(&posts),
+        "the agent says {told} events in {posts} requests; the timeline holds {stored} from it up to switch_root: {events:#?}"
+    );
     Ok(events)
+}
+
+/// "step 5: N boot events reported in M requests" on the console: (N, M).
+fn events_reported(console: &str) -> Option<(usize, usize)> {
+    console.lines().find_map(|line| {
+        let rest = line.split("step 5: ").nth(1)?;
+        let (told, rest) = rest.split_once(" boot events reported in ")?;
+        let posts = rest.trim_end().strip_suffix(" requests")?;
+        Some((told.parse().ok()?, posts.parse().ok()?))
+    })
 }
 
 /// Both lab services' open-file limit, soft and hard, in the flooded boot:
