@@ -318,10 +318,10 @@ fn run(shared: &Shared, spec: &Spec, outcome: &mut Outcome) -> Result<(), Lost> 
                 }
             };
             enter(shared, outcome, Phase::Script);
-            let script = match ipxe(shared, spec, &leased) {
+            let script = match ipxe(shared, spec, &leased, outcome) {
                 Ok(s) => s,
                 Err(e) => {
-                    outcome.retries.push(format!("/ipxe/: {e:#}"));
+                    outcome.retries.push(format!("/ipxe/ (error): {e:#}"));
                     pause(shared, backoff(attempt), "/ipxe/")?;
                     continue;
                 }
@@ -332,7 +332,15 @@ fn run(shared: &Shared, spec: &Spec, outcome: &mut Outcome) -> Result<(), Lost> 
             {
                 // iPXE's script goes to its next source, then chains
                 // `/ipxe/` again after a pause.
-                outcome.retries.push(format!("kernel/initramfs: {e:#}"));
+                // Counted by what failed: a status, or the connection.
+                let text = format!("{e:#}");
+                let kind = match text.rsplit_once("HTTP ") {
+                    Some((_, status)) => format!("HTTP {status}"),
+                    None => "no answer".to_owned(),
+                };
+                outcome
+                    .retries
+                    .push(format!("kernel/initramfs ({kind}): {text}"));
                 pause(shared, backoff(attempt), "kernel/initramfs")?;
                 continue;
             }
@@ -464,7 +472,7 @@ fn ipxe_client(lease: &Lease) -> Result<mprov_agent::http::Client> {
 /// `GET /ipxe/?mac=` until it is a boot script (a retry script's `sleep`
 /// is waited out, as iPXE does); the script's kernel, initramfs and
 /// command line, with `${net0/...}` expanded from the lease as iPXE does.
-fn ipxe(shared: &Shared, spec: &Spec, lease: &Lease) -> Result<Script> {
+fn ipxe(shared: &Shared, spec: &Spec, lease: &Lease, outcome: &mut Outcome) -> Result<Script> {
     let client = ipxe_client(lease)?;
     let mac = mac_text(spec.mac);
     let url = format!("{}/ipxe/?mac={mac}", shared.control_url);
@@ -478,6 +486,19 @@ fn ipxe(shared: &Shared, spec: &Spec, lease: &Lease) -> Result<Script> {
             return Ok(script);
         }
         // A retry script: iPXE sleeps as told, then chains /ipxe/ again.
+        // Counted by its status and the first words of what it says.
+        let says: String = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("echo mProv: "))
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(6)
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace(':', "");
+        outcome.retries.push(format!(
+            "/ipxe/ retry script, HTTP {status} ({says}): slept"
+        ));
         let secs: u64 = text
             .lines()
             .find_map(|l| l.trim().strip_prefix("sleep "))
