@@ -262,7 +262,8 @@ pub fn load_avg(loadavg: &str) -> Option<f64> {
 }
 
 /// Reports this machine's load and the image streams being served to the
-/// control service at once, then `every`, until `stop`: one heartbeat per
+/// control service at once, then `every` and whenever the addresses
+/// change (a registration), until `stop`: one heartbeat per
 /// address `addresses` holds at the time (the control service sends a node
 /// only to an address whose heartbeat is fresh), or one without an address
 /// when it holds none (before registering, or registered without any).
@@ -270,7 +271,7 @@ pub fn load_avg(loadavg: &str) -> Option<f64> {
 /// once per address until a heartbeat from it gets through.
 pub async fn heartbeat(
     mut clients: watch::Receiver<Client>,
-    addresses: watch::Receiver<Vec<std::net::IpAddr>>,
+    mut addresses: watch::Receiver<Vec<std::net::IpAddr>>,
     mut senders: crate::daemon::addresses::Senders,
     streams: crate::daemon::Streams,
     every: Duration,
@@ -280,10 +281,22 @@ pub async fn heartbeat(
     let mut no_load = false;
     let mut every = tokio::time::interval(every);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut watching = true;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = every.tick() => {}
+            // Registered (new addresses): a heartbeat on each at once, so
+            // `/ipxe/` sends nodes to them now, not a whole period later
+            // (a storm powered on just after a job server registered
+            // waited 15 s for it).
+            changed = addresses.changed(), if watching => {
+                if changed.is_err() {
+                    watching = false;
+                    continue;
+                }
+                every.reset();
+            }
         }
         let load = match tokio::fs::read_to_string("/proc/loadavg").await {
             Ok(text) => load_avg(&text),
@@ -301,7 +314,8 @@ pub async fn heartbeat(
             senders.reset();
         }
         let client = clients.borrow_and_update().clone();
-        let targets: Vec<Option<std::net::IpAddr>> = match addresses.borrow().as_slice() {
+        let targets: Vec<Option<std::net::IpAddr>> = match addresses.borrow_and_update().as_slice()
+        {
             [] => vec![None],
             some => some.iter().copied().map(Some).collect(),
         };

@@ -128,3 +128,72 @@ async fn each_address_heartbeats_from_itself_to_its_own_url() {
     drop(js);
     control.stop().await;
 }
+
+/// A job server that registers heartbeats on its addresses at once, not a
+/// whole period later: with `--heartbeat 600`, the registered address is
+/// stamped long before the first period ends (`/ipxe/` sends nodes only to
+/// an address with a fresh heartbeat; a storm powered on just after a
+/// registration waited out the period).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_heartbeats_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_owned();
+    let control = TlsControl::start(&d, &[]).await;
+    let config = d.join("jobserver.yaml");
+    std::fs::write(
+        &config,
+        "- global:\n    addresses:\n      - address: 127.0.0.2\n",
+    )
+    .unwrap();
+    let log = d.join("js.log");
+    let js = {
+        let (url, dd, token, log, config) = (
+            control.url.clone(),
+            d.clone(),
+            control.token.clone(),
+            log.clone(),
+            config.display().to_string(),
+        );
+        tokio::task::spawn_blocking(move || {
+            jobserver_with(
+                &url,
+                &dd,
+                &log,
+                Some(&token),
+                &["-c", &config, "--heartbeat", "600"],
+            )
+        })
+        .await
+        .unwrap()
+    };
+    let jobservers = kinds::kind("jobservers").unwrap();
+    // Well inside the 600 s period: only a heartbeat sent on registering
+    // arrives by then.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let row = control
+            .db
+            .get(jobservers, "js1")
+            .await
+            .ok()
+            .map(serde_json::Value::Object);
+        let stamped = row.as_ref().is_some_and(|r| {
+            r["registered_addresses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|a| a["address"] == "127.0.0.2" && a["heartbeat_at"].is_string())
+        });
+        if stamped {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no heartbeat on the registered address: {row:?}\n{}",
+            plain(&std::fs::read_to_string(&log).unwrap_or_default())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(js);
+    control.stop().await;
+}
