@@ -10,12 +10,56 @@
 //! ends the boot attempt) still sends what it holds before it is gone, so
 //! the failure reported after it comes last on the timeline.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use mprov_api::boot::{BootEventReport, BootPhase, MAX_BATCH};
 
 use crate::enroll::Control;
+use crate::image::{Event, plan::SourceFailure};
+
+/// Which of an image stream's events `/init` reports, and as what phase:
+/// the start, a checksum mismatch, a failed source and the verification
+/// once each, and progress each time another tenth of the image is in.
+/// Shared by the streaming threads (the tenths are counted atomically).
+#[derive(Debug)]
+pub struct StreamSteps {
+    next_tenth: AtomicU64,
+}
+
+impl Default for StreamSteps {
+    fn default() -> Self {
+        StreamSteps {
+            next_tenth: AtomicU64::new(1),
+        }
+    }
+}
+
+impl StreamSteps {
+    /// The phase `event` is reported as, if it is reported.
+    pub fn phase(&self, event: &Event<'_>) -> Option<BootPhase> {
+        match event {
+            Event::Progress { bytes, size } => {
+                let tenth = self.next_tenth.load(Ordering::Relaxed);
+                if *size == 0 || *bytes * 10 < *size * tenth {
+                    return None;
+                }
+                self.next_tenth
+                    .store(bytes * 10 / size + 1, Ordering::Relaxed);
+                Some(BootPhase::Progress)
+            }
+            Event::Started { from: 0, .. } => Some(BootPhase::ImageStarted),
+            Event::SourceFailed {
+                why: SourceFailure::Mismatch,
+                ..
+            } => Some(BootPhase::ChecksumMismatch),
+            Event::SourceFailed { .. } => Some(BootPhase::Failed),
+            Event::Verified { .. } => Some(BootPhase::Verified),
+            _ => None,
+        }
+    }
+}
 
 /// What became of the events a [`Reporter`] was given.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -249,6 +249,25 @@ impl TlsControl {
         TlsControl::prepare(dir, extra).await.serve(listener)
     }
 
+    /// Job server js1 following it over HTTPS and enrolling with its
+    /// token ([`jobserver_with`], state under `dir`, its log in `log`),
+    /// started from a blocking thread: it waits for its enrollment.
+    async fn start_jobserver(&self, dir: &Path, log: &Path, extra: &[&str]) -> KillOnDrop {
+        let (url, dir, log, token) = (
+            self.url.clone(),
+            dir.to_owned(),
+            log.to_owned(),
+            self.token.clone(),
+        );
+        let extra: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
+        tokio::task::spawn_blocking(move || {
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            jobserver_with(&url, &dir, &log, Some(&token), &extra)
+        })
+        .await
+        .expect("starting the job server panicked")
+    }
+
     /// Prepares it in `dir` with the settings `extra`, to serve later.
     async fn prepare(dir: &Path, extra: &[&str]) -> PreparedControl {
         let db_url = format!("sqlite://{}?mode=rwc", dir.join("c.sqlite3").display());

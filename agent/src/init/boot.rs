@@ -28,7 +28,7 @@ use super::{network, say};
 use crate::cmdline::BootParams;
 use crate::dhcp::{self, Lease};
 use crate::enroll::{self, Control, Identity};
-use crate::events::Reporter;
+use crate::events::{Reporter, StreamSteps};
 use crate::image::{self, Event, VerifiedRoot};
 
 /// Where the image is unpacked: a tmpfs of its own.
@@ -230,29 +230,17 @@ fn try_boot(params: &BootParams, enrolled: &mut Option<Session>) -> Result<Never
     mount_staging(size).map_err(|m| fatal(3, m))?;
     let client =
         image::client_trusting(&identity.ca_pem).map_err(|err| fatal(3, super::chain(&err)))?;
-    let next_tenth = std::sync::atomic::AtomicU64::new(1);
+    let steps = StreamSteps::default();
     let observe = |event: &Event<'_>| {
-        if let Event::Progress { bytes, size } = event {
-            let tenth = next_tenth.load(std::sync::atomic::Ordering::Relaxed);
-            if *size > 0 && *bytes * 10 >= *size * tenth {
-                next_tenth.store(bytes * 10 / size + 1, std::sync::atomic::Ordering::Relaxed);
-                let line = image::describe(event);
-                say!("step 3: {line}");
-                report(BootPhase::Progress, &line);
-            }
+        let phase = steps.phase(event);
+        // Progress only at each tenth, on the console as on the timeline.
+        if matches!(event, Event::Progress { .. }) && phase.is_none() {
             return;
         }
         let line = image::describe(event);
         say!("step 3: {line}");
-        match event {
-            Event::Started { from: 0, .. } => report(BootPhase::ImageStarted, &line),
-            Event::SourceFailed {
-                why: image::plan::SourceFailure::Mismatch,
-                ..
-            } => report(BootPhase::ChecksumMismatch, &line),
-            Event::SourceFailed { .. } => report(BootPhase::Failed, &line),
-            Event::Verified { .. } => report(BootPhase::Verified, &line),
-            _ => {}
+        if let Some(phase) = phase {
+            report(phase, &line);
         }
     };
     let options = mprov_unpack::UnpackOptions {

@@ -190,34 +190,22 @@ async fn it_registers_heartbeats_on_its_address_and_runs_image_delete_jobs() {
     }
     let log = d.join("js.log");
     let export_arg = export.to_str().unwrap().to_owned();
-    let js = {
-        let (url, dd, token, log) = (
-            control.url.clone(),
-            d.clone(),
-            control.token.clone(),
-            log.clone(),
-        );
-        tokio::task::spawn_blocking(move || {
-            jobserver_with(
-                &url,
-                &dd,
-                &log,
-                Some(&token),
-                &[
-                    "-m",
-                    "image-delete,dnsmasq",
-                    "--address",
-                    "127.0.0.1",
-                    "--heartbeat",
-                    "1",
-                    "--export",
-                    &export_arg,
-                ],
-            )
-        })
-        .await
-        .unwrap()
-    };
+    let js = control
+        .start_jobserver(
+            &d,
+            &log,
+            &[
+                "-m",
+                "image-delete,dnsmasq",
+                "--address",
+                "127.0.0.1",
+                "--heartbeat",
+                "1",
+                "--export",
+                &export_arg,
+            ],
+        )
+        .await;
     let text = wait_for(
         &log,
         "registered as job server js1",

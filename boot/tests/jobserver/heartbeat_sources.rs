@@ -16,7 +16,27 @@ use std::time::{Duration, Instant};
 use mprov_control::db::kinds;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::{TlsControl, jobserver_with, plain};
+use crate::{TlsControl, plain};
+
+/// Job server js1's row, as the API shows it.
+async fn js1_row(control: &TlsControl) -> Option<serde_json::Value> {
+    let jobservers = kinds::kind("jobservers").unwrap();
+    control
+        .db
+        .get(jobservers, "js1")
+        .await
+        .ok()
+        .map(serde_json::Value::Object)
+}
+
+/// Whether `row` has a heartbeat stamped on its registered `address`.
+fn stamped(row: &serde_json::Value, address: &str) -> bool {
+    row["registered_addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|a| a["address"] == address && a["heartbeat_at"].is_string())
+}
 
 /// The source address of every connection a relay took.
 type Seen = Arc<Mutex<Vec<IpAddr>>>;
@@ -58,45 +78,16 @@ async fn each_address_heartbeats_from_itself_to_its_own_url() {
     )
     .unwrap();
     let log = d.join("js.log");
-    let js = {
-        let (url, dd, token, log, config) = (
-            control.url.clone(),
-            d.clone(),
-            control.token.clone(),
-            log.clone(),
-            config.display().to_string(),
-        );
-        tokio::task::spawn_blocking(move || {
-            jobserver_with(
-                &url,
-                &dd,
-                &log,
-                Some(&token),
-                &["-c", &config, "--heartbeat", "1"],
-            )
-        })
-        .await
-        .unwrap()
-    };
+    let config = config.display().to_string();
+    let js = control
+        .start_jobserver(&d, &log, &["-c", &config, "--heartbeat", "1"])
+        .await;
 
     // Both addresses heartbeat (stamped by the control service), each
     // through its own relay.
-    let jobservers = kinds::kind("jobservers").unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    let stamped = |row: &serde_json::Value, address: &str| {
-        row["registered_addresses"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|a| a["address"] == address && a["heartbeat_at"].is_string())
-    };
     loop {
-        let row = control
-            .db
-            .get(jobservers, "js1")
-            .await
-            .ok()
-            .map(serde_json::Value::Object);
+        let row = js1_row(&control).await;
         let both = row
             .as_ref()
             .is_some_and(|r| stamped(r, "127.0.0.2") && stamped(r, "127.0.0.3"));
@@ -146,45 +137,16 @@ async fn a_registration_heartbeats_at_once() {
     )
     .unwrap();
     let log = d.join("js.log");
-    let js = {
-        let (url, dd, token, log, config) = (
-            control.url.clone(),
-            d.clone(),
-            control.token.clone(),
-            log.clone(),
-            config.display().to_string(),
-        );
-        tokio::task::spawn_blocking(move || {
-            jobserver_with(
-                &url,
-                &dd,
-                &log,
-                Some(&token),
-                &["-c", &config, "--heartbeat", "600"],
-            )
-        })
-        .await
-        .unwrap()
-    };
-    let jobservers = kinds::kind("jobservers").unwrap();
+    let config = config.display().to_string();
+    let js = control
+        .start_jobserver(&d, &log, &["-c", &config, "--heartbeat", "600"])
+        .await;
     // Well inside the 600 s period: only a heartbeat sent on registering
     // arrives by then.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let row = control
-            .db
-            .get(jobservers, "js1")
-            .await
-            .ok()
-            .map(serde_json::Value::Object);
-        let stamped = row.as_ref().is_some_and(|r| {
-            r["registered_addresses"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|a| a["address"] == "127.0.0.2" && a["heartbeat_at"].is_string())
-        });
-        if stamped {
+        let row = js1_row(&control).await;
+        if row.as_ref().is_some_and(|r| stamped(r, "127.0.0.2")) {
             break;
         }
         assert!(

@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::image_update::{root, snapshot};
-use crate::{TlsControl, insert_api_key, jobserver_with, listen_file, plain};
+use crate::{TlsControl, insert_api_key, listen_file, plain};
 
 /// A progress sink that keeps the lines.
 fn lines() -> (
@@ -175,33 +175,21 @@ async fn image_sync_goes_over_https_resumes_and_checks_both_certificates() -> Re
     // The source: the real job server js1, HTTP off, HTTPS on (on
     // 127.0.0.1:0, as `follower_command` gives it).
     let log = d.join("js1.log");
-    let js1 = {
-        let (url, dd, token, log, export) = (
-            control.url.clone(),
-            d.clone(),
-            control.token.clone(),
-            log.clone(),
-            export.display().to_string(),
-        );
-        tokio::task::spawn_blocking(move || {
-            jobserver_with(
-                &url,
-                &dd,
-                &log,
-                Some(&token),
-                &[
-                    "--export",
-                    &export,
-                    "--address",
-                    "127.0.0.1",
-                    "--heartbeat",
-                    "0",
-                ],
-            )
-        })
-        .await?
-    };
-    let mut js1 = js1;
+    let export_arg = export.display().to_string();
+    let mut js1 = control
+        .start_jobserver(
+            &d,
+            &log,
+            &[
+                "--export",
+                &export_arg,
+                "--address",
+                "127.0.0.1",
+                "--heartbeat",
+                "0",
+            ],
+        )
+        .await;
     let bound = {
         let file = listen_file(&d);
         let log = log.clone();

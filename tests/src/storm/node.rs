@@ -31,8 +31,9 @@ use anyhow::{Context, Result, bail};
 use mprov_agent::cmdline::BootParams;
 use mprov_agent::dhcp::{self, Action, Lease};
 use mprov_agent::enroll::{self, Control, EnrollError};
-use mprov_agent::events::Reporter;
+use mprov_agent::events::{Reporter, StreamSteps};
 use mprov_agent::image::{self, Event};
+use mprov_agent::init::chain;
 use mprov_api::boot::BootPhase;
 
 /// The phases a node goes through, in order, for the report and the
@@ -372,8 +373,6 @@ fn run(shared: &Shared, spec: &Spec, outcome: &mut Outcome) -> Result<(), Lost> 
             let (_, control, _) = session.as_ref().expect("just set");
             let leased = lease.as_ref().expect("leased");
             report(
-                shared,
-                spec,
                 outcome,
                 control,
                 BootPhase::AgentDhcp,
@@ -381,15 +380,8 @@ fn run(shared: &Shared, spec: &Spec, outcome: &mut Outcome) -> Result<(), Lost> 
                     "{}/{}, from the lease iPXE carried (no DHCP sent)",
                     leased.address, leased.prefix
                 ),
-            )?;
-            report(
-                shared,
-                spec,
-                outcome,
-                control,
-                BootPhase::Enrolled,
-                "certificate issued",
-            )?;
+            );
+            report(outcome, control, BootPhase::Enrolled, "certificate issued");
         }
         let (identity, control, url) = session.as_ref().expect("enrolled");
         match stream(shared, spec, outcome, identity, control, url) {
@@ -611,14 +603,7 @@ fn enroll_node(params: &BootParams) -> Result<(enroll::Identity, Control, String
 /// One boot event with the agent's own [`Control::report`] (which tries
 /// again while the control service is restarting); counts it sent or
 /// failed.
-fn report(
-    _shared: &Shared,
-    _spec: &Spec,
-    outcome: &mut Outcome,
-    control: &Control,
-    phase: BootPhase,
-    detail: &str,
-) -> Result<(), Lost> {
+fn report(outcome: &mut Outcome, control: &Control, phase: BootPhase, detail: &str) {
     match control.report(phase, detail) {
         Ok(()) => outcome.events_sent.push(phase),
         Err(e) => {
@@ -628,7 +613,6 @@ fn report(
             outcome.events_failed += 1;
         }
     }
-    Ok(())
 }
 
 enum StreamError {
@@ -668,27 +652,11 @@ fn stream(
     // once, progress every tenth of the image, sent as they happen by the
     // agent's own reporter thread (batched while a post is in flight).
     let events = Reporter::start(control.clone());
-    let next_tenth = AtomicU64::new(1);
+    let steps = StreamSteps::default();
     let observe = |event: &Event<'_>| {
-        let phase = match event {
-            Event::Progress { bytes, size } => {
-                let tenth = next_tenth.load(Ordering::Relaxed);
-                if *size == 0 || *bytes * 10 < *size * tenth {
-                    return;
-                }
-                next_tenth.store(bytes * 10 / size + 1, Ordering::Relaxed);
-                BootPhase::Progress
-            }
-            Event::Started { from: 0, .. } => BootPhase::ImageStarted,
-            Event::SourceFailed {
-                why: image::plan::SourceFailure::Mismatch,
-                ..
-            } => BootPhase::ChecksumMismatch,
-            Event::SourceFailed { .. } => BootPhase::Failed,
-            Event::Verified { .. } => BootPhase::Verified,
-            _ => return,
-        };
-        events.report(phase, &image::describe(event));
+        if let Some(phase) = steps.phase(event) {
+            events.report(phase, &image::describe(event));
+        }
     };
     let options = mprov_unpack::UnpackOptions {
         whiteouts: false,
@@ -719,7 +687,7 @@ fn stream(
             return Err(retry("the image", &e));
         }
     };
-    let done = write_and_ready(shared, spec, outcome, root.path(), identity, url, &manifest);
+    let done = write_and_ready(outcome, root.path(), identity, url, &manifest);
     let _ = std::fs::remove_dir_all(&staging);
     done
 }
@@ -728,8 +696,6 @@ fn stream(
 /// ready` reading the identity back from the root, as the booted image's
 /// unit does.
 fn write_and_ready(
-    shared: &Shared,
-    spec: &Spec,
     outcome: &mut Outcome,
     root: &Path,
     identity: &enroll::Identity,
@@ -741,22 +707,13 @@ fn write_and_ready(
     enroll::write_identity(root, identity, url).map_err(|e| retry("writing the identity", &e))?;
     let (_, control) = session_of(root).map_err(|e| retry("reading the identity", &*e))?;
     report(
-        shared,
-        spec,
         outcome,
         &control,
         BootPhase::SwitchRoot,
         &format!("into {}", manifest.image),
-    )?;
+    );
     let before = outcome.events_failed;
-    report(
-        shared,
-        spec,
-        outcome,
-        &control,
-        BootPhase::Ready,
-        "storm node ready",
-    )?;
+    report(outcome, &control, BootPhase::Ready, "storm node ready");
     if outcome.events_failed > before {
         return Err(StreamError::Retry("ready was not accepted".to_owned()));
     }
@@ -801,16 +758,4 @@ pub fn boot_all(shared: &Arc<Shared>, nodes: Vec<Spec>) -> Result<Vec<(Spec, Out
                 .map_err(|_| anyhow::anyhow!("a node's thread panicked"))
         })
         .collect()
-}
-
-/// An error and its sources, on one line.
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
